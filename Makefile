@@ -1,0 +1,40 @@
+# Thin targets: the real entry points are the console scripts declared in pyproject.toml.
+VENV      ?= .venv
+BIN       := $(VENV)/bin
+DATA_DIR  ?= /var/lib/netplugin
+LISTEN    ?= 127.0.0.1:9999
+PYTEST    ?= $(BIN)/pytest
+
+.PHONY: run test unit integration bench lint fmt deps clean
+
+deps:
+	@scripts/bootstrap.sh
+
+## make run: install what is missing, then run netplugin in the foreground (Ctrl-C stops it).
+run: deps
+	@scripts/run.sh
+
+## make test: the whole suite (unit + integration against real etcd/OVS/dockerd).
+test: deps
+	$(PYTEST) -q -p no:cacheprovider tests integration
+
+unit: deps
+	$(PYTEST) -q tests
+
+integration: deps
+	$(PYTEST) -q integration
+
+## make bench: measure, and write docs/BENCHMARKS.md.
+bench: deps
+	$(BIN)/python -m bench
+
+lint: deps
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: deps
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

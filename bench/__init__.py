@@ -1,0 +1,1 @@
+"""netplugin benchmarks: `make bench` runs them and writes docs/BENCHMARKS.md."""

@@ -1,0 +1,1 @@
+"""Small pieces shared by every netplugin command."""

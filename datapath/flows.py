@@ -1,0 +1,253 @@
+"""OpenFlow flows as plain, hashable values, and the diff that reconciles a switch.
+
+No I/O here: conversion to and from os-ken parser objects lives in datapath.ofapp.
+
+A Flow is canonical by construction (sorted match, normalised addresses and masks, a fixed
+instruction order), so a flow read back from OVS compares equal to the flow we wrote.
+
+Match fields use os-ken's OFPMatch names; a masked field is (value, mask). Actions:
+    ("output", port)                   ("set_field", field, value)  vlan_vid incl. 0x1000
+    ("push_vlan", ethertype=0x8100)    ("pop_vlan",)
+    ("write_metadata", value, mask)    ("goto", table)              always last, in this order
+No actions means drop; ("drop",) is accepted and dropped from the tuple.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+# Every flow netplugin writes carries this cookie in its top 16 bits ("NP"), so reconcile
+# reads and deletes only its own flows and leaves anything else on the bridge alone.
+COOKIE = 0x4E50 << 48
+COOKIE_MASK = 0xFFFF << 48
+
+OFPP_MAX = 0xFFFFFF00  # ports above are reserved (IN_PORT, FLOOD, CONTROLLER, ...)
+
+Match = tuple[tuple[str, Any], ...]
+Action = tuple[Any, ...]
+
+_MAC_FIELDS = frozenset({"eth_src", "eth_dst", "arp_sha", "arp_tha", "ipv6_nd_sll", "ipv6_nd_tll"})
+_IPV4_FIELDS = frozenset({"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa"})
+_IPV6_FIELDS = frozenset({"ipv6_src", "ipv6_dst", "ipv6_nd_target"})
+_INT_FIELD_BITS = {
+    "in_port": 32,
+    "metadata": 64,
+    "tunnel_id": 64,
+    "eth_type": 16,
+    "vlan_vid": 13,
+    "vlan_pcp": 3,
+    "ip_proto": 8,
+    "ip_dscp": 6,
+    "arp_op": 16,
+    "tcp_src": 16,
+    "tcp_dst": 16,
+    "udp_src": 16,
+    "udp_dst": 16,
+    "icmpv4_type": 8,
+    "icmpv4_code": 8,
+    "icmpv6_type": 8,
+    "icmpv6_code": 8,
+}
+OFPVID_PRESENT = 0x1000
+
+# Apply-actions keep their order; these instructions always come last, in this order.
+_TRAILING = ("write_metadata", "goto")
+_APPLY_ACTIONS = frozenset({"output", "set_field", "push_vlan", "pop_vlan"})
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One OpenFlow 1.3 flow entry; (table, priority, match) is its identity on the switch."""
+
+    table: int
+    priority: int
+    match: Match
+    actions: tuple[Action, ...]
+    cookie: int = COOKIE
+
+    @property
+    def identity(self) -> tuple[int, int, Match]:
+        """What OpenFlow's strict match compares: two flows with one identity cannot coexist."""
+        return (self.table, self.priority, self.match)
+
+    def __str__(self) -> str:
+        match = ",".join(f"{k}={_fmt(v)}" for k, v in self.match) or "*"
+        acts = ",".join(":".join(_fmt(p) for p in a) for a in self.actions) or "drop"
+        return f"table={self.table},priority={self.priority},{match} actions={acts}"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, tuple):
+        return "/".join(_fmt(v) for v in value)
+    if isinstance(value, int) and value > 0xFFFF:
+        return hex(value)
+    return str(value)
+
+
+def _mac(value: Any) -> str:
+    text = str(value).strip().lower().replace("-", ":")
+    parts = text.split(":")
+    if len(parts) != 6 or not all(len(p) in (1, 2) for p in parts):
+        raise ValueError(f"{value!r} is not a MAC address (expected aa:bb:cc:dd:ee:ff)")
+    return ":".join(f"{int(p, 16):02x}" for p in parts)
+
+
+def _mac_int(mac: str) -> int:
+    return int(mac.replace(":", ""), 16)
+
+
+def _ip_field(field: str, value: Any, version: int) -> Any:
+    cls = ipaddress.IPv4Address if version == 4 else ipaddress.IPv6Address
+    full = (1 << (32 if version == 4 else 128)) - 1
+    if isinstance(value, tuple):
+        addr, mask = str(value[0]), str(value[1])
+    elif "/" in str(value):
+        addr, mask = str(value).split("/", 1)
+    else:
+        addr, mask = str(value), ""
+    try:
+        addr_int = int(cls(addr))
+        if not mask:
+            mask_int = full
+        elif mask.isdigit():
+            mask_int = full ^ (full >> int(mask))
+        else:
+            mask_int = int(cls(mask))
+    except ValueError as e:
+        raise ValueError(f"{field}: {value!r} is not an IPv{version} address or prefix") from e
+    if mask_int == full:
+        return str(cls(addr_int))
+    return (str(cls(addr_int & mask_int)), str(cls(mask_int)))
+
+
+def _int_field(field: str, value: Any) -> Any:
+    bits = _INT_FIELD_BITS.get(field, 64)
+    full = (1 << bits) - 1
+    if isinstance(value, tuple):
+        val, mask = (int(v) for v in value)
+        if mask & full == full:
+            return val & full
+        return (val & mask, mask)
+    return int(value)
+
+
+def canonical_value(field: str, value: Any) -> Any:
+    """Normalise one match or set_field value the way OVS reports it back."""
+    if field in _MAC_FIELDS:
+        if isinstance(value, tuple):
+            mac, mask = _mac(value[0]), _mac(value[1])
+            if mask == "ff:ff:ff:ff:ff:ff":
+                return mac
+            masked = _mac_int(mac) & _mac_int(mask)
+            return (_mac(":".join(f"{b:02x}" for b in masked.to_bytes(6, "big"))), mask)
+        return _mac(value)
+    if field in _IPV4_FIELDS:
+        return _ip_field(field, value, 4)
+    if field in _IPV6_FIELDS:
+        return _ip_field(field, value, 6)
+    return _int_field(field, value)
+
+
+def canonical_match(match: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Match:
+    """A match as a tuple of (field, value) sorted by field name, values normalised."""
+    items = match.items() if isinstance(match, Mapping) else match
+    result = {}
+    for field, value in items:
+        if field in result:
+            raise ValueError(f"match field {field} given twice")
+        result[field] = canonical_value(field, value)
+    return tuple(sorted(result.items()))
+
+
+def canonical_actions(actions: Iterable[Action]) -> tuple[Action, ...]:
+    """Validate actions; put write_metadata and goto last, as the switch reports them."""
+    apply: list[Action] = []
+    trailing: dict[str, Action] = {}
+    for action in actions:
+        kind = action[0]
+        if kind == "drop":
+            continue
+        if kind == "output":
+            port = int(action[1])
+            if port <= 0:
+                raise ValueError(f"output to port {port}: OpenFlow ports start at 1")
+            apply.append(("output", port))
+        elif kind == "set_field":
+            apply.append(("set_field", action[1], canonical_value(action[1], action[2])))
+        elif kind == "push_vlan":
+            apply.append(("push_vlan", int(action[1]) if len(action) > 1 else 0x8100))
+        elif kind == "pop_vlan":
+            apply.append(("pop_vlan",))
+        elif kind in _TRAILING:
+            if kind in trailing:
+                raise ValueError(f"{kind} given twice in one flow")
+            if kind == "write_metadata":
+                value, mask = int(action[1]), int(action[2])
+                trailing[kind] = ("write_metadata", value & mask, mask)
+            else:
+                trailing[kind] = ("goto", int(action[1]))
+        else:
+            # Kept, so a flow read back with an instruction we do not model never equals
+            # a desired flow: reconcile then replaces it.
+            apply.append(tuple(action))
+    return (*apply, *(trailing[k] for k in _TRAILING if k in trailing))
+
+
+def flow(
+    table: int,
+    priority: int,
+    actions: Iterable[Action] = (),
+    *,
+    cookie: int = COOKIE,
+    **match: Any,
+) -> Flow:
+    """Build a canonical Flow: flow(4, 100, [("output", 3)], metadata=(5, 0xFF), eth_dst=mac)."""
+    acts = canonical_actions(actions)
+    for action in acts:
+        if action[0] == "goto" and action[1] <= table:
+            raise ValueError(f"table {table}: goto {action[1]} must go forward")
+    if not 0 <= priority <= 0xFFFF:
+        raise ValueError(f"priority {priority} is out of range 0-65535")
+    return Flow(table, priority, canonical_match(match), acts, cookie)
+
+
+class FlowDiff(NamedTuple):
+    """What to send so that the switch holds exactly the desired flows."""
+
+    to_add: frozenset[Flow]
+    to_delete: frozenset[Flow]
+
+
+def index_by_identity(flows: Iterable[Flow]) -> dict[tuple[int, int, Match], Flow]:
+    """Flows by identity; two different flows with one identity are a bug upstream."""
+    index: dict[tuple[int, int, Match], Flow] = {}
+    for f in flows:
+        other = index.setdefault(f.identity, f)
+        if other != f:
+            raise ValueError(f"two flows with one identity:\n  {other}\n  {f}")
+    return index
+
+
+def diff(desired: Iterable[Flow], actual: Iterable[Flow]) -> FlowDiff:
+    """Flows to add (missing or changed) and to delete (identity no longer desired).
+
+    A changed flow appears only in to_add: an OpenFlow ADD over the same identity replaces
+    it in place, whereas delete-then-add would drop packets in between. So to_delete holds
+    only identities the desired set no longer has, and a strict delete of them is safe to
+    send before or after the adds.
+    """
+    want = index_by_identity(desired)
+    # The switch cannot hold two flows with one identity, so no check is needed here.
+    have = {f.identity: f for f in actual}
+    to_add = frozenset(f for ident, f in want.items() if have.get(ident) != f)
+    to_delete = frozenset(f for ident, f in have.items() if ident not in want)
+    return FlowDiff(to_add, to_delete)
+
+
+def replaced(flow_diff: FlowDiff, actual: Iterable[Flow]) -> frozenset[Flow]:
+    """The flows of to_add that overwrite an existing flow of the same identity."""
+    have = {f.identity for f in actual}
+    return frozenset(f for f in flow_diff.to_add if f.identity in have)

@@ -1,0 +1,681 @@
+"""The OpenFlow 1.3 controller that keeps one bridge's flows equal to a desired set.
+
+os-ken runs in-process on native threads (never eventlet/gevent monkey patching). On every
+(re)connect and on every set_desired() the controller reads the switch's flows (only those
+carrying our cookie), diffs them against the desired set, sends strict deletes for stale
+ones and adds for missing or changed ones, then a barrier. Flows that are already right are
+never touched, so their counters and durations survive controller restarts.
+
+os-ken keeps process-wide state (its config, AppManager and service registry) and leaves
+non-daemon threads behind (its accept loop cannot be stopped), so: one FlowController per
+process, and a process that is done should call stop() and then os._exit().
+
+Run standalone (used by the integration tests, inside the bridge's network namespace):
+    python -m datapath.ofapp --listen-port 6653 --state-file S.json --status-file T.json
+It compiles S.json (a DesiredState), re-reads it on SIGHUP, and keeps T.json current.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from os_ken import cfg
+from os_ken.base import app_manager
+from os_ken.controller import controller as osken_controller
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from datapath.flows import (
+    COOKIE,
+    COOKIE_MASK,
+    Action,
+    Flow,
+    canonical_actions,
+    canonical_match,
+    diff,
+    index_by_identity,
+    replaced,
+)
+from datapath.pipeline import DesiredState, compile_flows, install_order, removal_order
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LISTEN_HOST = "127.0.0.1"
+DEFAULT_LISTEN_PORT = 6653
+_ALL_BITS = (1 << 64) - 1
+_OFP_HANDLER = "os_ken.controller.ofp_handler"
+
+_started_lock = threading.Lock()
+_started = False
+
+
+# ---------------------------------------------------------------- Flow <-> os-ken objects
+
+
+def to_ofp_match(flow: Flow) -> parser.OFPMatch:
+    """The OFPMatch of a flow."""
+    return parser.OFPMatch(**dict(flow.match))
+
+
+def _ofp_action(action: Action) -> Any:
+    kind = action[0]
+    if kind == "output":
+        return parser.OFPActionOutput(action[1])
+    if kind == "set_field":
+        return parser.OFPActionSetField(**{action[1]: action[2]})
+    if kind == "push_vlan":
+        return parser.OFPActionPushVlan(action[1])
+    if kind == "pop_vlan":
+        return parser.OFPActionPopVlan()
+    raise ValueError(f"action {action!r} cannot be sent to a switch")
+
+
+def to_ofp_instructions(flow: Flow) -> list[Any]:
+    """The OpenFlow 1.3 instructions for a flow's actions; none means drop."""
+    apply = [a for a in flow.actions if a[0] not in ("write_metadata", "goto")]
+    instructions: list[Any] = []
+    if apply:
+        actions = [_ofp_action(a) for a in apply]
+        instructions.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions))
+    for action in flow.actions:
+        if action[0] == "write_metadata":
+            instructions.append(parser.OFPInstructionWriteMetadata(action[1], action[2]))
+        elif action[0] == "goto":
+            instructions.append(parser.OFPInstructionGotoTable(action[1]))
+    return instructions
+
+
+def flow_mod(datapath: Any, flow: Flow, command: int = ofp.OFPFC_ADD) -> parser.OFPFlowMod:
+    """An OFPFlowMod that adds (or, with OFPFC_DELETE_STRICT, deletes) exactly this flow."""
+    delete = command in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT)
+    return parser.OFPFlowMod(
+        datapath,
+        cookie=flow.cookie,
+        cookie_mask=_ALL_BITS if delete else 0,
+        table_id=flow.table,
+        command=command,
+        priority=flow.priority,
+        # os-ken defaults these to 0, which for a delete would mean "only flows that
+        # output to port 0", i.e. none.
+        out_port=ofp.OFPP_ANY,
+        out_group=ofp.OFPG_ANY,
+        match=to_ofp_match(flow),
+        instructions=[] if delete else to_ofp_instructions(flow),
+    )
+
+
+def _from_ofp_action(action: Any) -> Action:
+    if isinstance(action, parser.OFPActionOutput):
+        return ("output", action.port)
+    if isinstance(action, parser.OFPActionSetField):
+        return ("set_field", action.key, action.value)
+    if isinstance(action, parser.OFPActionPushVlan):
+        return ("push_vlan", action.ethertype)
+    if isinstance(action, parser.OFPActionPopVlan):
+        return ("pop_vlan",)
+    return ("unsupported", type(action).__name__, str(action))
+
+
+def from_ofp_flow(table_id: int, priority: int, cookie: int, match: Any, instructions: Any) -> Flow:
+    """A Flow from what the switch reports (an OFPFlowStats' fields)."""
+    actions: list[Action] = []
+    for inst in instructions:
+        if isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
+            actions.extend(_from_ofp_action(a) for a in inst.actions)
+        elif isinstance(inst, parser.OFPInstructionWriteMetadata):
+            actions.append(("write_metadata", inst.metadata, inst.metadata_mask))
+        elif isinstance(inst, parser.OFPInstructionGotoTable):
+            actions.append(("goto", inst.table_id))
+        else:
+            actions.append(("unsupported", type(inst).__name__, str(inst)))
+    return Flow(
+        table_id, priority, canonical_match(match.items()), canonical_actions(actions), cookie
+    )
+
+
+# ---------------------------------------------------------------- os-ken fixes
+
+
+def _fix_os_ken_datapath() -> None:
+    """Make a dead switch connection release its threads and report DEAD promptly.
+
+    With native threads, os-ken's Datapath.serve() joins its send thread after the receive
+    loop ends, but that thread blocks forever on its empty send queue: every reconnect leaks
+    two threads and an open connection object, and the DEAD event only arrives if something
+    is sent to the dead datapath later (often after the new connection is up). Queueing a
+    close marker when the receive loop ends wakes the send thread, which then exits.
+    """
+    dp_cls = osken_controller.Datapath
+    if getattr(dp_cls, "_netplugin_fixed", False):
+        return
+    recv_loop = dp_cls._recv_loop
+
+    @functools.wraps(recv_loop)
+    def _recv_loop(self: Any) -> None:
+        try:
+            recv_loop(self)  # closes the socket when it ends
+        finally:
+            self.send(b"", close_socket=True)
+
+    dp_cls._recv_loop = _recv_loop
+    dp_cls._netplugin_fixed = True
+
+
+def _listening(host: str, port: int) -> bool:
+    """True if a TCP socket listens on host:port in this network namespace (Linux)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    table = "/proc/net/tcp6" if family == socket.AF_INET6 else "/proc/net/tcp"
+    want_port = f"{port:04X}"
+    try:
+        lines = Path(table).read_text().splitlines()[1:]
+    except OSError:
+        return True  # cannot tell; do not fail start() over it
+    for line in lines:
+        cols = line.split()
+        if cols[3] == "0A" and cols[1].rsplit(":", 1)[1] == want_port:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- the controller
+
+
+@dataclass(frozen=True)
+class ReconcileStats:
+    """What one reconcile found and changed."""
+
+    connection: int  # sequence number of the switch connection it ran on (1 = first)
+    dpid: int
+    generation: int  # the set_desired() generation it applied
+    desired: int
+    found: int  # our flows on the switch before it
+    added: int  # missing or changed flows sent as ADD (changed ones are also in replaced)
+    replaced: int
+    deleted: int
+    seconds: float
+    errors: tuple[str, ...] = ()
+
+
+class ReconcileError(RuntimeError):
+    """The switch refused a flow or did not answer in time."""
+
+
+class _Disconnected(Exception):
+    pass
+
+
+@dataclass
+class _Pending:
+    datapath: Any
+    done: threading.Event = field(default_factory=threading.Event)
+    replies: list[Any] = field(default_factory=list)
+    error: str | None = None
+    disconnected: bool = False
+
+
+class FlowController:
+    """Keeps the flows of the (one) bridge connected to it equal to set_desired()."""
+
+    def __init__(
+        self,
+        listen_host: str = DEFAULT_LISTEN_HOST,
+        listen_port: int = DEFAULT_LISTEN_PORT,
+        reply_timeout: float = 10.0,
+        retry_interval: float = 2.0,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.listen_host = listen_host
+        self.listen_port = listen_port
+        self.reply_timeout = reply_timeout
+        self.retry_interval = retry_interval
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._desired: frozenset[Flow] = frozenset()
+        self._generation = 0
+        self._datapath: Any = None
+        self._connection = 0
+        self._pending: dict[int, _Pending] = {}
+        self._flow_mods: dict[int, str] = {}
+        self._flow_mod_errors: list[str] = []
+        self._last: ReconcileStats | None = None
+        self._last_error: str | None = None
+        self._reconcile_count = 0
+        self._worker: threading.Thread | None = None
+
+    # -- public API
+
+    def start(self) -> None:
+        """Listen for the switch and start reconciling; returns once listening."""
+        global _started
+        with _started_lock:
+            if _started:
+                raise RuntimeError("os-ken state is process-wide: one FlowController per process")
+            self._check_port_free()
+            _started = True
+        _fix_os_ken_datapath()
+        cfg.CONF(args=[], project="os_ken")
+        cfg.CONF.set_override("ofp_listen_host", self.listen_host)
+        cfg.CONF.set_override("ofp_tcp_listen_port", self.listen_port)
+        self._worker = threading.Thread(target=self._work, name="ofapp-reconcile", daemon=True)
+        self._worker.start()
+        manager = app_manager.AppManager.get_instance()
+        manager.load_apps([_OFP_HANDLER, NetpluginOFApp.__module__])
+        contexts = manager.create_contexts()
+        manager.instantiate_apps(netplugin_controller=self, **contexts)
+        deadline = time.monotonic() + 5
+        while not _listening(self.listen_host, self.listen_port):
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"OpenFlow listener on {self.listen_host}:{self.listen_port} did not come up"
+                )
+            time.sleep(0.02)
+        log.info("OpenFlow controller listening on %s:%d", self.listen_host, self.listen_port)
+
+    def _check_port_free(self) -> None:
+        family = socket.AF_INET6 if ":" in self.listen_host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((self.listen_host, self.listen_port))
+            except OSError as e:
+                raise RuntimeError(
+                    f"cannot listen for OpenFlow on {self.listen_host}:{self.listen_port}: {e}; "
+                    "pick another port"
+                ) from e
+
+    def set_desired(self, flows: Iterable[Flow]) -> int:
+        """Replace the desired flows; reconciles at once if a switch is connected.
+
+        Returns the generation number to pass to wait_reconciled(). Raises ValueError
+        if two flows share one identity (table, priority, match).
+        """
+        desired = frozenset(flows)
+        index_by_identity(desired)
+        with self._lock:
+            self._desired = desired
+            self._generation += 1
+            generation = self._generation
+        self._wake.set()
+        return generation
+
+    def wait_connected(self, timeout: float) -> bool:
+        """Wait until a switch has completed the handshake."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._datapath is not None, timeout)
+
+    def wait_reconciled(
+        self, generation: int | None = None, timeout: float = 10.0
+    ) -> ReconcileStats | None:
+        """Wait for a clean reconcile of (at least) generation on the current connection."""
+
+        def done() -> bool:
+            last = self._last
+            return (
+                last is not None
+                and self._datapath is not None
+                and last.connection == self._connection
+                and last.generation >= (generation or self._generation)
+                and not last.errors
+            )
+
+        with self._changed:
+            return self._last if self._changed.wait_for(done, timeout) else None
+
+    @property
+    def connected(self) -> bool:
+        """True while a switch is connected."""
+        return self._datapath is not None
+
+    @property
+    def reconcile_count(self) -> int:
+        """How many reconciles have completed (with or without errors)."""
+        return self._reconcile_count
+
+    @property
+    def last_reconcile(self) -> ReconcileStats | None:
+        """Stats of the last completed reconcile."""
+        return self._last
+
+    def snapshot(self) -> dict[str, Any]:
+        """The controller's state as plain data (for status files and logs)."""
+        with self._lock:
+            dp = self._datapath
+            return {
+                "connected": dp is not None,
+                "dpid": dp.id if dp is not None else None,
+                "connection": self._connection,
+                "generation": self._generation,
+                "desired": len(self._desired),
+                "reconcile_count": self._reconcile_count,
+                "last": asdict(self._last) if self._last else None,
+                "last_error": self._last_error,
+                "threads": threading.active_count(),
+            }
+
+    def stop(self) -> None:
+        """Stop reconciling and drop the switch connection (its flows stay: fail_mode=secure).
+
+        os-ken's accept loop cannot be stopped and its threads are not daemons, so the
+        process should end with os._exit() after this.
+        """
+        self._stopping.set()
+        self._wake.set()
+        with self._lock:
+            dp, self._datapath = self._datapath, None
+            self._fail_pending()
+        if dp is not None:
+            dp.close()
+        try:
+            app_manager.AppManager.get_instance().close()
+        except Exception:
+            log.exception("closing os-ken apps")
+        if self._worker is not None:
+            self._worker.join(self.reply_timeout)
+
+    # -- called by the os-ken app (its event thread)
+
+    def _on_connect(self, datapath: Any) -> None:
+        with self._changed:
+            previous = self._datapath
+            if previous is not None and previous.id != datapath.id:
+                log.warning(
+                    "switch %016x connected while %016x is; only the latest is programmed",
+                    datapath.id,
+                    previous.id,
+                )
+            self._datapath = datapath
+            self._connection += 1
+            self._changed.notify_all()
+        log.info("switch %016x connected from %s", datapath.id, datapath.address)
+        self._wake.set()
+        self._notify()
+
+    def _on_disconnect(self, datapath: Any) -> None:
+        with self._changed:
+            # A DEAD event can come after the next connection's handshake: only the
+            # connection we are using counts.
+            if datapath is not self._datapath:
+                log.debug("ignoring DEAD of a previous connection from %s", datapath.address)
+                return
+            self._datapath = None
+            self._fail_pending()
+            self._changed.notify_all()
+        log.warning("switch %s disconnected", datapath.address)
+        self._notify()
+
+    def _on_reply(self, msg: Any) -> None:
+        with self._lock:
+            pending = self._pending.get(msg.xid)
+            if pending is None or pending.datapath is not msg.datapath:
+                return
+            pending.replies.append(msg)
+            if not getattr(msg, "flags", 0) & ofp.OFPMPF_REPLY_MORE:
+                pending.done.set()
+
+    def _on_error(self, msg: Any) -> None:
+        text = (
+            f"switch error {ofp.ofp_error_type_to_str(msg.type)}"
+            f"/{ofp.ofp_error_code_to_str(msg.type, msg.code)}"
+        )
+        with self._lock:
+            pending = self._pending.get(msg.xid)
+            if pending is not None:
+                pending.error = text
+                pending.done.set()
+            elif msg.xid in self._flow_mods:
+                self._flow_mod_errors.append(f"{text} for {self._flow_mods[msg.xid]}")
+                return
+        log.warning("%s (xid %s)", text, msg.xid)
+
+    def _fail_pending(self) -> None:
+        for pending in self._pending.values():
+            pending.disconnected = True
+            pending.done.set()
+
+    def _notify(self) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change()
+            except Exception:
+                log.exception("on_change callback failed")
+
+    # -- the reconcile worker
+
+    def _work(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            with self._lock:
+                dp, connection = self._datapath, self._connection
+                desired, generation = self._desired, self._generation
+            if dp is None:
+                continue
+            try:
+                stats = self._reconcile(dp, connection, desired, generation)
+            except _Disconnected:
+                continue  # the next connection triggers a fresh reconcile
+            except Exception as e:
+                if not isinstance(e, ReconcileError):
+                    log.exception("reconcile crashed")
+                log.error("reconcile failed, retrying in %.0fs: %s", self.retry_interval, e)
+                with self._changed:
+                    self._last_error = str(e)
+                    self._changed.notify_all()
+                self._retry_later()
+                continue
+            with self._changed:
+                self._last = stats
+                self._last_error = "; ".join(stats.errors) or None
+                self._reconcile_count += 1
+                self._changed.notify_all()
+            if stats.errors:
+                log.error("switch refused %d flow(s): %s", len(stats.errors), stats.errors[:5])
+                self._retry_later()
+            self._notify()
+
+    def _retry_later(self) -> None:
+        timer = threading.Timer(self.retry_interval, self._wake.set)
+        timer.daemon = True
+        timer.start()
+
+    def _reconcile(
+        self, dp: Any, connection: int, desired: frozenset[Flow], generation: int
+    ) -> ReconcileStats:
+        started = time.monotonic()
+        actual = self._read_flows(dp)
+        flow_diff = diff(desired, actual)
+        n_replaced = len(replaced(flow_diff, actual))
+        with self._lock:
+            self._flow_mods.clear()
+            self._flow_mod_errors.clear()
+        try:
+            for f in removal_order(flow_diff.to_delete):
+                self._send_flow_mod(dp, f, ofp.OFPFC_DELETE_STRICT)
+            for f in install_order(flow_diff.to_add):
+                self._send_flow_mod(dp, f, ofp.OFPFC_ADD)
+            # Errors for the flow-mods arrive before the barrier's reply.
+            self._request(dp, parser.OFPBarrierRequest(dp))
+        finally:
+            with self._lock:
+                errors = tuple(self._flow_mod_errors)
+                self._flow_mods.clear()
+        stats = ReconcileStats(
+            connection=connection,
+            dpid=dp.id,
+            generation=generation,
+            desired=len(desired),
+            found=len(actual),
+            added=len(flow_diff.to_add),
+            replaced=n_replaced,
+            deleted=len(flow_diff.to_delete),
+            seconds=round(time.monotonic() - started, 4),
+            errors=errors,
+        )
+        log.info(
+            "reconciled switch %016x: %d desired, %d found, %d added (%d replaced), %d deleted",
+            dp.id,
+            stats.desired,
+            stats.found,
+            stats.added,
+            stats.replaced,
+            stats.deleted,
+        )
+        return stats
+
+    def _read_flows(self, dp: Any) -> set[Flow]:
+        request = parser.OFPFlowStatsRequest(
+            dp,
+            table_id=ofp.OFPTT_ALL,
+            out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY,
+            cookie=COOKIE,
+            cookie_mask=COOKIE_MASK,
+        )
+        flows: set[Flow] = set()
+        for reply in self._request(dp, request):
+            for stat in reply.body:
+                flows.add(
+                    from_ofp_flow(
+                        stat.table_id, stat.priority, stat.cookie, stat.match, stat.instructions
+                    )
+                )
+        return flows
+
+    def _send_flow_mod(self, dp: Any, flow: Flow, command: int) -> None:
+        msg = flow_mod(dp, flow, command)
+        dp.set_xid(msg)
+        verb = "delete" if command == ofp.OFPFC_DELETE_STRICT else "add"
+        with self._lock:
+            self._flow_mods[msg.xid] = f"{verb} {flow}"
+        if not dp.send_msg(msg):
+            raise _Disconnected
+
+    def _request(self, dp: Any, msg: Any) -> list[Any]:
+        pending = _Pending(dp)
+        dp.set_xid(msg)
+        with self._lock:
+            if self._datapath is not dp:
+                raise _Disconnected
+            self._pending[msg.xid] = pending
+        try:
+            if not dp.send_msg(msg):
+                raise _Disconnected
+            if not pending.done.wait(self.reply_timeout):
+                raise ReconcileError(
+                    f"no reply to {type(msg).__name__} within {self.reply_timeout}s"
+                )
+            if pending.disconnected:
+                raise _Disconnected
+            if pending.error:
+                raise ReconcileError(f"{type(msg).__name__} failed: {pending.error}")
+            return pending.replies
+        finally:
+            with self._lock:
+                self._pending.pop(msg.xid, None)
+
+
+class NetpluginOFApp(app_manager.OSKenApp):
+    """The os-ken app: forwards connection, reply and error events to the FlowController."""
+
+    OFP_VERSIONS = [ofp.OFP_VERSION]
+
+    def __init__(self, *args: Any, netplugin_controller: FlowController, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.controller = netplugin_controller
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    def _state_change(self, ev: Any) -> None:
+        if ev.state == MAIN_DISPATCHER:
+            self.controller._on_connect(ev.datapath)
+        elif ev.state == DEAD_DISPATCHER:
+            self.controller._on_disconnect(ev.datapath)
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def _flow_stats_reply(self, ev: Any) -> None:
+        self.controller._on_reply(ev.msg)
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def _barrier_reply(self, ev: Any) -> None:
+        self.controller._on_reply(ev.msg)
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
+    def _error(self, ev: Any) -> None:
+        self.controller._on_error(ev.msg)
+
+
+# ---------------------------------------------------------------- standalone runner
+
+
+def _load_flows(path: Path) -> set[Flow]:
+    return compile_flows(DesiredState.from_dict(json.loads(path.read_text())))
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve one bridge from a DesiredState JSON file until SIGTERM."""
+    ap = argparse.ArgumentParser(prog="python -m datapath.ofapp", description=__doc__)
+    ap.add_argument("--listen-host", default=DEFAULT_LISTEN_HOST)
+    ap.add_argument("--listen-port", type=int, default=DEFAULT_LISTEN_PORT)
+    ap.add_argument("--state-file", type=Path, required=True, help="DesiredState JSON")
+    ap.add_argument("--status-file", type=Path, help="where to keep the controller's status")
+    ap.add_argument("--log-level", default="INFO")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    dirty = threading.Event()
+    reload = threading.Event()
+    stop = threading.Event()
+    ctl = FlowController(args.listen_host, args.listen_port, on_change=dirty.set)
+    signal.signal(signal.SIGHUP, lambda *_: reload.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    ctl.set_desired(_load_flows(args.state_file))
+    ctl.start()
+    while not stop.is_set():
+        if reload.is_set():
+            reload.clear()
+            try:
+                ctl.set_desired(_load_flows(args.state_file))
+            except (OSError, ValueError, TypeError) as e:
+                log.error("keeping the previous state: %s: %s", args.state_file, e)
+        if args.status_file:
+            _write_json(args.status_file, ctl.snapshot())
+        dirty.wait(0.5)
+        dirty.clear()
+    ctl.stop()
+    logging.shutdown()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    # os-ken loads apps by module name; run that copy of this module, not __main__.
+    from datapath import ofapp
+
+    sys.exit(ofapp.main())

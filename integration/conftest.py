@@ -1,0 +1,46 @@
+"""Integration fixtures: real etcd servers on 127.0.0.1, started and stopped by PID."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .etcd import EtcdServer, require_etcd
+
+# The backend-independent store contract lives in tests/, which is not a package.
+_TESTS = str(Path(__file__).resolve().parent.parent / "tests")
+if _TESTS not in sys.path:
+    sys.path.append(_TESTS)
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """One etcd shared by the whole session; tests call ``wipe()`` or use their own prefix.
+
+    Fails when the etcd binary is missing and CI is set, skips otherwise.
+    """
+    require_etcd()
+    server = EtcdServer(tmp_path_factory.mktemp("etcd"))
+    server.start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def etcd_factory(tmp_path: Path) -> Iterator[Callable[..., EtcdServer]]:
+    """Private etcd servers for tests that stop, kill or restart them."""
+    require_etcd()
+    servers: list[EtcdServer] = []
+
+    def make(**kwargs: object) -> EtcdServer:
+        server = EtcdServer(tmp_path / f"etcd{len(servers)}", **kwargs)  # type: ignore[arg-type]
+        servers.append(server)
+        server.start()
+        return server
+
+    yield make
+    for server in servers:
+        server.cleanup()

@@ -1,0 +1,115 @@
+"""Host daemons (Open vSwitch, dockerd) and local test images for integration tests.
+
+The daemons are started by ``scripts/host-daemons.sh`` like system services: in their own
+session, left running after the tests. Images come from ``scripts/test-image.sh`` (no registry
+is reachable, so they are built locally from busybox-static).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import docker
+
+ROOT = Path(__file__).resolve().parent.parent
+HOST_DAEMONS_SCRIPT = ROOT / "scripts" / "host-daemons.sh"
+TEST_IMAGE_SCRIPT = ROOT / "scripts" / "test-image.sh"
+
+BUSYBOX_IMAGE = "netplugin-test/busybox"
+IPERF_IMAGE = "netplugin-test/iperf"
+# Image name -> argument of scripts/test-image.sh.
+_IMAGE_TARGETS = {BUSYBOX_IMAGE: "busybox", IPERF_IMAGE: "iperf"}
+
+# Where each daemon writes its PID.
+PIDFILES = {
+    "ovsdb-server": Path("/var/run/openvswitch/ovsdb-server.pid"),
+    "ovs-vswitchd": Path("/var/run/openvswitch/ovs-vswitchd.pid"),
+    "dockerd": Path("/var/run/docker.pid"),
+}
+
+_lock = threading.Lock()
+_daemons_output: str | None = None
+_images_done: set[str] = set()
+
+
+class HostSetupError(RuntimeError):
+    """A host script failed; the message carries its output."""
+
+
+def run_script(script: Path, *args: str, timeout: float = 120.0) -> str:
+    """Run a host script; return its combined output, raise HostSetupError on failure."""
+    cmd = [str(script), *args]
+    try:
+        proc = subprocess.run(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        raise HostSetupError(f"{script.name} timed out after {timeout}s:\n{out}") from e
+    if proc.returncode != 0:
+        raise HostSetupError(
+            f"{script.name} {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}"
+        )
+    return proc.stdout
+
+
+def ensure_host_daemons(force: bool = False) -> str:
+    """Start OVS and dockerd if needed (once per test session); return the script output.
+
+    ``force`` runs the script again even if it already ran in this process.
+    """
+    global _daemons_output
+    with _lock:
+        if _daemons_output is None or force:
+            if os.geteuid() != 0:
+                raise HostSetupError(f"{HOST_DAEMONS_SCRIPT.name} needs root")
+            _daemons_output = run_script(HOST_DAEMONS_SCRIPT)
+        return _daemons_output
+
+
+def docker_client() -> docker.DockerClient:
+    """A docker SDK client for the local daemon (DOCKER_HOST etc. honoured)."""
+    return docker.from_env()
+
+
+def ensure_test_image(name: str = BUSYBOX_IMAGE) -> docker.models.images.Image:
+    """Build the local test image ``name`` if it is missing; return it."""
+    target = _IMAGE_TARGETS.get(name.removesuffix(":latest"))
+    if target is None:
+        raise ValueError(f"unknown test image {name!r}; known: {sorted(_IMAGE_TARGETS)}")
+    ensure_host_daemons()
+    with _lock:
+        if name not in _images_done:
+            run_script(TEST_IMAGE_SCRIPT, target)
+            _images_done.add(name)
+    return docker_client().images.get(name)
+
+
+def read_pid(pidfile: Path) -> int | None:
+    """The PID in ``pidfile`` if that process is alive (and not a zombie), else None."""
+    try:
+        pid = int(pidfile.read_text().strip())
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    # Field 3, after "(comm)": a zombie is dead even though its PID still exists.
+    return None if stat.rpartition(")")[2].split()[0] == "Z" else pid
+
+
+def daemon_pids() -> dict[str, int | None]:
+    """PIDs of the host daemons, from their pidfiles (None when not running)."""
+    return {name: read_pid(path) for name, path in PIDFILES.items()}
+
+
+def ovs_datapath() -> str:
+    """The datapath netplugin bridges should use: "system" with the kernel module, else "netdev"."""
+    return "system" if Path("/sys/module/openvswitch").is_dir() else "netdev"

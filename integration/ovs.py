@@ -1,0 +1,239 @@
+"""A private Open vSwitch in its own network namespace, and an OpenFlow controller process
+beside it, for integration tests. Everything started here is stopped by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+VENV_PYTHON = Path(sys.executable)
+REPO_ROOT = Path(__file__).resolve().parent.parent
+VSWITCH_SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
+
+
+def have_ovs() -> bool:
+    """True if the OVS binaries and `ip` are installed and we may create namespaces."""
+    binaries = ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl", "ip")
+    return os.geteuid() == 0 and all(shutil.which(b) for b in binaries)
+
+
+def run(*cmd: str, check: bool = True, timeout: float = 30) -> str:
+    """Run a command and return its stdout; raise with its stderr on failure."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _stop_pid(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+class OvsInstance:
+    """ovsdb-server + userspace ovs-vswitchd, private to one new network namespace and one
+    work directory, so neither a system-wide OVS nor another test's OVS is touched."""
+
+    def __init__(self, netns_name: str, workdir: Path) -> None:
+        self.netns = netns_name
+        self.workdir = Path(workdir)
+        self.db_file = self.workdir / "conf.db"
+        self.db_sock = self.workdir / "db.sock"
+        self.ovsdb_ctl = self.workdir / "ovsdb-server.ctl"
+        self.vswitchd_ctl = self.workdir / "ovs-vswitchd.ctl"
+        self._ovsdb: subprocess.Popen[bytes] | None = None
+        self._vswitchd: subprocess.Popen[bytes] | None = None
+        self._netns_created = False
+
+    @property
+    def db_target(self) -> str:
+        """The OVSDB connection string for ovsdbapp and ovs-vsctl."""
+        return f"unix:{self.db_sock}"
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for var in ("OVS_RUNDIR", "OVS_DBDIR", "OVS_LOGDIR", "OVS_SYSCONFDIR"):
+            env[var] = str(self.workdir)
+        return env
+
+    def start(self, timeout: float = 20.0) -> OvsInstance:
+        """Create the namespace, the database, and start both daemons; wait until ready."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        run("ip", "netns", "add", self.netns)
+        self._netns_created = True
+        try:
+            self.ns_exec("ip", "link", "set", "lo", "up")
+            if not self.db_file.exists():
+                run("ovsdb-tool", "create", str(self.db_file), str(VSWITCH_SCHEMA))
+            self._ovsdb = self._spawn(
+                "ovsdb-server",
+                str(self.db_file),
+                f"--remote=punix:{self.db_sock}",
+                f"--unixctl={self.ovsdb_ctl}",
+                f"--pidfile={self.workdir / 'ovsdb-server.pid'}",
+                f"--log-file={self.workdir / 'ovsdb-server.log'}",
+            )
+            _wait_for(self.db_sock.exists, timeout, "ovsdb-server socket")
+            self.vsctl("--no-wait", "init")
+            self.start_vswitchd(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_vswitchd(self, timeout: float = 20.0) -> None:
+        """Start ovs-vswitchd (again) and wait until it has applied the database."""
+        self._vswitchd = self._spawn(
+            "ovs-vswitchd",
+            self.db_target,
+            f"--unixctl={self.vswitchd_ctl}",
+            f"--pidfile={self.workdir / 'ovs-vswitchd.pid'}",
+            f"--log-file={self.workdir / 'ovs-vswitchd.log'}",
+        )
+        _wait_for(self.vswitchd_ctl.exists, timeout, "ovs-vswitchd control socket")
+        # Without --no-wait, ovs-vsctl returns only once vswitchd has caught up.
+        self.vsctl(f"--timeout={int(timeout)}", "show")
+
+    def stop_vswitchd(self) -> None:
+        """Stop ovs-vswitchd by PID; the database and namespace stay."""
+        _stop_pid(self._vswitchd)
+        self._vswitchd = None
+
+    def _spawn(self, binary: str, *args: str) -> subprocess.Popen[bytes]:
+        # `ip netns exec` execs the binary, so the child PID is the daemon's own PID.
+        with open(self.workdir / f"{binary}.stderr", "ab") as log:
+            return subprocess.Popen(
+                ["ip", "netns", "exec", self.netns, binary, "--no-chdir", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._env(),
+                start_new_session=True,
+            )
+
+    def stop(self) -> None:
+        """Stop both daemons by PID and delete the namespace (and anything left inside it)."""
+        _stop_pid(self._vswitchd)
+        self._vswitchd = None
+        _stop_pid(self._ovsdb)
+        self._ovsdb = None
+        if self._netns_created:
+            run("ip", "netns", "del", self.netns, check=False)
+            self._netns_created = False
+
+    def __enter__(self) -> OvsInstance:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def ns_exec(self, *cmd: str, check: bool = True, timeout: float = 30) -> str:
+        """Run a command inside this instance's namespace."""
+        return run("ip", "netns", "exec", self.netns, *cmd, check=check, timeout=timeout)
+
+    def vsctl(self, *args: str) -> str:
+        """ovs-vsctl against this instance's database."""
+        return run("ovs-vsctl", f"--db={self.db_target}", *args)
+
+    def ofctl(self, command: str, bridge: str, *args: str) -> str:
+        """ovs-ofctl (OpenFlow 1.3) against a bridge of this instance's vswitchd."""
+        target = f"unix:{self.workdir / (bridge + '.mgmt')}"
+        return run("ovs-ofctl", "-O", "OpenFlow13", command, target, *args)
+
+    def dump_flows(self, bridge: str) -> list[str]:
+        """The bridge's flows, one ovs-ofctl line each, without the reply header."""
+        out = self.ofctl("dump-flows", bridge, "--no-names")
+        return [line.strip() for line in out.splitlines() if "cookie=" in line]
+
+
+class ControllerProcess:
+    """`python -m datapath.ofapp` run inside an OvsInstance's namespace, so that its
+    127.0.0.1 listener is the one the switch there reaches."""
+
+    def __init__(self, ovs: OvsInstance, port: int, name: str = "ofapp") -> None:
+        self.ovs = ovs
+        self.port = port
+        self.state_file = ovs.workdir / f"{name}-state.json"
+        self.status_file = ovs.workdir / f"{name}-status.json"
+        self.log = ovs.workdir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def write_state(self, state: dict[str, Any]) -> None:
+        """Write the desired state the controller compiles (atomically)."""
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.state_file)
+
+    def start(self) -> ControllerProcess:
+        """Start the controller; it reads the state file at once."""
+        self.status_file.unlink(missing_ok=True)
+        cmd = [
+            "ip", "netns", "exec", self.ovs.netns,
+            str(VENV_PYTHON), "-m", "datapath.ofapp",
+            "--listen-host", "127.0.0.1",
+            "--listen-port", str(self.port),
+            "--state-file", str(self.state_file),
+            "--status-file", str(self.status_file),
+        ]  # fmt: skip
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True
+            )
+        return self
+
+    def reload(self) -> None:
+        """Ask the controller to re-read the state file (SIGHUP)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGHUP)
+
+    def kill(self) -> None:
+        """kill -9, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def stop(self) -> None:
+        """Stop it by PID (SIGTERM, then SIGKILL)."""
+        _stop_pid(self.proc)
+        self.proc = None
+
+    def status(self) -> dict[str, Any]:
+        """The last status the controller wrote, or {} if none yet."""
+        try:
+            return json.loads(self.status_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    def wait_status(self, predicate: Any, timeout: float = 20.0) -> dict[str, Any]:
+        """Wait until predicate(status) is true and return that status."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"controller exited:\n{self.log.read_text()[-4000:]}")
+            st = self.status()
+            if st and predicate(st):
+                return st
+            time.sleep(0.05)
+        raise TimeoutError(f"controller status never matched; last {self.status()}")

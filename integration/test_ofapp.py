@@ -1,0 +1,302 @@
+"""The OpenFlow engine against a real userspace OVS, with real packets.
+
+Layout: a private OVS (ovsdb-server + ovs-vswitchd) in its own network namespace, its
+bridge programmed by `python -m datapath.ofapp` running in that same namespace (so the
+bridge's tcp:127.0.0.1 controller target reaches it), and three "containers": network
+namespaces whose eth0 is a veth peered into the bridge. c1 and c2 are on network A (with
+the host-side gateway port gw-a), c3 is on network B but, on purpose, in the same subnet.
+Only ICMP is used, so the userspace datapath's TCP checksum trap does not apply.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from datapath.flows import diff
+from datapath.ovs import Ovs
+from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
+from integration.ovs import ControllerProcess, OvsInstance, have_ovs, run
+
+BRIDGE = "br-np"
+SUBNET_PREFIX = 24
+GW_A = ("gw-a", "02:00:00:00:0a:fe", "10.1.0.254")
+
+
+@dataclass
+class Container:
+    """A network namespace with one veth (eth0) whose peer is a bridge port."""
+
+    name: str
+    netns: str
+    port_name: str
+    mac: str
+    ip: str
+    network: str
+    ofport: int = 0
+
+    def endpoint(self) -> EndpointState:
+        return EndpointState(self.name, self.network, self.ofport, self.mac, self.ip)
+
+
+@dataclass
+class Lab:
+    ovs: OvsInstance
+    db: Ovs
+    controller: ControllerProcess
+    containers: dict[str, Container]
+    gateway_ofport: int
+    controller_target: str
+
+    def state(self, *names: str) -> DesiredState:
+        return DesiredState(
+            networks=[
+                NetworkState("net-a", 100, self.gateway_ofport, GW_A[1], GW_A[2]),
+                NetworkState("net-b", 200),
+            ],
+            endpoints=[self.containers[n].endpoint() for n in names],
+        )
+
+    def ping(self, src: str, dst_ip: str, count: int = 2, source: str | None = None) -> bool:
+        """True if every echo request of src to dst_ip was answered."""
+        cmd = ["ping", "-n", "-q", "-c", str(count), "-i", "0.2", "-W", "1", dst_ip]
+        if source:
+            cmd[1:1] = ["-I", source]
+        proc = subprocess.run(
+            ["ip", "netns", "exec", self.containers[src].netns, *cmd],
+            capture_output=True,
+            timeout=30,
+        )
+        return proc.returncode == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _add_container(ovs: OvsInstance, c: Container) -> None:
+    run("ip", "netns", "add", c.netns)
+    run("ip", "-n", c.netns, "link", "set", "lo", "up")
+    run(
+        "ip", "link", "add", c.port_name, "netns", ovs.netns, "type", "veth",
+        "peer", "name", "eth0", "netns", c.netns,
+    )  # fmt: skip
+    run("ip", "-n", c.netns, "link", "set", "eth0", "address", c.mac, "up")
+    run("ip", "-n", c.netns, "addr", "add", f"{c.ip}/{SUBNET_PREFIX}", "dev", "eth0")
+    run("ip", "-n", ovs.netns, "link", "set", c.port_name, "up")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    if not have_ovs():
+        why = "needs root, iproute2 and openvswitch-switch (scripts/bootstrap.sh installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    tag = f"np-of-{os.getpid()}"
+    workdir: Path = tmp_path_factory.mktemp("ofapp")
+    ovs = OvsInstance(tag, workdir)
+    containers = {
+        "c1": Container("c1", f"{tag}-c1", "np-c1", "02:00:00:00:00:11", "10.1.0.11", "net-a"),
+        "c2": Container("c2", f"{tag}-c2", "np-c2", "02:00:00:00:00:12", "10.1.0.12", "net-a"),
+        "c3": Container("c3", f"{tag}-c3", "np-c3", "02:00:00:00:00:13", "10.1.0.13", "net-b"),
+    }
+    controller: ControllerProcess | None = None
+    db: Ovs | None = None
+    try:
+        ovs.start()
+        db = Ovs(ovs.db_sock)
+        port = _free_port()
+        target = f"tcp:127.0.0.1:{port}"
+        assert db.ensure_bridge(BRIDGE, controller=target) is True
+        gw_name, gw_mac, gw_ip = GW_A
+        gateway_ofport = db.add_port(BRIDGE, gw_name, type="internal", mac=gw_mac)
+        ovs.ns_exec("ip", "addr", "add", f"{gw_ip}/{SUBNET_PREFIX}", "dev", gw_name)
+        ovs.ns_exec("ip", "link", "set", gw_name, "up")
+        for c in containers.values():
+            _add_container(ovs, c)
+            c.ofport = db.add_port(BRIDGE, c.port_name, external_ids={"endpoint": c.name})
+        controller = ControllerProcess(ovs, port)
+        lab = Lab(ovs, db, controller, containers, gateway_ofport, target)
+        controller.write_state(lab.state("c1", "c2", "c3").to_dict())
+        controller.start()
+        controller.wait_status(lambda st: st["reconcile_count"] >= 1 and not st["last_error"])
+        yield lab
+    finally:
+        if controller is not None:
+            controller.stop()
+        if db is not None:
+            db.close()
+        for c in containers.values():
+            run("ip", "netns", "del", c.netns, check=False)
+        ovs.stop()
+
+
+_COUNTERS = re.compile(r"\b(duration|n_packets|n_bytes|idle_age|hard_age)=[^,\s]+,?\s*")
+
+
+def _number(pattern: str, text: str) -> float:
+    found = re.search(pattern, text)
+    assert found, f"{pattern!r} not in {text!r}"
+    return float(found.group(1))
+
+
+def flow_table(ovs: OvsInstance) -> dict[str, tuple[float, int]]:
+    """dump-flows as {flow without counters: (duration seconds, n_packets)}."""
+    return {
+        _COUNTERS.sub("", line): (
+            _number(r"duration=([\d.]+)s", line),
+            int(_number(r"n_packets=(\d+)", line)),
+        )
+        for line in ovs.dump_flows(BRIDGE)
+    }
+
+
+def test_same_network_talks_other_network_and_spoofers_cannot(lab: Lab) -> None:
+    assert lab.ping("c1", "10.1.0.12")
+    assert lab.ping("c2", "10.1.0.11")
+    assert lab.ping("c1", GW_A[2])
+    assert not lab.ping("c1", "10.1.0.13")
+    assert not lab.ping("c3", "10.1.0.11")
+    assert not lab.ping("c3", GW_A[2])
+    # c1 borrowing an address that is not its own is dropped at the bridge.
+    c1 = lab.containers["c1"]
+    run("ip", "-n", c1.netns, "addr", "add", "10.1.0.50/32", "dev", "eth0")
+    try:
+        assert not lab.ping("c1", "10.1.0.12", source="10.1.0.50")
+    finally:
+        run("ip", "-n", c1.netns, "addr", "del", "10.1.0.50/32", "dev", "eth0")
+
+
+def test_bridge_and_ports_are_never_recreated(lab: Lab) -> None:
+    def uuids() -> tuple[str, str]:
+        return (
+            lab.ovs.vsctl("get", "Bridge", BRIDGE, "controller"),
+            lab.ovs.vsctl("get", "Interface", "np-c1", "_uuid"),
+        )
+
+    before, connection = uuids(), lab.controller.status()["connection"]
+    assert lab.db.ensure_bridge(BRIDGE, controller=lab.controller_target) is False
+    assert lab.db.ensure_bridge(BRIDGE) is False  # controller=None: leave it alone
+    c1 = lab.containers["c1"]
+    assert lab.db.add_port(BRIDGE, c1.port_name, external_ids={"endpoint": c1.name}) == c1.ofport
+    time.sleep(1)
+    assert uuids() == before
+    assert lab.controller.status()["connection"] == connection  # no reconnect
+
+    assert lab.db.del_port(BRIDGE, "np-missing") is False
+    with pytest.raises(RuntimeError, match="np-missing does not exist"):
+        lab.db.del_port(BRIDGE, "np-missing", if_exists=False)
+    ofport = lab.db.add_port(BRIDGE, "np-tmp", type="internal", external_ids={"k": "v"})
+    assert lab.db.list_ports(BRIDGE)["np-tmp"] == (ofport, {"k": "v"})
+    assert lab.db.del_port(BRIDGE, "np-tmp") is True
+    assert "np-tmp" not in lab.db.list_ports(BRIDGE)
+    with pytest.raises(RuntimeError, match="np-nodev: could not open network device"):
+        lab.db.add_port(BRIDGE, "np-nodev", timeout=5)
+    assert "np-nodev" not in lab.db.list_ports(BRIDGE)  # a failed add leaves nothing behind
+
+
+def test_controller_crash_and_restart_leave_flows_and_traffic_alone(lab: Lab) -> None:
+    before = flow_table(lab.ovs)
+    assert len(before) == len(compile_flows(lab.state("c1", "c2", "c3")))
+    pinger = subprocess.Popen(
+        ["ip", "netns", "exec", lab.containers["c1"].netns, "ping", "-n", "-i", "0.1", "10.1.0.12"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(0.5)
+        killed_at = time.monotonic()
+        lab.controller.kill()
+        time.sleep(1.0)  # downtime on top of the restart itself
+        lab.controller.start()
+        st = lab.controller.wait_status(lambda st: st["reconcile_count"] >= 1)
+        downtime = time.monotonic() - killed_at
+        time.sleep(0.5)
+    finally:
+        pinger.send_signal(signal.SIGINT)
+        out, _ = pinger.communicate(timeout=10)
+    sent = _number(r"(\d+) packets transmitted", out)
+    received = _number(r"(\d+) received", out)
+    assert sent >= 10 * downtime * 0.8
+    assert sent - received <= max(1, int(downtime)), out
+
+    last = st["last"]
+    assert (last["found"], last["added"], last["deleted"], last["replaced"]) == (
+        len(before),
+        0,
+        0,
+        0,
+    )
+    after = flow_table(lab.ovs)
+    assert after.keys() == before.keys()
+    for key, (duration, packets) in before.items():
+        # Durations kept growing: no flow was deleted and re-added behind our back.
+        assert after[key][0] >= duration + downtime - 0.5, key
+        assert after[key][1] >= packets, key
+    assert lab.ping("c1", "10.1.0.12")
+
+
+def test_removed_endpoint_deletes_exactly_its_flows(lab: Lab) -> None:
+    old = compile_flows(lab.state("c1", "c2", "c3"))
+    new_state = lab.state("c1", "c3")
+    new = compile_flows(new_state)
+    expected = diff(new, old)
+    generation = lab.controller.status()["generation"]
+    lab.controller.write_state(new_state.to_dict())
+    lab.controller.reload()
+    st = lab.controller.wait_status(lambda st: st["last"] and st["last"]["generation"] > generation)
+    last = st["last"]
+    assert last["deleted"] == len(expected.to_delete) > 0
+    # Flood flows that listed c2 are rewritten in place; nothing else is touched.
+    assert last["added"] == last["replaced"] == len(expected.to_add)
+    assert last["errors"] == []
+
+    c2_port = lab.containers["c2"].ofport
+    flows = lab.ovs.dump_flows(BRIDGE)
+    assert len(flows) == len(new)
+    assert not [f for f in flows if f"in_port={c2_port}," in f or f"output:{c2_port}" in f]
+    assert not lab.ping("c1", "10.1.0.12")
+    assert lab.ping("c1", GW_A[2])
+
+
+def test_switch_restarts_are_resynced_without_leaking_threads(lab: Lab) -> None:
+    desired = len(compile_flows(lab.state("c1", "c3")))
+    first = lab.controller.status()
+    ports = lab.db.list_ports(BRIDGE)
+    for _ in range(3):
+        connection = lab.controller.status()["connection"]
+        lab.ovs.stop_vswitchd()
+        lab.ovs.start_vswitchd()
+        st = lab.controller.wait_status(
+            lambda st, c=connection: (
+                st["connected"] and st["last"]["connection"] > c and not st["last_error"]
+            )
+        )
+        # The userspace datapath keeps no flows across a vswitchd restart: all come back.
+        assert (st["last"]["found"], st["last"]["added"]) == (0, desired)
+    assert lab.db.list_ports(BRIDGE) == ports
+    assert len(lab.ovs.dump_flows(BRIDGE)) == desired
+    # On the userspace datapath an internal port is a tap that vswitchd recreates, so
+    # its address is gone: the agent has to put it back.
+    gw_name, _, gw_ip = GW_A
+    lab.ovs.ns_exec("ip", "addr", "replace", f"{gw_ip}/{SUBNET_PREFIX}", "dev", gw_name)
+    lab.ovs.ns_exec("ip", "link", "set", gw_name, "up")
+    assert lab.ping("c1", gw_ip)
+    assert not lab.ping("c1", "10.1.0.13")
+    # Threads of the dead connections are gone (the status is refreshed every 0.5 s).
+    deadline = time.monotonic() + 5
+    while lab.controller.status()["threads"] > first["threads"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert lab.controller.status()["threads"] <= first["threads"]

@@ -1,0 +1,263 @@
+"""The etcd store against a real etcd: the shared contract, plus outages and failover."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from store_contract import WAIT, Collector, StoreContract, summary
+
+from store import open_store
+from store.base import Compare, Put, Store, StoreError, StoreUnavailable
+from store.etcd import EtcdStore
+
+from .etcd import EtcdServer, free_port, require_etcd
+
+pytestmark = pytest.mark.etcd
+
+
+@pytest.fixture(scope="module")
+def contract_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """A private etcd: the contract checks global revisions, so nothing else may write."""
+    require_etcd()
+    with EtcdServer(tmp_path_factory.mktemp("etcd-contract")) as server:
+        yield server
+
+
+class TestEtcdContract(StoreContract):
+    @pytest.fixture
+    def store(self, contract_etcd: EtcdServer) -> Iterator[Store]:
+        s = EtcdStore([contract_etcd.endpoint])
+        yield s
+        s.close()
+
+
+@pytest.fixture
+def p() -> str:
+    return f"/etcd-test/{uuid.uuid4().hex[:12]}/"
+
+
+def dead_endpoint() -> str:
+    return f"127.0.0.1:{free_port()}"
+
+
+def test_open_store_etcd(etcd_server: EtcdServer, tmp_path: Path, p: str) -> None:
+    s = open_store([etcd_server.endpoint], str(tmp_path / "unused"))
+    try:
+        assert isinstance(s, EtcdStore)
+        s.put(p + "k", b"v")
+    finally:
+        s.close()
+
+
+def test_endpoint_spellings(etcd_server: EtcdServer, p: str) -> None:
+    bare = etcd_server.endpoint.removeprefix("http://")
+    for endpoints in ([bare], [etcd_server.endpoint], [f"{dead_endpoint()},{bare}"]):
+        with EtcdStore(endpoints) as s:
+            s.put(p + "k", b"v")
+            kv = s.get(p + "k")
+            assert kv is not None and kv.value == b"v"
+
+
+def test_failover_from_a_dead_endpoint(etcd_server: EtcdServer, p: str) -> None:
+    with EtcdStore([dead_endpoint(), etcd_server.endpoint]) as s:
+        rev = s.put(p + "a", b"1")
+        assert s.txn([Compare(p + "a", "mod", "==", rev)], [Put(p + "b", b"2")]).succeeded
+        assert [kv.key for kv in s.range(p).kvs] == [p + "a", p + "b"]
+        lease = s.lease_grant(30)
+        lease.refresh()
+        lease.revoke()
+    # A watch fails over by itself too, with no request having picked the live endpoint.
+    with EtcdStore([dead_endpoint(), etcd_server.endpoint]) as s:
+        w = Collector(s, p, rev)
+        try:
+            assert [e.kv.key for e in w.take(2)] == [p + "a", p + "b"]
+        finally:
+            w.close()
+
+
+def test_all_endpoints_dead(p: str) -> None:
+    dead = [dead_endpoint(), dead_endpoint()]
+    with EtcdStore(dead, timeout=0.5) as s:
+        for call in (
+            lambda: s.get(p + "k"),
+            lambda: s.put(p + "k", b"v"),
+            lambda: s.range(p),
+            lambda: s.lease_grant(5),
+            lambda: s.watch(p, 0),
+        ):
+            with pytest.raises(StoreUnavailable) as info:
+                call()
+            assert all(ep in str(info.value) for ep in dead), info.value
+        # A watch from a known revision starts anyway, retries, and cancels promptly.
+        w = Collector(s, p, 5)
+        time.sleep(0.3)
+        w.close()
+
+
+def test_range_pages_through_everything(etcd_server: EtcdServer, p: str) -> None:
+    with EtcdStore([etcd_server.endpoint], page_size=7) as s:
+        s.txn((), [Put(f"{p}{i:02d}", str(i).encode()) for i in range(50)])
+        res = s.range(p)
+        assert [kv.key for kv in res.kvs] == [f"{p}{i:02d}" for i in range(50)]
+        assert res.revision == s.revision()
+
+
+def test_server_side_errors_are_store_errors(etcd_server: EtcdServer, p: str) -> None:
+    with EtcdStore([etcd_server.endpoint]) as s, pytest.raises(StoreError):
+        s.txn((), [Put(f"{p}{i}", b"") for i in range(200)])  # over etcd's 128 ops
+
+
+def test_watch_survives_etcd_restarts(etcd_factory: Callable[..., EtcdServer], p: str) -> None:
+    server = etcd_factory()
+    with EtcdStore([server.endpoint], watch_timeout=1.0) as s:
+        start = s.put(p + "0", b"0")
+        w = Collector(s, p, start)
+        try:
+            assert len(w.take(1)) == 1
+            revs = [start]
+            # Written just before the stop: delivered once, whether or not the watch saw them.
+            revs += [s.put(p + str(i), str(i).encode()) for i in (1, 2)]
+            server.stop()
+            time.sleep(0.5)  # the watch notices and retries against a dead port
+            server.start()
+            revs += [s.put(p + str(i), str(i).encode()) for i in (3, 4)]
+            got = w.take(4)
+            # Once more with SIGKILL, then idle past the read timeout (idle reconnects).
+            server.kill()
+            server.start()
+            revs.append(s.put(p + "5", b"5"))
+            got += w.take(1)
+            time.sleep(2.5)
+            w.assert_quiet(0)
+            assert summary(got) == [
+                ("put", p + str(i), str(i).encode(), revs[i]) for i in range(1, 6)
+            ]
+        finally:
+            w.close()
+
+
+def test_keepalive_survives_a_short_restart(
+    etcd_factory: Callable[..., EtcdServer], p: str
+) -> None:
+    server = etcd_factory()
+    with EtcdStore([server.endpoint], timeout=1.0) as s:
+        lease = s.lease_grant(3, keepalive=True)
+        s.put(p + "k", b"v", lease=lease.id)
+        server.restart(down_for=1.0)
+        time.sleep(4.0)  # longer than the TTL: only refreshes keep the key
+        assert s.get(p + "k") is not None
+        assert not lease.lost.is_set()
+        lease.revoke()
+
+
+def test_keepalive_gives_up_after_the_ttl(etcd_factory: Callable[..., EtcdServer]) -> None:
+    server = etcd_factory()
+    with EtcdStore([server.endpoint], timeout=0.5) as s:
+        lease = s.lease_grant(1, keepalive=True)
+        server.stop()
+        assert lease.lost.wait(WAIT)
+
+
+def _make_certs(d: Path) -> dict[str, str]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    files: dict[str, str] = {}
+
+    def write(name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
+        (d / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (d / f"{name}-key.pem").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        files[name] = str(d / f"{name}.pem")
+        files[f"{name}-key"] = str(d / f"{name}-key.pem")
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name("test ca"))
+        .issuer_name(name("test ca"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    write("ca", ca, ca_key)
+    # etcd's gateway dials its own gRPC server with the server certificate: it needs both.
+    for who, usages in (
+        ("server", [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+        ("client", [ExtendedKeyUsageOID.CLIENT_AUTH]),
+    ):
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name(who))
+            .issuer_name(ca.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False,
+            )
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        write(who, cert, key)
+    return files
+
+
+def test_tls_with_client_certificates(
+    etcd_factory: Callable[..., EtcdServer], tmp_path: Path, p: str
+) -> None:
+    c = _make_certs(tmp_path)
+    server = etcd_factory(tls=(c["ca"], c["server"], c["server-key"]))
+    bare = server.endpoint.removeprefix("https://")
+    with EtcdStore([bare], ca_cert=c["ca"], cert=c["client"], key=c["client-key"]) as s:
+        assert s.endpoints == [server.endpoint]
+        rev = s.put(p + "k", b"v")
+        w = Collector(s, p, rev)
+        try:
+            assert summary(w.take(1)) == [("put", p + "k", b"v", rev)]
+        finally:
+            w.close()
+    # Without a client certificate the handshake fails.
+    with (
+        EtcdStore([server.endpoint], ca_cert=c["ca"], timeout=1.0) as s,
+        pytest.raises(StoreUnavailable),
+    ):
+        s.get(p + "k")

@@ -1,0 +1,106 @@
+"""A per-process cache of pool allocators, kept honest by the store's compare-and-swap.
+
+The store is the truth: an address is allocated iff its alloc key exists. The cache only
+chooses candidates quickly. Threads of one process never pick the same candidate, because
+claiming marks it under the pool's lock. A candidate another process took makes the txn
+fail; it stays marked and the caller retries. Releases made by other processes are picked
+up by reloading the pool when it looks exhausted or a static request looks taken.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ipam import Allocator, PoolSpec, parse_network
+from ipam.errors import AddressInUse, PoolExhausted
+from ipam.parse import parse_range
+from store import KV, Store
+
+from . import keys
+
+IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def pool_spec(pool_id: str, record: dict[str, Any]) -> PoolSpec:
+    network = parse_network(record["cidr"], "pool")
+    rng = parse_range(record["range"], network, "ip-range") if record.get("range") else None
+    return PoolSpec(name=record.get("name") or pool_id, network=network, range=rng)
+
+
+@dataclass
+class _Entry:
+    revision: int  # mod_revision of the pool key this allocator was built for
+    allocator: Allocator
+    lock: threading.Lock
+
+
+class PoolCache:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+
+    def _entry(self, pool_id: str, pool_kv: KV) -> _Entry:
+        with self._lock:
+            entry = self._entries.get(pool_id)
+            if entry is None or entry.revision != pool_kv.mod_revision:
+                entry = self._load(pool_id, pool_kv)
+                self._entries[pool_id] = entry
+            return entry
+
+    def _load(self, pool_id: str, pool_kv: KV) -> _Entry:
+        allocator = Allocator(pool_spec(pool_id, json.loads(pool_kv.value)))
+        prefix = keys.allocs_of(pool_id)
+        for kv in self._store.range(prefix).kvs:
+            allocator.mark(ipaddress.ip_address(kv.key[len(prefix) :]))
+        return _Entry(pool_kv.mod_revision, allocator, threading.Lock())
+
+    def _reload(self, pool_id: str, pool_kv: KV, old: _Entry) -> None:
+        fresh = self._load(pool_id, pool_kv)
+        # Keep the cursor so a reload does not hand out just-released addresses first.
+        fresh.allocator.cursor = old.allocator.cursor
+        old.allocator = fresh.allocator
+
+    def claim(
+        self,
+        pool_id: str,
+        pool_kv: KV,
+        static: IPAddr | None = None,
+        within: tuple[int, int] | None = None,
+    ) -> IPAddr:
+        """Choose an address (``static`` if given) and hold it in this process's cache."""
+        entry = self._entry(pool_id, pool_kv)
+        with entry.lock:
+            if static is not None:
+                try:
+                    entry.allocator.reserve(static)
+                except AddressInUse:
+                    if self._store.get(keys.alloc(pool_id, str(static))) is not None:
+                        raise
+                    self._reload(pool_id, pool_kv, entry)
+                    entry.allocator.reserve(static)
+                return static
+            try:
+                return entry.allocator.allocate(within)
+            except PoolExhausted:
+                self._reload(pool_id, pool_kv, entry)
+                return entry.allocator.allocate(within)
+
+    def unclaim(self, pool_id: str, address: IPAddr) -> None:
+        """Forget a claim whose transaction did not commit (the address is still free)."""
+        self.released(pool_id, address)
+
+    def released(self, pool_id: str, address: IPAddr) -> None:
+        with self._lock:
+            entry = self._entries.get(pool_id)
+        if entry is not None:
+            with entry.lock:
+                entry.allocator.release(address)
+
+    def forget(self, pool_id: str) -> None:
+        with self._lock:
+            self._entries.pop(pool_id, None)

@@ -1,0 +1,74 @@
+"""The cluster-state key layout. Every key lives under ROOT; names never contain ':' or '/'."""
+
+from __future__ import annotations
+
+ROOT = "/netplugin/"
+
+GLOBAL = ROOT + "global"
+TENANTS = ROOT + "tenants/"
+NETWORKS = ROOT + "networks/"
+GROUPS = ROOT + "groups/"
+ENDPOINTS = ROOT + "endpoints/"  # endpoints/<tenant>/<network>/<endpoint id>
+ENDPOINT_INDEX = ROOT + "epindex/"  # epindex/<endpoint id> -> endpoints key
+POOLS = ROOT + "ipam/pools/"  # ipam/pools/<pool id>
+ALLOC = ROOT + "ipam/alloc/"  # ipam/alloc/<pool id>/<address>
+OWNERS = ROOT + "ipam/owners/"  # ipam/owners/<owner> -> {pool, address}
+TAGS = ROOT + "tags/"  # tags/<vlan|vxlan>/<tag>
+HOSTS = ROOT + "hosts/"
+LEADER = ROOT + "master/leader"
+
+
+def tenant(name: str) -> str:
+    return TENANTS + name
+
+
+def networks_of(tenant_name: str) -> str:
+    return f"{NETWORKS}{tenant_name}/"
+
+
+def network(tenant_name: str, name: str) -> str:
+    return f"{NETWORKS}{tenant_name}/{name}"
+
+
+def groups_of(tenant_name: str) -> str:
+    return f"{GROUPS}{tenant_name}/"
+
+
+def group(tenant_name: str, name: str) -> str:
+    return f"{GROUPS}{tenant_name}/{name}"
+
+
+def endpoints_of(tenant_name: str, network_name: str) -> str:
+    return f"{ENDPOINTS}{tenant_name}/{network_name}/"
+
+
+def endpoint(tenant_name: str, network_name: str, endpoint_id: str) -> str:
+    return f"{ENDPOINTS}{tenant_name}/{network_name}/{endpoint_id}"
+
+
+def endpoint_index(endpoint_id: str) -> str:
+    return ENDPOINT_INDEX + endpoint_id
+
+
+def pool(pool_id: str) -> str:
+    return POOLS + pool_id
+
+
+def allocs_of(pool_id: str) -> str:
+    return f"{ALLOC}{pool_id}/"
+
+
+def alloc(pool_id: str, address: str) -> str:
+    return f"{ALLOC}{pool_id}/{address}"
+
+
+def owner(owner_id: str) -> str:
+    return OWNERS + owner_id
+
+
+def tags_of(encap: str) -> str:
+    return f"{TAGS}{encap}/"
+
+
+def tag(encap: str, value: int) -> str:
+    return f"{TAGS}{encap}/{value}"

@@ -1,0 +1,290 @@
+"""A small typed HTTP client for the netplugin master's REST API (/api/v1/)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+API = "/api/v1"
+DEFAULT_URL = "http://127.0.0.1:9999"
+DEFAULT_TIMEOUT = 30.0
+
+JSONObject = dict[str, Any]
+
+
+class MasterError(Exception):
+    """A refusal from the master (its "error" string) or a failure to talk to it."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+def normalize_url(url: str) -> str:
+    """Accept "host:port" as well as a full URL; drop trailing slashes."""
+    url = url.strip()
+    if not url:
+        raise ValueError("empty netmaster URL")
+    if "://" not in url:
+        url = f"http://{url}"
+    return url.rstrip("/")
+
+
+def key(tenant: str, name: str) -> str:
+    """Contiv's object key for tenant-scoped objects: "TENANT:NAME"."""
+    return f"{tenant}:{name}"
+
+
+def _quote(part: str) -> str:
+    return quote(part, safe=":")
+
+
+def _os_reason(exc: BaseException) -> str | None:
+    """The readable OS-level cause buried in a requests/urllib3 exception chain, if any."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(e, socket.gaierror):
+            return f"cannot resolve host: {e.strerror or e}"
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror[:1].lower() + e.strerror[1:]
+        nxt = [getattr(e, "reason", None), e.__cause__, e.__context__]
+        nxt += [a for a in e.args if isinstance(a, BaseException)]
+        todo += [n for n in nxt if isinstance(n, BaseException)]
+    return None
+
+
+class MasterClient:
+    """One method per REST call of the master; every failure raises ``MasterError``."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        timeout: float = DEFAULT_TIMEOUT,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.base_url = normalize_url(base_url)
+        self.timeout = timeout
+        self.session = session if session is not None else requests.Session()
+
+    # --- transport ---
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: JSONObject | None = None,
+        params: dict[str, str] | None = None,
+    ) -> Any:
+        """Send one request and return the decoded JSON answer."""
+        url = f"{self.base_url}{path}"
+        try:
+            resp = self.session.request(
+                method, url, json=body, params=params or None, timeout=self.timeout
+            )
+        except requests.ConnectTimeout:
+            raise MasterError(
+                f"cannot reach netmaster at {self.base_url}: "
+                f"timed out connecting after {self.timeout:g}s"
+            ) from None
+        except requests.Timeout:
+            raise MasterError(
+                f"netmaster at {self.base_url} did not answer within {self.timeout:g}s"
+            ) from None
+        except requests.ConnectionError as e:
+            reason = _os_reason(e) or str(e)
+            raise MasterError(f"cannot reach netmaster at {self.base_url}: {reason}") from None
+        except requests.RequestException as e:
+            raise MasterError(f"request to netmaster at {self.base_url} failed: {e}") from None
+        return self._decode(method, path, resp)
+
+    def _decode(self, method: str, path: str, resp: requests.Response) -> Any:
+        """The JSON body of a success, or a ``MasterError`` with the master's error string."""
+        try:
+            data = resp.json()
+        except ValueError:
+            data = None
+        if resp.status_code >= 400:
+            if isinstance(data, dict) and isinstance(data.get("error"), str) and data["error"]:
+                raise MasterError(data["error"], resp.status_code)
+            text = (resp.text or "").strip().replace("\n", " ")[:200]
+            what = f"{resp.status_code} {resp.reason or ''}".strip()
+            raise MasterError(
+                f"{method} {path}: netmaster answered {what}" + (f": {text}" if text else ""),
+                resp.status_code,
+            )
+        if data is None and (resp.text or "").strip() not in ("", "null"):
+            raise MasterError(
+                f"{method} {path}: netmaster at {self.base_url} answered with non-JSON content",
+                resp.status_code,
+            )
+        return data
+
+    # --- meta ---
+
+    def version(self) -> JSONObject:
+        """GET /version."""
+        return self.request("GET", "/version")
+
+    # --- global settings ---
+
+    def get_global(self) -> JSONObject:
+        """GET /api/v1/globals/global."""
+        return self.request("GET", f"{API}/globals/global")
+
+    def inspect_global(self) -> JSONObject:
+        """GET /api/v1/inspect/globals/global."""
+        return self.request("GET", f"{API}/inspect/globals/global")
+
+    def update_global(
+        self,
+        *,
+        fwd_mode: str | None = None,
+        arp_mode: str | None = None,
+        vlans: str | None = None,
+        vxlans: str | None = None,
+        pvt_subnet: str | None = None,
+    ) -> JSONObject:
+        """POST /api/v1/globals/global with only the given fields (the master merges)."""
+        fields = {
+            "fwdMode": fwd_mode,
+            "arpMode": arp_mode,
+            "vlans": vlans,
+            "vxlans": vxlans,
+            "pvtSubnet": pvt_subnet,
+        }
+        body = {k: v for k, v in fields.items() if v is not None}
+        return self.request("POST", f"{API}/globals/global", body)
+
+    # --- tenants ---
+
+    def list_tenants(self) -> list[JSONObject]:
+        """GET /api/v1/tenants."""
+        return self.request("GET", f"{API}/tenants")
+
+    def get_tenant(self, name: str) -> JSONObject:
+        """GET /api/v1/tenants/NAME."""
+        return self.request("GET", f"{API}/tenants/{_quote(name)}")
+
+    def create_tenant(self, name: str) -> JSONObject:
+        """POST /api/v1/tenants/NAME."""
+        return self.request("POST", f"{API}/tenants/{_quote(name)}", {"tenantName": name})
+
+    def delete_tenant(self, name: str) -> JSONObject:
+        """DELETE /api/v1/tenants/NAME."""
+        return self.request("DELETE", f"{API}/tenants/{_quote(name)}")
+
+    def inspect_tenant(self, name: str) -> JSONObject:
+        """GET /api/v1/inspect/tenants/NAME."""
+        return self.request("GET", f"{API}/inspect/tenants/{_quote(name)}")
+
+    # --- networks ---
+
+    def list_networks(self, tenant: str | None = None) -> list[JSONObject]:
+        """GET /api/v1/networks (all tenants when ``tenant`` is None)."""
+        params = {"tenant": tenant} if tenant else None
+        return self.request("GET", f"{API}/networks", params=params)
+
+    def get_network(self, tenant: str, name: str) -> JSONObject:
+        """GET /api/v1/networks/TENANT:NAME."""
+        return self.request("GET", f"{API}/networks/{_quote(key(tenant, name))}")
+
+    def create_network(
+        self,
+        tenant: str,
+        name: str,
+        *,
+        encap: str = "vxlan",
+        pkt_tag: int = 0,
+        subnet: str = "",
+        gateway: str = "",
+        ipv6_subnet: str = "",
+        ipv6_gateway: str = "",
+        nw_type: str = "data",
+    ) -> JSONObject:
+        """POST /api/v1/networks/TENANT:NAME."""
+        body = {
+            "tenantName": tenant,
+            "networkName": name,
+            "encap": encap,
+            "pktTag": pkt_tag,
+            "subnet": subnet,
+            "gateway": gateway,
+            "ipv6Subnet": ipv6_subnet,
+            "ipv6Gateway": ipv6_gateway,
+            "nwType": nw_type,
+        }
+        return self.request("POST", f"{API}/networks/{_quote(key(tenant, name))}", body)
+
+    def delete_network(self, tenant: str, name: str) -> JSONObject:
+        """DELETE /api/v1/networks/TENANT:NAME."""
+        return self.request("DELETE", f"{API}/networks/{_quote(key(tenant, name))}")
+
+    def inspect_network(self, tenant: str, name: str) -> JSONObject:
+        """GET /api/v1/inspect/networks/TENANT:NAME."""
+        return self.request("GET", f"{API}/inspect/networks/{_quote(key(tenant, name))}")
+
+    # --- endpoint groups ---
+
+    def list_groups(self, tenant: str | None = None) -> list[JSONObject]:
+        """GET /api/v1/endpointGroups (all tenants when ``tenant`` is None)."""
+        params = {"tenant": tenant} if tenant else None
+        return self.request("GET", f"{API}/endpointGroups", params=params)
+
+    def get_group(self, tenant: str, name: str) -> JSONObject:
+        """GET /api/v1/endpointGroups/TENANT:NAME."""
+        return self.request("GET", f"{API}/endpointGroups/{_quote(key(tenant, name))}")
+
+    def create_group(
+        self,
+        tenant: str,
+        name: str,
+        network: str,
+        *,
+        ip_pool: str = "",
+        policies: Iterable[str] = (),
+        net_profile: str = "",
+    ) -> JSONObject:
+        """POST /api/v1/endpointGroups/TENANT:NAME."""
+        body = {
+            "tenantName": tenant,
+            "groupName": name,
+            "networkName": network,
+            "ipPool": ip_pool,
+            "policies": list(policies),
+            "netProfile": net_profile,
+        }
+        return self.request("POST", f"{API}/endpointGroups/{_quote(key(tenant, name))}", body)
+
+    def delete_group(self, tenant: str, name: str) -> JSONObject:
+        """DELETE /api/v1/endpointGroups/TENANT:NAME."""
+        return self.request("DELETE", f"{API}/endpointGroups/{_quote(key(tenant, name))}")
+
+    def inspect_group(self, tenant: str, name: str) -> JSONObject:
+        """GET /api/v1/inspect/endpointGroups/TENANT:NAME."""
+        return self.request("GET", f"{API}/inspect/endpointGroups/{_quote(key(tenant, name))}")
+
+    # --- endpoints (read-only) ---
+
+    def list_endpoints(self) -> list[JSONObject]:
+        """GET /api/v1/endpoints."""
+        return self.request("GET", f"{API}/endpoints")
+
+    def get_endpoint(self, endpoint_id: str) -> JSONObject:
+        """GET /api/v1/endpoints/ID."""
+        return self.request("GET", f"{API}/endpoints/{_quote(endpoint_id)}")
+
+    def inspect_endpoint(self, endpoint_id: str) -> JSONObject:
+        """GET /api/v1/inspect/endpoints/ID."""
+        return self.request("GET", f"{API}/inspect/endpoints/{_quote(endpoint_id)}")

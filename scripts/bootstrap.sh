@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install what netplugin needs on a Debian host, idempotently: system packages, then the venv.
+# Safe to run on every `make run` / `make test`: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  docker.io openvswitch-switch etcd-server busybox-static iproute2 iptables
+  iperf3 iputils-ping tcpdump ethtool procps psmisc python3 python3-venv
+)
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# python3-venv is only needed when the interpreter cannot make a venv by itself.
+if "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
+  missing=("${missing[@]/python3-venv/}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+if ((${#missing[@]})); then
+  if [ "$(id -u)" != 0 ]; then
+    echo "bootstrap: missing system packages (${missing[*]}); run as root" >&2
+    exit 1
+  fi
+  echo "bootstrap: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # No systemd here: keep package scripts from trying to start services.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  rm -f /usr/sbin/policy-rc.d
+fi
+
+stamp="$VENV/.installed"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "bootstrap: installing Python dependencies into $VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -e '.[dev]'
+  touch "$stamp"
+fi

@@ -1,0 +1,115 @@
+"""The master's Flask app in-process (test client) over an embedded store in a temp dir."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from flask.testing import FlaskClient
+
+from master.app import create_app
+from master.service import ClusterState
+from store import open_store
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[ClusterState]:
+    store = open_store(None, str(tmp_path))
+    s = ClusterState(store)
+    s.ensure_defaults()
+    yield s
+    store.close()
+
+
+@pytest.fixture
+def client(state: ClusterState) -> FlaskClient:
+    return create_app(state).test_client()
+
+
+def test_docker_style_request_without_content_type(client: FlaskClient) -> None:
+    r = client.post("/api/v1/networks/default:n1", data=b'{"subnet": "10.1.0.0/24"}')
+    assert r.status_code == 200, r.json
+    assert r.json["gateway"] == "10.1.0.1"
+
+
+def test_url_key_and_body_must_agree(client: FlaskClient) -> None:
+    r = client.post(
+        "/api/v1/networks/default:n1", json={"networkName": "n2", "subnet": "10.1.0.0/24"}
+    )
+    assert r.status_code == 400
+    assert "networkName" in r.json["error"] and "n2" in r.json["error"]
+    r = client.post("/api/v1/networks/a:b:c", json={"subnet": "10.1.0.0/24"})
+    assert r.status_code == 400 and "TENANT:NAME" in r.json["error"]
+
+
+def test_bare_key_means_default_tenant(client: FlaskClient) -> None:
+    assert client.post("/api/v1/networks/plain", json={"subnet": "10.1.0.0/24"}).status_code == 200
+    assert client.get("/api/v1/networks/default:plain").json["networkName"] == "plain"
+
+
+def test_errors_are_json(client: FlaskClient) -> None:
+    r = client.put("/version")
+    assert r.status_code == 405 and "not allowed" in r.json["error"]
+    r = client.post("/api/v1/tenants/t", data=b"[1]")
+    assert r.status_code == 400 and "JSON object" in r.json["error"]
+    r = client.get("/api/v1/globals/other")
+    assert r.status_code == 400 and "only global" in r.json["error"]
+
+
+def test_global_partial_update_merges(client: FlaskClient) -> None:
+    r = client.post("/api/v1/globals/global", json={"arpMode": "flood"})
+    assert r.status_code == 200
+    g = client.get("/api/v1/globals/global").json
+    assert g["arpMode"] == "flood" and g["vlans"] == "1-4094"
+
+
+def test_network_update_without_endpoints_rewrites_pool(
+    client: FlaskClient, state: ClusterState
+) -> None:
+    assert (
+        client.post("/api/v1/networks/default:n", json={"subnet": "10.1.0.0/24"}).status_code == 200
+    )
+    r = client.post(
+        "/api/v1/networks/default:n", json={"subnet": "10.1.0.0/24", "gateway": "10.1.0.254"}
+    )
+    assert r.status_code == 200, r.json
+    oper = client.get("/api/v1/inspect/networks/default:n").json["Oper"]
+    assert oper["allocatedAddresses"] == ["10.1.0.254"]
+    r = client.post("/api/v1/networks/default:n", json={"subnet": "10.2.0.0/24", "nwType": "infra"})
+    assert r.status_code == 200, r.json
+    oper = client.get("/api/v1/inspect/networks/default:n").json["Oper"]
+    assert oper["allocatedAddresses"] == ["10.2.0.1"]
+    ep = client.post("/api/v1/alloc/endpoints", json={"endpointID": "e", "networkName": "n"})
+    assert ep.json["ipAddress"] == "10.2.0.2"
+    # A non-addressing change is allowed with endpoints present and keeps them.
+    r = client.post("/api/v1/networks/default:n", json={"subnet": "10.2.0.0/24", "nwType": "data"})
+    assert r.status_code == 200, r.json
+    assert client.get("/api/v1/endpoints/e").json["ipAddress"] == "10.2.0.2"
+
+
+def test_threads_never_share_an_address(state: ClusterState) -> None:
+    from master.models import EndpointRequest, Network
+
+    state.put_network(Network(networkName="n", subnet="10.3.0.0/24"))
+
+    def create(i: int) -> str:
+        ep, _ = state.create_endpoint(EndpointRequest(endpointID=f"e{i}", networkName="n"))
+        return ep.ipAddress
+
+    with ThreadPoolExecutor(32) as pool:
+        addrs = list(pool.map(create, range(200)))
+    assert len(set(addrs)) == 200
+
+
+def test_openapi_covers_every_route(client: FlaskClient) -> None:
+    doc = client.get("/api/v1/openapi.json").json
+    app_rules = {
+        (r.rule.replace("<path:", "{").replace("<", "{").replace(">", "}"), m.lower())
+        for r in client.application.url_map.iter_rules()
+        for m in r.methods - {"HEAD", "OPTIONS"}
+        if r.endpoint != "static"
+    }
+    documented = {(p, m) for p, ops in doc["paths"].items() for m in ops}
+    assert app_rules == documented
