@@ -72,6 +72,30 @@ def raw_cas_rate(etcd_endpoints: list[str] | None, clients: int, total: int) -> 
             store.close()
 
 
+def service_rate(etcd_endpoints: list[str] | None, total: int) -> float:
+    """The allocation path in-process (ClusterState, no HTTP): what the REST layer adds on top."""
+    from master.models import EndpointRequest, Network
+    from master.service import ClusterState
+
+    with tempfile.TemporaryDirectory() as d:
+        store = open_store(etcd_endpoints, d)
+        try:
+            state = ClusterState(store)
+            state.ensure_defaults()
+            name = f"svc{time.monotonic_ns() % 10**9}"
+            state.put_network(Network(networkName=name, subnet="10.250.0.0/16"))
+            t0 = time.perf_counter()
+            for i in range(total):
+                state.create_endpoint(EndpointRequest(endpointID=f"{name}-{i}", networkName=name))
+            rate = total / (time.perf_counter() - t0)
+            for i in range(total):
+                state.delete_endpoint(f"{name}-{i}")
+            state.delete_network("default", name)
+            return rate
+        finally:
+            store.close()
+
+
 def pool_memory(allocations: int = 100_000) -> dict[str, Any]:
     """Memory of a /8 pool holding ``allocations`` addresses, vs a plain Python set of them."""
     net = ipaddress.ip_network("10.0.0.0/8")
@@ -117,7 +141,7 @@ def pool_memory(allocations: int = 100_000) -> dict[str, Any]:
 def run(etcd_endpoint: str, workdir: Path) -> dict[str, Any]:
     from integration.master import MasterProcess
 
-    results: dict[str, Any] = {"alloc": {}, "raw": {}}
+    results: dict[str, Any] = {"alloc": {}, "raw": {}, "service": {}}
     for backend, endpoints in (("embedded", ""), ("etcd", etcd_endpoint)):
         master = MasterProcess(workdir / f"master-{backend}", etcd_endpoints=endpoints).start()
         try:
@@ -137,5 +161,16 @@ def run(etcd_endpoint: str, workdir: Path) -> dict[str, Any]:
                 )
         finally:
             master.stop()
+        results["service"][backend] = service_rate([endpoints] if endpoints else None, 500)
+    master = MasterProcess(workdir / "master-w2", extra=["--workers", "2"]).start()
+    try:
+        requests.post(
+            f"{master.url}/api/v1/networks/default:bw2",
+            json={"subnet": "10.199.0.0/16"},
+            timeout=30,
+        ).raise_for_status()
+        results["workers2"] = allocation_rate(master.url, 16, 2000, "bw2")
+    finally:
+        master.stop()
     results["memory"] = pool_memory()
     return results

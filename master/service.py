@@ -82,6 +82,20 @@ class ClusterState:
         self.store = store
         self.backend = backend
         self.pools = PoolCache(store)
+        # Hot-path records (networks, groups, pools) by key, parsed. Used optimistically:
+        # every txn compares their mod_revision, and a retry re-reads them fresh.
+        self._hot: dict[str, tuple[KV, Any]] = {}
+
+    def _hot_get(self, key: str, fresh: bool, parse: Callable[[KV], Any]) -> tuple[KV, Any] | None:
+        if not fresh and (hit := self._hot.get(key)) is not None:
+            return hit
+        kv = self._get(key)
+        if kv is None:
+            self._hot.pop(key, None)
+            return None
+        entry = (kv, parse(kv))
+        self._hot[key] = entry
+        return entry
 
     # --- plumbing ---
 
@@ -603,19 +617,36 @@ class ClusterState:
         Idempotent by endpoint ID: a retried request returns the endpoint it created.
         """
         obj = f"endpoint {req.endpointID}"
+        tries = 0
 
         def attempt() -> tuple[Endpoint, bool]:
-            existing = self._existing_endpoint(req)
-            if existing is not None:
-                return existing, False
-            net, rec, nkv = self._network(req.tenantName, req.networkName)
+            nonlocal tries
+            # The first try trusts cached records and lets the txn's compares (endpoint
+            # absent, records unchanged) check them: one store round trip when nothing moved.
+            fresh = tries > 0
+            tries += 1
+            if fresh:
+                existing = self._existing_endpoint(req)
+                if existing is not None:
+                    return existing, False
+            hit = self._hot_get(
+                keys.network(req.tenantName, req.networkName), fresh, _parse_network
+            )
+            if hit is None:
+                if not fresh:
+                    raise _Retry  # decide on fresh reads, the existing endpoint first
+                raise NotFound(f"network {req.tenantName}:{req.networkName}")
+            nkv, (net, rec) = hit
             compares: list[Compare] = [
                 _unchanged(nkv),
                 _absent(keys.endpoint_index(req.endpointID)),
             ]
             within = None
             if req.groupName:
-                group, gkv = self._group(req.tenantName, req.groupName)
+                ghit = self._hot_get(keys.group(req.tenantName, req.groupName), fresh, _parse_group)
+                if ghit is None:
+                    raise NotFound(f"endpoint group {req.tenantName}:{req.groupName}")
+                gkv, group = ghit
                 if group.networkName != net.networkName:
                     raise BadRequest(
                         obj,
@@ -642,7 +673,9 @@ class ClusterState:
                                 f"{field} {static} given but network {net.id} has no such subnet",
                             )
                         continue
-                    addr = self._claim(obj, pid, static, rng, compares, claims)
+                    addr = self._claim(
+                        obj, pid, static, rng, compares, claims, fresh, f"ep:{req.endpointID}"
+                    )
                     ops.append(Put(keys.alloc(pid, str(addr)), owner))
                     result[field] = str(addr)
                     result["ipv4Pool" if field == "ipAddress" else "ipv6Pool"] = pid
@@ -669,7 +702,9 @@ class ClusterState:
                 raise
             if res.succeeded:
                 return ep, True
-            self._settle_claims(obj, claims, {pid: static for pid, static, _, _ in wanted})
+            self._settle_claims(
+                obj, claims, {pid: static for pid, static, _, _ in wanted}, f"ep:{req.endpointID}"
+            )
             raise _Retry
 
         return self._retrying(obj, attempt)
@@ -697,16 +732,21 @@ class ClusterState:
         within: tuple[int, int] | None,
         compares: list[Compare],
         claims: list[tuple[str, IPAddr]],
+        fresh: bool = True,
+        requester: str = "",
     ) -> IPAddr:
-        pkv = self._get(keys.pool(pool_id))
-        if pkv is None:
+        hit = self._hot_get(keys.pool(pool_id), fresh, lambda kv: None)
+        if hit is None:
             raise _Retry  # the network is being rewritten
+        pkv = hit[0]
         try:
             addr = parse_address(static, "address") if static else None
             got = self.pools.claim(pool_id, pkv, addr, within)
         except AddressInUse as e:
             akv = self._get(keys.alloc(pool_id, str(e.address)))
             who = _load(akv).get("owner", "?") if akv else "?"
+            if requester and who == requester:
+                raise _Retry from None  # held by this very request's earlier attempt
             raise Conflict(
                 obj, f"address {e.address} is already in use in pool {pool_id} (by {who})"
             ) from None
@@ -719,7 +759,11 @@ class ClusterState:
         return got
 
     def _settle_claims(
-        self, obj: str, claims: list[tuple[str, IPAddr]], statics: dict[str, str]
+        self,
+        obj: str,
+        claims: list[tuple[str, IPAddr]],
+        statics: dict[str, str],
+        requester: str = "",
     ) -> None:
         """After a failed txn: keep claims another writer really took, drop the others."""
         for pid, addr in claims:
@@ -728,6 +772,8 @@ class ClusterState:
                 self.pools.unclaim(pid, addr)
             elif statics.get(pid):
                 who = _load(akv).get("owner", "?")
+                if who == requester:
+                    continue  # our own earlier attempt committed: the retry will find it
                 raise Conflict(obj, f"address {addr} is already in use in pool {pid} (by {who})")
 
     def delete_endpoint(self, endpoint_id: str) -> Endpoint:
@@ -945,3 +991,12 @@ def _ranges(values: list[int]) -> str:
 
 
 __all__ = ["Allocator", "ApiError", "ClusterState", "PoolSpec"]
+
+
+def _parse_network(kv: KV) -> tuple[Network, dict[str, Any]]:
+    rec = _load(kv)
+    return Network.model_validate(rec["config"]), rec
+
+
+def _parse_group(kv: KV) -> EndpointGroup:
+    return EndpointGroup.model_validate(_load(kv)["config"])

@@ -113,3 +113,31 @@ def test_openapi_covers_every_route(client: FlaskClient) -> None:
     }
     documented = {(p, m) for p, ops in doc["paths"].items() for m in ops}
     assert app_rules == documented
+
+
+def test_retry_with_static_address_is_idempotent(state: ClusterState) -> None:
+    from master.models import EndpointRequest, Network
+
+    state.put_network(Network(networkName="n", subnet="10.4.0.0/24", ipv6Subnet="fd00:4::/64"))
+    req = EndpointRequest(endpointID="s1", networkName="n", ipAddress="10.4.0.9")
+    first, created = state.create_endpoint(req)
+    again, created_again = state.create_endpoint(req)
+    assert created and not created_again
+    assert again.ipAddress == first.ipAddress == "10.4.0.9"
+    assert again.ipv6Address == first.ipv6Address
+    assert state.inspect_network("default", "n")["Oper"]["allocatedIPv6AddressesCount"] == 2
+
+
+def test_stale_cached_network_is_reread(state: ClusterState) -> None:
+    from master.models import EndpointRequest, Network
+
+    state.put_network(Network(networkName="n", subnet="10.5.0.0/24"))
+    state.create_endpoint(EndpointRequest(endpointID="a", networkName="n"))
+    state.delete_endpoint("a")
+    state.put_network(Network(networkName="n", subnet="10.6.0.0/24"))  # rewrites the pool
+    ep, _ = state.create_endpoint(EndpointRequest(endpointID="b", networkName="n"))
+    assert ep.ipAddress.startswith("10.6.0.")
+    state.delete_endpoint("b")
+    state.delete_network("default", "n")
+    with pytest.raises(Exception, match="network default:n"):
+        state.create_endpoint(EndpointRequest(endpointID="c", networkName="n"))
