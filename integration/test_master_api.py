@@ -421,3 +421,25 @@ def test_openapi_and_version(master: MasterProcess) -> None:
     assert "Network" in doc["components"]["schemas"]
     assert requests.get(master.url + "/version", timeout=5).json()["version"]
     json.dumps(doc)
+
+
+def test_etcd_outage_gives_clear_error_and_recovers(etcd_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    etcd = etcd_factory()
+    m = MasterProcess(tmp_path / "m", etcd_endpoints=etcd.endpoint).start()
+    try:
+        create_net(m, "before", subnet="10.70.0.0/24")
+        etcd.stop()
+        refused(
+            m.api("POST", "networks/default:during", json={"subnet": "10.71.0.0/24"}),
+            503,
+            "cluster store",
+        )
+        refused(endpoint(m, "o1", "before"), 503, "cluster store")
+        refused(m.api("GET", "networks"), 503, "cluster store")
+        etcd.start()
+        names = [n["networkName"] for n in ok(m.api("GET", "networks"))]
+        assert names == ["before"]  # the refused create left nothing behind
+        assert ok(endpoint(m, "o1", "before"))["ipAddress"] == "10.70.0.2"
+        create_net(m, "after", subnet="10.72.0.0/24")
+    finally:
+        m.stop()
