@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ipam import Allocator, PoolSpec, next_free_pool, parse_address, parse_network
+from ipam import next_free_pool, parse_address, parse_network
 from ipam.defaults import DEFAULT_V4_POOLS, DEFAULT_V6_POOLS
 from ipam.errors import AddressInUse, IpamError, PoolExhausted
 from ipam.parse import usable_bounds
@@ -21,7 +21,7 @@ from store import KV, Compare, Delete, Op, Put, Store, StoreError, StoreUnavaila
 
 from . import keys
 from .addresses import IPAddr, PoolCache, pool_spec
-from .errors import ApiError, BadRequest, Conflict, NotFound, Unavailable
+from .errors import BadRequest, Conflict, NotFound, Unavailable
 from .models import (
     AddressRelease,
     AddressRequest,
@@ -295,8 +295,8 @@ class ClusterState:
         kv = self._get(keys.network(tenant, name))
         if kv is None:
             raise NotFound(f"network {tenant}:{name}")
-        rec = _load(kv)
-        return Network.model_validate(rec["config"]), rec, kv
+        net, rec = _parse_network(kv)
+        return net, rec, kv
 
     def get_network(self, tenant: str, name: str) -> Network:
         return self._network(tenant, name)[0]
@@ -508,13 +508,13 @@ class ClusterState:
 
     def list_groups(self, tenant: str | None = None) -> list[EndpointGroup]:
         kvs, _ = self._range(keys.groups_of(tenant) if tenant else keys.GROUPS)
-        return [EndpointGroup.model_validate(_load(kv)["config"]) for kv in kvs]
+        return [_parse_group(kv) for kv in kvs]
 
     def _group(self, tenant: str, name: str) -> tuple[EndpointGroup, KV]:
         kv = self._get(keys.group(tenant, name))
         if kv is None:
             raise NotFound(f"endpoint group {tenant}:{name}")
-        return EndpointGroup.model_validate(_load(kv)["config"]), kv
+        return _parse_group(kv), kv
 
     def get_group(self, tenant: str, name: str) -> EndpointGroup:
         return self._group(tenant, name)[0]
@@ -550,7 +550,7 @@ class ClusterState:
             if g.ipPool:
                 mine = _pool_bounds(g.ipPool)
                 for kv in others:
-                    o = EndpointGroup.model_validate(_load(kv)["config"])
+                    o = _parse_group(kv)
                     if o.groupName == g.groupName or o.networkName != g.networkName or not o.ipPool:
                         continue
                     theirs = _pool_bounds(o.ipPool)
@@ -988,9 +988,6 @@ def _ranges(values: list[int]) -> str:
         else:
             out.append(str(v))
     return ",".join(out)
-
-
-__all__ = ["Allocator", "ApiError", "ClusterState", "PoolSpec"]
 
 
 def _parse_network(kv: KV) -> tuple[Network, dict[str, Any]]:

@@ -1,0 +1,91 @@
+"""Endpoint veth pairs: names derived from the endpoint ID, created and removed with pyroute2."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+HOST_PREFIX = "vp"  # the end on the OVS bridge
+CONTAINER_PREFIX = "vc"  # the end docker moves into the container and renames
+_ID_CHARS = 11  # 2 + 11 = 13 characters, inside the kernel's 15-character limit
+_HEX = re.compile(r"^[0-9a-f]+$")
+
+
+def veth_names(endpoint_id: str) -> tuple[str, str]:
+    """(host end, container end) for an endpoint; docker IDs keep their readable prefix."""
+    eid = endpoint_id.lower()
+    tag = eid[:_ID_CHARS] if _HEX.match(eid) and len(eid) >= _ID_CHARS else _digest(endpoint_id)
+    return HOST_PREFIX + tag, CONTAINER_PREFIX + tag
+
+
+def _digest(endpoint_id: str) -> str:
+    return hashlib.sha256(endpoint_id.encode()).hexdigest()[:_ID_CHARS]
+
+
+def endpoint_mac(ipv4: str) -> str:
+    """A locally administered unicast MAC derived from the address, like docker's bridge."""
+    octets = [int(o) for o in ipv4.split(".")] if ipv4 else [0, 0, 0, 0]
+    return "02:42:" + ":".join(f"{o:02x}" for o in octets)
+
+
+def create_veth(endpoint_id: str, mac: str, mtu: int) -> tuple[str, str]:
+    """Create the pair (idempotent: an existing complete pair is kept as it is)."""
+    host, container = veth_names(endpoint_id)
+    with IPRoute() as ip:
+        if ip.link_lookup(ifname=host):
+            if ip.link_lookup(ifname=container):
+                return host, container
+            # A half pair (container end already moved away or lost): start over.
+            ip.link("del", index=ip.link_lookup(ifname=host)[0])
+        ip.link(
+            "add",
+            ifname=host,
+            kind="veth",
+            mtu=mtu,
+            peer={"ifname": container, "address": mac, "mtu": mtu},
+        )
+        try:
+            ip.link("set", index=ip.link_lookup(ifname=host)[0], state="up")
+        except (NetlinkError, IndexError):
+            delete_veth(endpoint_id)
+            raise
+    return host, container
+
+
+def delete_veth(endpoint_id: str) -> bool:
+    """Remove the pair (deleting the host end removes its peer, wherever it is)."""
+    host, _ = veth_names(endpoint_id)
+    return delete_link(host)
+
+
+def delete_link(ifname: str) -> bool:
+    with IPRoute() as ip:
+        found = ip.link_lookup(ifname=ifname)
+        if not found:
+            return False
+        try:
+            ip.link("del", index=found[0])
+        except NetlinkError as e:
+            if e.code != 19:  # ENODEV: gone meanwhile
+                raise
+            return False
+    return True
+
+
+def host_veths() -> list[str]:
+    """Host ends of every endpoint veth on this host, for garbage collection."""
+    with IPRoute() as ip:
+        names = [link.get("ifname") for link in ip.get_links()]
+    return sorted(n for n in names if n and n.startswith(HOST_PREFIX) and len(n) == 2 + _ID_CHARS)
+
+
+def disable_tx_offload(ifname: str, netns: str | None = None) -> None:
+    """Userspace OVS gets partial TX checksums via AF_PACKET: make the kernel finish them."""
+    cmd = ["ethtool", "-K", ifname, "tx", "off"]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=10)

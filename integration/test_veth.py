@@ -1,0 +1,48 @@
+"""veth pairs against the real kernel: create, idempotence, move into a netns, delete."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+
+from pyroute2 import IPRoute
+
+from datapath.veth import create_veth, delete_veth, disable_tx_offload, host_veths, veth_names
+
+
+def _link(name: str, netns: str | None = None) -> dict | None:
+    with IPRoute(netns=netns, flags=0) if netns else IPRoute() as ip:
+        idx = ip.link_lookup(ifname=name)
+        if not idx:
+            return None
+        link = ip.link("get", index=idx[0])[0]
+        return {"mtu": link.get("mtu"), "address": link.get("address"), "state": link.get("state")}
+
+
+def test_veth_lifecycle() -> None:
+    eid = uuid.uuid4().hex * 2
+    host, container = veth_names(eid)
+    ns = f"np-veth-{eid[:6]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        assert create_veth(eid, "02:42:0a:00:00:07", 1450) == (host, container)
+        assert _link(host)["mtu"] == 1450 and _link(host)["state"] == "up"
+        assert _link(container) == {"mtu": 1450, "address": "02:42:0a:00:00:07", "state": "down"}
+        assert create_veth(eid, "02:42:0a:00:00:07", 1450) == (host, container)  # idempotent
+        assert host in host_veths()
+        disable_tx_offload(container)
+        out = subprocess.run(["ethtool", "-k", container], capture_output=True, text=True).stdout
+        assert "tx-checksumming: off" in out
+
+        # Docker moves the container end into the sandbox; deleting the host end removes it.
+        with IPRoute() as ip:
+            ip.link(
+                "set", index=ip.link_lookup(ifname=container)[0], net_ns_fd=f"/var/run/netns/{ns}"
+            )
+        assert _link(container) is None and _link(container, ns) is not None
+        assert delete_veth(eid)
+        assert _link(host) is None and _link(container, ns) is None
+        assert not delete_veth(eid)
+    finally:
+        delete_veth(eid)
+        subprocess.run(["ip", "netns", "del", ns], check=False)
