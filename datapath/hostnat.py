@@ -1,0 +1,143 @@
+"""Host-side NAT, isolation and port publishing as iptables rules in chains we own.
+
+Rules are computed from desired state by pure functions. Applying a chain compares its
+current contents first and, only when they differ, replaces it atomically with one
+`iptables-restore --noflush`, so a restart leaves correct rules (and their counters) alone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+GATEWAY_PREFIX = "npgw"  # OVS internal ports holding each network's gateway address
+NAT_CHAIN = "NETPLUGIN-POSTROUTING"
+DNAT_CHAIN = "NETPLUGIN-DNAT"
+FWD_CHAIN = "NETPLUGIN-FWD"
+# (table, our chain, built-in chains that must jump to it)
+JUMPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("nat", NAT_CHAIN, ("POSTROUTING",)),
+    ("nat", DNAT_CHAIN, ("PREROUTING", "OUTPUT")),
+    ("filter", FWD_CHAIN, ("FORWARD",)),
+)
+
+
+@dataclass(frozen=True)
+class GatewayNet:
+    subnet: str  # IPv4 CIDR
+    gateway_port: str  # e.g. npgw100
+    internal: bool = False
+
+
+@dataclass(frozen=True)
+class PortMapping:
+    proto: str  # tcp | udp
+    host_ip: str  # "" = any
+    host_port: int
+    container_ip: str
+    container_port: int
+
+
+def gateway_port_name(tag: int) -> str:
+    return f"{GATEWAY_PREFIX}{tag}"
+
+
+def nat_rules(nets: Sequence[GatewayNet]) -> list[str]:
+    """Masquerade traffic leaving a non-internal network for anywhere but our own gateways."""
+    return [
+        f"-A {NAT_CHAIN} -s {n.subnet} ! -o {GATEWAY_PREFIX}+ -j MASQUERADE"
+        for n in sorted(nets, key=lambda n: n.subnet)
+        if not n.internal
+    ]
+
+
+def forward_rules(nets: Sequence[GatewayNet]) -> list[str]:
+    """Networks are not routed to each other; non-internal ones reach out and get replies."""
+    rules = [f"-A {FWD_CHAIN} -i {GATEWAY_PREFIX}+ -o {GATEWAY_PREFIX}+ -j DROP"]
+    for n in sorted(nets, key=lambda n: n.gateway_port):
+        if n.internal:
+            rules += [
+                f"-A {FWD_CHAIN} -i {n.gateway_port} -j DROP",
+                f"-A {FWD_CHAIN} -o {n.gateway_port} -j DROP",
+            ]
+        else:
+            rules += [
+                f"-A {FWD_CHAIN} -i {n.gateway_port} -j ACCEPT",
+                f"-A {FWD_CHAIN} -o {n.gateway_port} -m conntrack --ctstate RELATED,ESTABLISHED "
+                "-j ACCEPT",
+            ]
+    return rules
+
+
+def dnat_rules(mappings: Sequence[PortMapping]) -> list[str]:
+    """Published ports (`docker run -p`): DNAT to the container from anywhere but itself."""
+    rules = []
+    for m in sorted(mappings, key=lambda m: (m.proto, m.host_port, m.host_ip)):
+        dst = f" -d {m.host_ip}/32" if m.host_ip and m.host_ip not in ("0.0.0.0", "::") else ""
+        rules.append(
+            f"-A {DNAT_CHAIN}{dst} -p {m.proto} -m {m.proto} --dport {m.host_port} "
+            "-m addrtype --dst-type LOCAL "
+            f"-j DNAT --to-destination {m.container_ip}:{m.container_port}"
+        )
+    return rules
+
+
+def restore_script(table: str, chain: str, rules: Sequence[str]) -> str:
+    """An iptables-restore input that replaces ``chain`` atomically, leaving other chains."""
+    return "\n".join([f"*{table}", f":{chain} - [0:0]", f"-F {chain}", *rules, "COMMIT", ""])
+
+
+class Iptables:
+    """Thin runner; ``netns`` runs every command inside that network namespace (tests)."""
+
+    def __init__(self, netns: str | None = None, binary: str = "iptables") -> None:
+        self.prefix = ["ip", "netns", "exec", netns] if netns else []
+        self.binary = binary
+
+    def _run(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*self.prefix, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=30,
+        )
+
+    def current(self, table: str, chain: str) -> list[str] | None:
+        """Our chain's rules as `iptables -S` prints them, or None if the chain is missing."""
+        res = self._run(self.binary, "-w", "-t", table, "-S", chain, check=False)
+        if res.returncode != 0:
+            return None
+        return [line for line in res.stdout.splitlines() if line.startswith("-A ")]
+
+    def apply(self, table: str, chain: str, rules: Sequence[str]) -> bool:
+        """Make ``chain`` hold exactly ``rules``; returns whether anything changed."""
+        changed = False
+        if self.current(table, chain) != list(rules):
+            self._run(
+                f"{self.binary}-restore",
+                "-w",
+                "--noflush",
+                stdin=restore_script(table, chain, rules),
+            )
+            changed = True
+        for t, c, parents in JUMPS:
+            if (t, c) != (table, chain):
+                continue
+            for parent in parents:
+                if self._run(
+                    self.binary, "-w", "-t", t, "-C", parent, "-j", c, check=False
+                ).returncode:
+                    self._run(self.binary, "-w", "-t", t, "-I", parent, "1", "-j", c)
+                    changed = True
+        return changed
+
+    def sync(self, nets: Sequence[GatewayNet], mappings: Sequence[PortMapping] = ()) -> bool:
+        changed = self.apply("nat", NAT_CHAIN, nat_rules(nets))
+        changed |= self.apply("nat", DNAT_CHAIN, dnat_rules(mappings))
+        changed |= self.apply("filter", FWD_CHAIN, forward_rules(nets))
+        return changed
