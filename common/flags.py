@@ -38,8 +38,14 @@ def split_endpoints(value: str | None) -> list[str]:
     return [e.strip() for e in (value or "").split(",") if e.strip()]
 
 
+NOISY_LIBRARIES = ("pyroute2", "os_ken", "ovsdbapp", "urllib3", "werkzeug")
+
+
 def setup_logging(level: str, name: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
         format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(name)s: %(message)s",
     )
+    # Their debug output (every netlink message, every OpenFlow event) drowns ours.
+    for lib in NOISY_LIBRARIES:
+        logging.getLogger(lib).setLevel(max(logging.getLogger().level, logging.WARNING))

@@ -468,7 +468,10 @@ class FlowController:
             with self._lock:
                 dp, connection = self._datapath, self._connection
                 desired, generation = self._desired, self._generation
-            if dp is None:
+            # Generation 0: nobody has said what the flows should be yet (e.g. a restarted
+            # agent still reading its state). Touching the switch now would wipe running
+            # containers' flows; secure fail-mode keeps them until desired state is known.
+            if dp is None or generation == 0:
                 continue
             try:
                 stats = self._reconcile(dp, connection, desired, generation)

@@ -148,6 +148,9 @@ class EndpointRequest(_Model):
     macAddress: str = ""
     containerID: str = ""
     containerName: str = ""
+    # Docker asks for the address (RequestAddress) before creating the endpoint: with this
+    # set, a static address held by a plain IPAM owner is handed over to the endpoint.
+    adoptAddress: bool = False
 
     @field_validator("endpointID")
     @classmethod

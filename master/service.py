@@ -673,9 +673,17 @@ class ClusterState:
                                 f"{field} {static} given but network {net.id} has no such subnet",
                             )
                         continue
-                    addr = self._claim(
-                        obj, pid, static, rng, compares, claims, fresh, f"ep:{req.endpointID}"
-                    )
+                    adopted = self._adoptable(pid, static) if req.adoptAddress and static else None
+                    if adopted is not None:
+                        akv, prev_owner = adopted
+                        addr = parse_address(static, "address")
+                        compares.append(_unchanged(akv))
+                        if self._get(keys.owner(prev_owner)) is not None:
+                            ops.append(Delete(keys.owner(prev_owner)))
+                    else:
+                        addr = self._claim(
+                            obj, pid, static, rng, compares, claims, fresh, f"ep:{req.endpointID}"
+                        )
                     ops.append(Put(keys.alloc(pid, str(addr)), owner))
                     result[field] = str(addr)
                     result["ipv4Pool" if field == "ipAddress" else "ipv6Pool"] = pid
@@ -708,6 +716,21 @@ class ClusterState:
             raise _Retry
 
         return self._retrying(obj, attempt)
+
+    def _adoptable(self, pool_id: str, address: str) -> tuple[KV, str] | None:
+        """The alloc record of ``address`` if a plain IPAM request (not an endpoint, not the
+        gateway) holds it, so the endpoint can take it over."""
+        try:
+            canonical = str(parse_address(address, "address"))
+        except IpamError:
+            return None
+        akv = self._get(keys.alloc(pool_id, canonical))
+        if akv is None:
+            return None
+        who = _load(akv).get("owner", "")
+        if not who or who == "gateway" or who.startswith("ep:"):
+            return None
+        return akv, who
 
     def _existing_endpoint(self, req: EndpointRequest) -> Endpoint | None:
         idx = self._get(keys.endpoint_index(req.endpointID))

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import socket
-import sys
 
-from common.flags import LOG_LEVELS, EnvArgumentParser
+from common.flags import LOG_LEVELS, EnvArgumentParser, setup_logging
 
 DEFAULT_SOCKET = "/run/docker/plugins/netplugin.sock"
 DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
@@ -25,18 +24,20 @@ def parser() -> EnvArgumentParser:
         "--docker-host", default="", help="dockerd URL (default: $DOCKER_HOST or the local socket)"
     )
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    p.add_argument("--bridge", default="netplugin", help="the OVS bridge netplugin owns")
+    p.add_argument(
+        "--of-port", type=int, default=6653, help="OpenFlow controller port on 127.0.0.1"
+    )
+    p.add_argument("--mtu", type=int, default=1500, help="MTU of endpoint interfaces")
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser().parse_args(argv)
-    # The Docker driver and datapath agent land with the single-host issue; until then say
-    # so plainly instead of pretending to serve the socket.
-    print(
-        "netplugin: the per-host agent is not in this release yet; only netmaster and netctl are",
-        file=sys.stderr,
-    )
-    sys.exit(1)
+    args = parser().parse_args(argv)
+    setup_logging(args.log_level, "netplugin")
+    from .daemon import run
+
+    run(args)
 
 
 if __name__ == "__main__":

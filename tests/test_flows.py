@@ -565,3 +565,28 @@ def test_dead_event_of_an_old_connection_is_ignored() -> None:
 def test_set_desired_refuses_two_flows_with_one_identity() -> None:
     with pytest.raises(ValueError, match="one identity"):
         FlowController().set_desired({F1, flow(0, 10, [("goto", 2)], in_port=1)})
+
+
+def test_no_reconcile_before_desired_state_is_known() -> None:
+    """A restarted agent connects before it has re-read its state: the switch keeps its flows."""
+    import threading
+    import time
+
+    running = compile_flows(world())
+    ctl = FlowController()
+    switch = FakeSwitch(ctl, running)
+    worker = threading.Thread(target=ctl._work, daemon=True)
+    worker.start()
+    try:
+        ctl._on_connect(switch)
+        time.sleep(0.3)  # give a wrongly eager worker the chance to act
+        assert switch.flow_mods == [] and switch.flows == running
+        generation = ctl.set_desired(running)
+        stats = ctl.wait_reconciled(generation, timeout=5)
+        assert stats is not None
+        assert (stats.found, stats.added, stats.deleted) == (len(running), 0, 0)
+        assert switch.flows == running
+    finally:
+        ctl._stopping.set()
+        ctl._wake.set()
+        worker.join(5)

@@ -141,3 +141,36 @@ def test_stale_cached_network_is_reread(state: ClusterState) -> None:
     state.delete_network("default", "n")
     with pytest.raises(Exception, match="network default:n"):
         state.create_endpoint(EndpointRequest(endpointID="c", networkName="n"))
+
+
+def test_endpoint_adopts_the_address_docker_requested(state: ClusterState) -> None:
+    from master.errors import Conflict
+    from master.models import AddressRelease, AddressRequest, EndpointRequest, Network, PoolRequest
+
+    pool = state.request_pool(PoolRequest(pool="10.8.0.0/24"))
+    gw = state.request_address(AddressRequest(poolID=pool["poolID"], owner="gw", kind="gateway"))
+    state.put_network(Network(networkName="d", subnet="10.8.0.0/24", gateway=gw.split("/")[0]))
+    addr = state.request_address(AddressRequest(poolID=pool["poolID"], owner="req-1")).split("/")[0]
+    # Without adoptAddress a REST user cannot take an address someone else holds.
+    with pytest.raises(Conflict, match="req-1"):
+        state.create_endpoint(EndpointRequest(endpointID="x", networkName="d", ipAddress=addr))
+    req = EndpointRequest(endpointID="e", networkName="d", ipAddress=addr, adoptAddress=True)
+    ep, created = state.create_endpoint(req)
+    assert created and ep.ipAddress == addr
+    again_ep, again_created = state.create_endpoint(req)  # a retry is idempotent
+    assert not again_created and again_ep.dump() == ep.dump()
+    # A second endpoint cannot adopt an address another endpoint holds.
+    with pytest.raises(Conflict, match="ep:e"):
+        state.create_endpoint(
+            EndpointRequest(endpointID="f", networkName="d", ipAddress=addr, adoptAddress=True)
+        )
+    # Docker's order on stop: DeleteEndpoint then ReleaseAddress; the address is freed once.
+    state.delete_endpoint("e")
+    assert state.release_address(AddressRelease(poolID=pool["poolID"], address=addr)) is False
+    assert state.inspect_network("default", "d")["Oper"]["allocatedAddresses"] == [gw.split("/")[0]]
+    # The adoption dropped req-1's owner index: asking again is a new, stored allocation.
+    again = state.request_address(AddressRequest(poolID=pool["poolID"], owner="req-1")).split("/")[
+        0
+    ]
+    allocated = state.inspect_network("default", "d")["Oper"]["allocatedAddresses"]
+    assert again in allocated and len(allocated) == 2

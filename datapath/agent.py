@@ -1,0 +1,310 @@
+"""A host's datapath: the bridge, gateway ports, endpoint veths, flows and host NAT.
+
+It keeps the desired local state (networks and endpoints on this host) and makes the
+switch, the kernel and iptables match it. Every operation is idempotent, nothing that is
+already right is recreated, and a failure part-way removes what it made.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from pyroute2 import IPRoute
+
+from .flows import Flow
+from .hostnat import GatewayNet, Iptables, PortMapping, gateway_port_name
+from .ovs import Ovs
+from .pipeline import DesiredState, EndpointState, NetworkState, compile_flows
+from .veth import create_veth, delete_link, delete_veth, disable_tx_offload, host_veths, veth_names
+
+log = logging.getLogger(__name__)
+
+EXT_ENDPOINT = "netplugin-endpoint"
+EXT_NETWORK = "netplugin-network"
+
+
+@dataclass(frozen=True)
+class LocalNetwork:
+    id: str  # tenant:name
+    tag: int  # the network's pkt-tag, used as its local segment (cluster-unique)
+    subnet: str = ""
+    gateway: str = ""
+    ipv6_subnet: str = ""
+    ipv6_gateway: str = ""
+    internal: bool = False
+
+    @property
+    def gateway_port(self) -> str:
+        return gateway_port_name(self.tag)
+
+    @property
+    def gateway_mac(self) -> str:
+        return gateway_mac(self.tag)
+
+
+@dataclass(frozen=True)
+class LocalEndpoint:
+    id: str
+    network_id: str
+    mac: str
+    ipv4: str = ""
+    ipv6: str = ""
+    ofport: int = 0
+    port_mappings: tuple[PortMapping, ...] = ()
+
+
+def gateway_mac(tag: int) -> str:
+    """Locally administered, distinct from endpoint MACs (02:42:...), unique per network."""
+    return "02:4e:50:" + ":".join(f"{(tag >> s) & 0xFF:02x}" for s in (16, 8, 0))
+
+
+@dataclass
+class AgentConfig:
+    bridge: str = "netplugin"
+    controller: str = "tcp:127.0.0.1:6653"
+    datapath_type: str | None = None  # None: system if the kernel module exists, else netdev
+    mtu: int = 1500
+
+
+@dataclass
+class _State:
+    networks: dict[str, LocalNetwork] = field(default_factory=dict)
+    endpoints: dict[str, LocalEndpoint] = field(default_factory=dict)
+    gateway_ofports: dict[str, int] = field(default_factory=dict)
+
+
+class DatapathAgent:
+    def __init__(
+        self, config: AgentConfig, ovs: Ovs, controller: object, iptables: Iptables
+    ) -> None:
+        self.config = config
+        self.ovs = ovs
+        self.controller = controller  # a FlowController (anything with set_desired(flows))
+        self.iptables = iptables
+        self._lock = threading.RLock()
+        self._state = _State()
+        # Until the first resync the local state is partial: pushing it would delete the
+        # flows of endpoints we have not re-read yet.
+        self._ready = threading.Event()
+        self.ready_timeout = 30.0
+        self.datapath_type = config.datapath_type
+
+    # --- lifecycle ---
+
+    def start(self) -> None:
+        """Ensure the bridge (kept if it exists: running containers keep their traffic)."""
+        from .ovs import detect_datapath_type
+
+        self.datapath_type = self.config.datapath_type or detect_datapath_type()
+        self.ovs.ensure_bridge(
+            self.config.bridge, datapath_type=self.datapath_type, controller=self.config.controller
+        )
+
+    def resync(
+        self, networks: Iterable[LocalNetwork], endpoints: Iterable[LocalEndpoint]
+    ) -> dict[str, int]:
+        """Adopt the desired state after a (re)start; remove what no endpoint owns any more.
+
+        Endpoint ports that still exist are kept as they are (their ofport is read back);
+        endpoints whose veth vanished cannot be re-plugged into their container and are
+        reported, not recreated.
+        """
+        with self._lock:
+            ports = self.ovs.list_ports(self.config.bridge)
+            self._state = _State()
+            for net in networks:
+                self._ensure_network(net)
+            wanted: dict[str, LocalEndpoint] = {}
+            missing = 0
+            for ep in endpoints:
+                host, _ = veth_names(ep.id)
+                info = ports.get(host)
+                if info is None or not info.ofport or info.ofport < 0:
+                    missing += 1
+                    continue
+                wanted[ep.id] = replace(ep, ofport=info.ofport)
+            self._state.endpoints = wanted
+            self._ready.set()
+            removed = 0
+            keep = {veth_names(e)[0] for e in wanted} | {
+                n.gateway_port for n in self._state.networks.values()
+            }
+            for name, info in ports.items():
+                ours = EXT_ENDPOINT in info.external_ids or EXT_NETWORK in info.external_ids
+                if ours and name not in keep:
+                    self.ovs.del_port(self.config.bridge, name)
+                    removed += 1
+            for name in host_veths():
+                if name not in keep:
+                    delete_link(name)
+                    removed += 1
+            self._push()
+            return {"endpoints": len(wanted), "missing": missing, "removed": removed}
+
+    # --- networks ---
+
+    def has_network(self, network_id: str) -> bool:
+        return network_id in self._state.networks
+
+    def _wait_ready(self) -> None:
+        if not self._ready.wait(self.ready_timeout):
+            raise RuntimeError(
+                "the datapath has not resynced with netmaster yet (is netmaster reachable?); retry"
+            )
+
+    def ensure_network(self, net: LocalNetwork) -> None:
+        self._wait_ready()
+        with self._lock:
+            self._ensure_network(net)
+            self._push()
+
+    def _ensure_network(self, net: LocalNetwork) -> None:
+        ofport = self.ovs.add_port(
+            self.config.bridge,
+            net.gateway_port,
+            type="internal",
+            mac=net.gateway_mac,
+            external_ids={EXT_NETWORK: net.id},
+        )
+        self._address_gateway(net)
+        self._state.networks[net.id] = net
+        self._state.gateway_ofports[net.id] = ofport
+
+    def _address_gateway(self, net: LocalNetwork) -> None:
+        """Address the network's internal port (vswitchd restarts lose these addresses)."""
+        with IPRoute() as ip:
+            idx = _wait_link(ip, net.gateway_port)
+            ip.link("set", index=idx, mtu=self.config.mtu, state="up")
+            for subnet, gw in ((net.subnet, net.gateway), (net.ipv6_subnet, net.ipv6_gateway)):
+                if subnet and gw:
+                    plen = ipaddress.ip_network(subnet).prefixlen
+                    ip.addr("replace", index=idx, address=gw, prefixlen=plen)
+
+    def remove_network(self, network_id: str) -> None:
+        self._wait_ready()
+        with self._lock:
+            net = self._state.networks.pop(network_id, None)
+            self._state.gateway_ofports.pop(network_id, None)
+            if net is None:
+                return
+            stale = [e for e in self._state.endpoints.values() if e.network_id == network_id]
+            for ep in stale:
+                self._remove_endpoint(ep.id)
+            self.ovs.del_port(self.config.bridge, net.gateway_port)
+            self._push()
+
+    # --- endpoints ---
+
+    def create_endpoint_port(self, endpoint: LocalEndpoint) -> str:
+        """Plug an endpoint into the bridge; returns the container-side interface name."""
+        self._wait_ready()
+        with self._lock:
+            if endpoint.network_id not in self._state.networks:
+                raise ValueError(
+                    f"endpoint {endpoint.id}: network {endpoint.network_id} is not on this host"
+                )
+            host, container = create_veth(endpoint.id, endpoint.mac, self.config.mtu)
+            try:
+                ofport = self.ovs.add_port(
+                    self.config.bridge,
+                    host,
+                    external_ids={EXT_ENDPOINT: endpoint.id, EXT_NETWORK: endpoint.network_id},
+                )
+                if self.datapath_type == "netdev":
+                    disable_tx_offload(container)
+                self._state.endpoints[endpoint.id] = replace(endpoint, ofport=ofport)
+                self._push()
+            except BaseException:
+                self._state.endpoints.pop(endpoint.id, None)
+                self.ovs.del_port(self.config.bridge, host)
+                delete_veth(endpoint.id)
+                raise
+            return container
+
+    def delete_endpoint_port(self, endpoint_id: str) -> None:
+        self._wait_ready()
+        with self._lock:
+            self._remove_endpoint(endpoint_id)
+            self._push()
+
+    def _remove_endpoint(self, endpoint_id: str) -> None:
+        self._state.endpoints.pop(endpoint_id, None)
+        host, _ = veth_names(endpoint_id)
+        self.ovs.del_port(self.config.bridge, host)
+        delete_veth(endpoint_id)
+
+    def set_port_mappings(self, endpoint_id: str, mappings: Iterable[PortMapping]) -> None:
+        with self._lock:
+            ep = self._state.endpoints.get(endpoint_id)
+            if ep is None:
+                raise ValueError(f"endpoint {endpoint_id} is not on this host")
+            self._state.endpoints[endpoint_id] = replace(ep, port_mappings=tuple(mappings))
+            self._sync_nat()
+
+    def endpoint_oper(self, endpoint_id: str) -> dict[str, object]:
+        ep = self._state.endpoints.get(endpoint_id)
+        if ep is None:
+            return {}
+        host, _ = veth_names(endpoint_id)
+        return {"hostInterface": host, "ofport": ep.ofport, "mac": ep.mac, "network": ep.network_id}
+
+    # --- desired state -> switch and kernel ---
+
+    def desired(self) -> DesiredState:
+        s = self._state
+        return DesiredState(
+            networks=[
+                NetworkState(
+                    id=n.id,
+                    segment=n.tag,
+                    gateway_port=s.gateway_ofports.get(n.id),
+                    gateway_mac=n.gateway_mac,
+                    gateway_ip=n.gateway or None,
+                )
+                for n in s.networks.values()
+            ],
+            endpoints=[
+                EndpointState(
+                    id=e.id,
+                    network_id=e.network_id,
+                    ofport=e.ofport,
+                    mac=e.mac,
+                    ipv4=e.ipv4 or None,
+                    ipv6=e.ipv6 or None,
+                )
+                for e in s.endpoints.values()
+            ],
+        )
+
+    def flows(self) -> set[Flow]:
+        return compile_flows(self.desired())
+
+    def _push(self) -> None:
+        self.controller.set_desired(self.flows())  # type: ignore[attr-defined]
+        self._sync_nat()
+
+    def _sync_nat(self) -> None:
+        nets = [
+            GatewayNet(n.subnet, n.gateway_port, n.internal)
+            for n in self._state.networks.values()
+            if n.subnet
+        ]
+        mappings = [m for e in self._state.endpoints.values() for m in e.port_mappings]
+        self.iptables.sync(nets, mappings)
+
+
+def _wait_link(ip: IPRoute, name: str, timeout: float = 5.0) -> int:
+    """OVS creates internal ports asynchronously; wait for the kernel device."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = ip.link_lookup(ifname=name)
+        if found:
+            return int(found[0])
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"interface {name} did not appear; is ovs-vswitchd running?")
+        time.sleep(0.02)

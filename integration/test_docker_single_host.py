@@ -1,0 +1,314 @@
+"""Single host end to end: the real docker CLI, dockerd, Open vSwitch, netmaster and netplugin."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from .host import ensure_host_daemons, ensure_test_image
+from .master import MasterProcess
+
+SOCKET = "/run/docker/plugins/netplugin.sock"
+IMAGE = "netplugin-test/busybox"
+BIN = Path(sys.executable).parent
+
+
+def sh(*cmd: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr or res.stdout}"
+        )
+    return res
+
+
+def serving(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX) as s:
+        return s.connect_ex(path) == 0
+
+
+class PluginProcess:
+    def __init__(self, master_url: str, log: Path) -> None:
+        self.master_url = master_url
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20) -> float:
+        """Start and wait until the socket serves; returns the seconds that took."""
+        t0 = time.monotonic()
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [str(BIN / "netplugin"), "--netmaster", self.master_url, "--log-level", "debug"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"netplugin exited:\n{self.log.read_text()[-3000:]}")
+            if serving(SOCKET):
+                return time.monotonic() - t0
+            time.sleep(0.05)
+        raise RuntimeError(f"netplugin did not serve {SOCKET}:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[MasterProcess, PluginProcess]]:
+    ensure_host_daemons()
+    ensure_test_image(IMAGE)
+    if serving(SOCKET):
+        pytest.fail(f"another netplugin already serves {SOCKET}; stop it (e.g. `make run`) first")
+    work = tmp_path_factory.mktemp("stack")
+    master = MasterProcess(work / "master").start()
+    plugin = PluginProcess(master.url, work / "netplugin.log")
+    plugin.start()
+    yield master, plugin
+    plugin.stop()
+    master.stop()
+
+
+@pytest.fixture
+def names(stack: tuple[MasterProcess, PluginProcess]) -> Iterator[list[str]]:
+    """Unique names for this test; every container and network named here is removed after."""
+    made: list[str] = []
+    yield made
+    for name in reversed(made):
+        sh("docker", "rm", "-f", name, check=False)
+    for name in reversed(made):
+        sh("docker", "network", "rm", name, check=False)
+
+
+def unique(names: list[str], prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    names.append(name)
+    return name
+
+
+def network(names: list[str], subnet: str, *extra: str) -> str:
+    name = unique(names, "np")
+    sh(
+        "docker",
+        "network",
+        "create",
+        "-d",
+        "netplugin",
+        "--ipam-driver",
+        "netplugin",
+        "--subnet",
+        subnet,
+        *extra,
+        name,
+    )
+    return name
+
+
+def run(names: list[str], net: str, *extra: str) -> str:
+    name = unique(names, "c")
+    sh("docker", "run", "-d", "--name", name, "--net", net, *extra, IMAGE, "sleep", "600")
+    return name
+
+
+def ip_of(container: str) -> str:
+    nets = json.loads(
+        sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", container).stdout
+    )
+    return next(iter(nets.values()))["IPAddress"]
+
+
+def ping(container: str, target: str, count: int = 2) -> bool:
+    return (
+        sh(
+            "docker", "exec", container, "ping", "-c", str(count), "-W", "2", target, check=False
+        ).returncode
+        == 0
+    )
+
+
+def test_containers_talk_to_each_other_the_gateway_and_the_host(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    master, _ = stack
+    net = network(names, "10.81.0.0/24", "--gateway", "10.81.0.1", "--ip-range", "10.81.0.128/25")
+    a, b = run(names, net), run(names, net)
+    assert ip_of(a).startswith("10.81.0.1") and ip_of(a) != ip_of(b)
+    assert int(ip_of(a).split(".")[-1]) >= 128  # --ip-range is honoured
+    assert ping(a, ip_of(b)) and ping(a, "10.81.0.1")
+    host_ip = (
+        sh("ip", "-4", "-o", "addr", "show", "scope", "global").stdout.split()[3].split("/")[0]
+    )
+    assert ping(a, host_ip)
+    # TCP through the userspace datapath (the checksum trap).
+    sh("docker", "exec", "-d", b, "httpd", "-f", "-p", "8080", "-h", "/var/www")
+    time.sleep(0.3)
+    reply = sh(
+        "docker",
+        "exec",
+        a,
+        "sh",
+        "-c",
+        f'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 3 {ip_of(b)} 8080',
+    ).stdout
+    assert "200 OK" in reply and "netplugin test image" in reply
+    # The master knows the network and both endpoints.
+    nets = requests.get(f"{master.url}/api/v1/networks", timeout=5).json()
+    assert any(n["subnet"] == "10.81.0.0/24" for n in nets)
+    eps = {e["ipAddress"] for e in requests.get(f"{master.url}/api/v1/endpoints", timeout=5).json()}
+    assert {ip_of(a), ip_of(b)} <= eps
+
+
+def test_networks_are_isolated(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    n1, n2 = network(names, "10.82.0.0/24"), network(names, "10.83.0.0/24")
+    a, b = run(names, n1), run(names, n2)
+    assert not ping(a, ip_of(b), count=1)
+    assert not ping(b, ip_of(a), count=1)
+    assert ping(a, "10.82.0.1")
+    # The host would route between its gateway ports; our FORWARD chain drops that.
+    drops = sh("iptables", "-S", "NETPLUGIN-FWD").stdout
+    assert "-A NETPLUGIN-FWD -i npgw+ -o npgw+ -j DROP" in drops
+
+
+def test_static_ip_and_duplicate_refused(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    net = network(names, "10.84.0.0/24")
+    a = run(names, net, "--ip", "10.84.0.50")
+    assert ip_of(a) == "10.84.0.50"
+    name = unique(names, "dup")
+    res = sh(
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--net",
+        net,
+        "--ip",
+        "10.84.0.50",
+        IMAGE,
+        "true",
+        check=False,
+    )
+    assert res.returncode != 0 and "10.84.0.50" in res.stderr
+
+
+def test_plugin_kill9_keeps_traffic_and_addresses(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    _, plugin = stack
+    net = network(names, "10.85.0.0/24")
+    a, b = run(names, net), run(names, net)
+    before = (ip_of(a), ip_of(b))
+    pinger = subprocess.Popen(
+        ["docker", "exec", a, "ping", "-i", "0.2", "-c", "60", ip_of(b)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2)
+    assert plugin.proc is not None
+    t0 = time.monotonic()
+    plugin.proc.kill()
+    plugin.proc.wait()
+    plugin.proc = None
+    time.sleep(1)
+    plugin.start()
+    downtime = time.monotonic() - t0
+    out, _ = pinger.communicate(timeout=60)
+    m = re.search(r"(\d+) packets transmitted, (\d+) packets received", out)
+    assert m, out
+    lost = int(m.group(1)) - int(m.group(2))
+    assert lost <= int(downtime) + 1, f"{lost} lost in {downtime:.1f}s of downtime"
+    assert (ip_of(a), ip_of(b)) == before
+    c = run(names, net)  # a new container after the restart gets a fresh address
+    assert ip_of(c) not in before and ping(c, ip_of(a))
+
+
+def test_network_rm_leaves_nothing_behind(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    master, _ = stack
+    net = network(names, "10.86.0.0/24")
+    a = run(names, net)
+    endpoint_id = json.loads(
+        sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", a).stdout
+    )[net]["EndpointID"]
+    tag = next(
+        n
+        for n in requests.get(f"{master.url}/api/v1/networks", timeout=5).json()
+        if n["subnet"] == "10.86.0.0/24"
+    )
+    tag = requests.get(f"{master.url}/api/v1/inspect/networks/{tag['key']}", timeout=5).json()[
+        "Oper"
+    ]["pktTag"]
+    ports = sh("ovs-vsctl", "list-ports", "netplugin").stdout.split()
+    assert f"vp{endpoint_id[:11]}" in ports and f"npgw{tag}" in ports
+    sh("docker", "rm", "-f", a)
+    sh("docker", "network", "rm", net)
+    ports = sh("ovs-vsctl", "list-ports", "netplugin").stdout.split()
+    assert f"vp{endpoint_id[:11]}" not in ports and f"npgw{tag}" not in ports
+    links = sh("ip", "-o", "link").stdout
+    assert f"vp{endpoint_id[:11]}" not in links and f"npgw{tag}" not in links
+    assert "10.86.0.0/24" not in sh("iptables", "-t", "nat", "-S", "NETPLUGIN-POSTROUTING").stdout
+    eps = requests.get(f"{master.url}/api/v1/endpoints", timeout=5).json()
+    assert all(e["endpointID"] != endpoint_id for e in eps)
+    assert all(
+        n["subnet"] != "10.86.0.0/24"
+        for n in requests.get(f"{master.url}/api/v1/networks", timeout=5).json()
+    )
+    assert os.path.exists(SOCKET)
+
+
+def test_connect_disconnect_and_tenant_options(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    master, _ = stack
+    tenant = f"t{uuid.uuid4().hex[:6]}"
+    requests.post(f"{master.url}/api/v1/tenants/{tenant}", json={}, timeout=5).raise_for_status()
+    try:
+        tnet = network(
+            names, "10.87.0.0/24", "-o", f"tenant={tenant}", "-o", "encap=vlan", "-o", "pkt-tag=321"
+        )
+        base = network(names, "10.88.0.0/24")
+        made = [
+            n
+            for n in requests.get(f"{master.url}/api/v1/networks", timeout=5).json()
+            if n["subnet"] == "10.87.0.0/24"
+        ]
+        assert len(made) == 1 and made[0]["tenantName"] == tenant
+        assert (made[0]["encap"], made[0]["pktTag"]) == ("vlan", 321)
+        a, b = run(names, base), run(names, tnet)
+        sh("docker", "network", "connect", tnet, a)
+        addrs = sh("docker", "exec", a, "ip", "-4", "-o", "addr").stdout
+        assert "10.88.0." in addrs and "10.87.0." in addrs
+        assert ping(a, ip_of(b))  # over the second interface
+        sh("docker", "network", "disconnect", tnet, a)
+        assert "10.87.0." not in sh("docker", "exec", a, "ip", "-4", "-o", "addr").stdout
+        assert not ping(a, ip_of(b), count=1)
+        sh("docker", "rm", "-f", a, b)
+        sh("docker", "network", "rm", tnet)
+    finally:
+        requests.delete(f"{master.url}/api/v1/tenants/{tenant}", timeout=5)

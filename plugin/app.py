@@ -1,0 +1,52 @@
+"""The Docker remote-driver HTTP API (NetworkDriver + IpamDriver) as a Flask application factory."""
+
+from __future__ import annotations
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException
+
+from .driver import Driver, DriverError
+from .ipam_routes import ipam_blueprint
+from .master_client import MasterError
+from .network_routes import network_blueprint, reply
+from .schemas import RequestError
+
+
+def create_app(driver: Driver) -> Flask:
+    app = Flask("netplugin")
+    app.register_blueprint(network_blueprint(driver))
+    app.register_blueprint(ipam_blueprint(driver))
+
+    @app.post("/Plugin.Activate")
+    def activate() -> Response:
+        return reply({"Implements": ["NetworkDriver", "IpamDriver"]})
+
+    @app.errorhandler(Exception)
+    def error(e: Exception) -> Response:
+        """The single error path: every failure becomes Docker's error shape."""
+        method = request.path.lstrip("/")
+        interface, _, name = method.partition(".")
+        if isinstance(e, HTTPException):
+            status = e.code or 500
+            message = (
+                f"unknown plugin method {method!r}"
+                if status == 404
+                else f"{request.method} {request.path}: {e.description or e.name}"
+            )
+        else:
+            if isinstance(e, RequestError | DriverError | MasterError):
+                status = e.status
+            else:
+                status = 500
+                app.logger.exception("unhandled error in %s", method)
+            message = f"{name or method}: {e}"
+        if not 400 <= status <= 599:
+            status = 500
+        if status >= 500:
+            app.logger.error("%s", message)
+        body = {"Err": message}
+        if interface == "IpamDriver":
+            body["Error"] = message  # IPAM replies are read for "Error" on 200, "Err" otherwise
+        return reply(body, status)
+
+    return app

@@ -1,0 +1,323 @@
+"""Docker remote network + IPAM driver semantics on top of the master and a datapath."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from . import schemas as s
+from .master_client import MasterClient, MasterError
+
+log = logging.getLogger(__name__)
+
+GATEWAY_REQUEST = "com.docker.network.gateway"
+MAC_OPTION = "com.docker.network.endpoint.macaddress"
+GENERIC = "com.docker.network.generic"
+INTERNAL = "com.docker.network.internal"
+
+
+class DriverError(Exception):
+    """A request the driver refuses; ``status`` is the HTTP status Docker sees."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Datapath(Protocol):
+    def create_endpoint_port(
+        self,
+        endpoint_id: str,
+        network: dict[str, Any],
+        mac: str,
+        ipv4: str,
+        ipv6: str,
+        mtu: int,
+    ) -> str:
+        """Create (or find) the endpoint's port; returns the host-side container ifname."""
+        ...
+
+    def delete_endpoint_port(self, endpoint_id: str) -> None: ...
+
+    def remove_network(self, network_id: str) -> None:
+        """Drop the network's host-side state (gateway port, NAT); network_id is TENANT:NAME."""
+        ...
+
+    def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class NetworkRef:
+    tenant: str
+    name: str
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class LocalEndpoint:
+    network_id: str
+    ifname: str
+    ipv4: str
+    ipv6: str
+
+
+def strip_len(cidr: str) -> str:
+    """ "10.5.0.1/24" -> "10.5.0.1"; a bare address passes through."""
+    return cidr.split("/", 1)[0] if cidr else ""
+
+
+def mac_for(ipv4: str, ipv6: str, endpoint_id: str) -> str:
+    """A locally administered unicast MAC derived from the IP, so retries get the same MAC."""
+    if ipv4:
+        tail = ipaddress.IPv4Address(ipv4).packed
+    elif ipv6:
+        tail = ipaddress.IPv6Address(ipv6).packed[-4:]
+    else:
+        tail = hashlib.sha256(endpoint_id.encode()).digest()[:4]
+    return ":".join(f"{b:02x}" for b in (0x02, 0x42, *tail))
+
+
+class Driver:
+    def __init__(
+        self,
+        master: MasterClient,
+        datapath: Datapath,
+        host: str = "",
+        mtu: int = 1450,
+    ) -> None:
+        self.master = master
+        self.datapath = datapath
+        self.host = host
+        self.mtu = mtu
+        self._networks: dict[str, NetworkRef] = {}
+        self._endpoints: dict[str, LocalEndpoint] = {}
+
+    # --- networks ---
+    def _ref(self, network_id: str) -> NetworkRef:
+        """Docker's NetworkID -> master network; after a restart, recover it from the master."""
+        ref = self._networks.get(network_id)
+        if ref is not None:
+            return ref
+        for n in self.master.list_networks():
+            if n.get("dockerNetworkID") == network_id:
+                ref = NetworkRef(n.get("tenantName") or "default", n["networkName"])
+                self._networks[network_id] = ref
+                return ref
+        raise DriverError(f"network {network_id} is not known to netmaster", 404)
+
+    def _network(self, network_id: str) -> tuple[NetworkRef, dict[str, Any]]:
+        ref = self._ref(network_id)
+        return ref, self.master.get_network(ref.tenant, ref.name)
+
+    def create_network(self, req: s.CreateNetwork) -> dict[str, Any]:
+        opts = req.Options or {}
+        generic = opts.get(GENERIC) or {}
+        if not isinstance(generic, dict):
+            raise DriverError(f"option {GENERIC} must be a map of -o options")
+        # Docker does not pass the network name in CreateNetwork.
+        name = str(generic.get("name") or generic.get("network") or req.NetworkID[:12])
+        tenant = str(generic.get("tenant") or "default")
+        network: dict[str, Any] = {
+            "tenantName": tenant,
+            "networkName": name,
+            "encap": str(generic.get("encap") or "vxlan"),
+            "dockerNetworkID": req.NetworkID,
+            "internal": _truthy(opts.get(INTERNAL)),
+        }
+        if generic.get("pkt-tag") not in (None, ""):
+            try:
+                network["pktTag"] = int(generic["pkt-tag"])
+            except (TypeError, ValueError):
+                tag = generic["pkt-tag"]
+                raise DriverError(f"option pkt-tag {tag!r} is not a number") from None
+        for data, subnet, gateway in (
+            (req.IPv4Data, "subnet", "gateway"),
+            (req.IPv6Data, "ipv6Subnet", "ipv6Gateway"),
+        ):
+            if data:
+                network[subnet] = data[0].Pool
+                network[gateway] = strip_len(data[0].Gateway)
+        self.master.create_network(network)
+        self._networks[req.NetworkID] = NetworkRef(tenant, name, str(generic.get("group") or ""))
+        return {}
+
+    def delete_network(self, req: s.DeleteNetwork) -> dict[str, Any]:
+        try:
+            ref = self._ref(req.NetworkID)
+        except DriverError:
+            return {}  # already gone
+        try:
+            self.master.delete_network(ref.tenant, ref.name)
+        except MasterError as e:
+            if e.status != 404:
+                raise
+        self.datapath.remove_network(f"{ref.tenant}:{ref.name}")
+        self._networks.pop(req.NetworkID, None)
+        return {}
+
+    # --- endpoints ---
+    def create_endpoint(self, req: s.CreateEndpoint) -> dict[str, Any]:
+        ref, net = self._network(req.NetworkID)
+        iface = req.Interface or s.EndpointInterface()
+        ipv4, ipv6 = strip_len(iface.Address), strip_len(iface.AddressIPv6)
+        mac = iface.MacAddress or mac_for(ipv4, ipv6, req.EndpointID)
+        body = {
+            "endpointID": req.EndpointID,
+            "tenantName": ref.tenant,
+            "networkName": ref.name,
+            "groupName": ref.group,
+            "host": self.host,
+            "ipAddress": ipv4,
+            "ipv6Address": ipv6,
+            "macAddress": mac,
+        }
+        ep = self._create_master_endpoint(body, ref, net)
+        ipv4, ipv6 = ep.get("ipAddress") or ipv4, ep.get("ipv6Address") or ipv6
+        try:
+            ifname = self.datapath.create_endpoint_port(
+                req.EndpointID, net, mac, ipv4, ipv6, self.mtu
+            )
+        except Exception:
+            log.exception("endpoint %s: datapath port failed; freeing it on the master", ep)
+            try:
+                self.master.delete_endpoint(req.EndpointID)
+            except MasterError as e:
+                if e.status != 404:
+                    log.error("endpoint %s: could not free it on the master: %s", ep, e)
+            raise
+        self._endpoints[req.EndpointID] = LocalEndpoint(req.NetworkID, ifname, ipv4, ipv6)
+        # Docker fails and rolls back if we set a field it already set: reply with empty ones only.
+        reply: dict[str, str] = {}
+        if not iface.Address and ipv4:
+            reply["Address"] = f"{ipv4}/{_prefixlen(net.get('subnet', ''))}"
+        if not iface.AddressIPv6 and ipv6:
+            reply["AddressIPv6"] = f"{ipv6}/{_prefixlen(net.get('ipv6Subnet', ''))}"
+        if not iface.MacAddress:
+            reply["MacAddress"] = mac
+        return {"Interface": reply} if reply else {}
+
+    def _create_master_endpoint(
+        self, body: dict[str, Any], ref: NetworkRef, net: dict[str, Any]
+    ) -> dict[str, Any]:
+        # Docker's RequestAddress came first: the endpoint takes that address over atomically.
+        return self.master.create_endpoint({**body, "adoptAddress": bool(body["ipAddress"])})
+
+    def endpoint_oper_info(self, req: s.EndpointOperInfo) -> dict[str, Any]:
+        return {"Value": self.datapath.endpoint_oper(req.EndpointID)}
+
+    def delete_endpoint(self, req: s.DeleteEndpoint) -> dict[str, Any]:
+        self.datapath.delete_endpoint_port(req.EndpointID)
+        try:
+            self.master.delete_endpoint(req.EndpointID)
+        except MasterError as e:
+            if e.status != 404:
+                raise
+        self._endpoints.pop(req.EndpointID, None)
+        return {}
+
+    def join(self, req: s.Join) -> dict[str, Any]:
+        _, net = self._network(req.NetworkID)
+        ep = self._endpoints.get(req.EndpointID)
+        if ep is None:
+            # A restarted plugin: ask the master, and let the datapath find the existing port.
+            m = self.master.get_endpoint(req.EndpointID)
+            ipv4, ipv6 = m.get("ipAddress", ""), m.get("ipv6Address", "")
+            mac = m.get("macAddress") or mac_for(ipv4, ipv6, req.EndpointID)
+            ifname = self.datapath.create_endpoint_port(
+                req.EndpointID, net, mac, ipv4, ipv6, self.mtu
+            )
+            ep = LocalEndpoint(req.NetworkID, ifname, ipv4, ipv6)
+            self._endpoints[req.EndpointID] = ep
+        reply: dict[str, Any] = {
+            "InterfaceName": {"SrcName": ep.ifname, "DstPrefix": "eth"},
+            "StaticRoutes": [],
+            "DisableGatewayService": False,
+        }
+        if net.get("internal"):
+            reply["DisableGatewayService"] = True
+            return reply
+        if net.get("gateway"):
+            reply["Gateway"] = strip_len(net["gateway"])
+        # Modern Docker fails on v6 gateways/routes for a v4-only interface.
+        if ep.ipv6 and net.get("ipv6Gateway"):
+            reply["GatewayIPv6"] = strip_len(net["ipv6Gateway"])
+        return reply
+
+    def leave(self, req: s.Leave) -> dict[str, Any]:
+        return {}
+
+    def program_external_connectivity(self, req: s.ProgramExternalConnectivity) -> dict[str, Any]:
+        return {}
+
+    def revoke_external_connectivity(self, req: s.RevokeExternalConnectivity) -> dict[str, Any]:
+        return {}
+
+    def discover_new(self, req: s.DiscoverNew) -> dict[str, Any]:
+        return {}
+
+    def discover_delete(self, req: s.DiscoverDelete) -> dict[str, Any]:
+        return {}
+
+    def allocate_network(self, req: s.AllocateNetwork) -> dict[str, Any]:
+        return {}
+
+    def free_network(self, req: s.FreeNetwork) -> dict[str, Any]:
+        return {}
+
+    # --- IPAM ---
+    def request_pool(self, req: s.RequestPool) -> dict[str, Any]:
+        opts = req.Options or {}
+        if req.SubPool and not req.Pool:
+            raise DriverError("a sub-pool (--ip-range) needs a pool (--subnet)")
+        space = opts.get("tenant") or "default"
+        got = self.master.request_pool(space, req.Pool, req.SubPool, req.V6, dict(opts))
+        return {"PoolID": got["poolID"], "Pool": got["pool"], "Data": got.get("data") or {}}
+
+    def release_pool(self, req: s.ReleasePool) -> dict[str, Any]:
+        try:
+            self.master.release_pool(req.PoolID)
+        except MasterError as e:
+            if e.status != 404:
+                raise
+        return {}
+
+    def request_address(self, req: s.RequestAddress) -> dict[str, Any]:
+        opts = req.Options or {}
+        address = strip_len(req.Address)
+        kind = "gateway" if opts.get("RequestAddressType") == GATEWAY_REQUEST else ""
+        # The owner makes a retried request get the same address: derive it from what
+        # identifies the request, and fall back to a fresh one only when nothing does.
+        if kind:
+            owner = f"gw:{req.PoolID}:{address}"
+        elif address:
+            owner = f"addr:{req.PoolID}:{address}"
+        elif opts.get(MAC_OPTION):
+            owner = f"mac:{req.PoolID}:{opts[MAC_OPTION]}"
+        else:
+            owner = f"req:{uuid.uuid4()}"
+        got = self.master.request_address(req.PoolID, address, owner, kind)
+        if not got:
+            raise DriverError(f"netmaster returned no address from pool {req.PoolID}", 500)
+        return {"Address": got, "Data": {}}
+
+    def release_address(self, req: s.ReleaseAddress) -> dict[str, Any]:
+        try:
+            self.master.release_address(req.PoolID, strip_len(req.Address))
+        except MasterError as e:
+            if e.status != 404:
+                raise
+        return {}
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.lower() in ("1", "true", "yes")
+    return bool(value)
+
+
+def _prefixlen(cidr: str) -> int:
+    return ipaddress.ip_network(cidr, strict=False).prefixlen

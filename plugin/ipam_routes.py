@@ -1,0 +1,35 @@
+"""IpamDriver.* routes: validate the body against its schema, call one driver method."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response
+
+from . import schemas as s
+from .driver import Driver
+from .network_routes import add_methods, reply
+
+
+def ipam_blueprint(driver: Driver) -> Blueprint:
+    bp = Blueprint("ipam_driver", __name__)
+
+    @bp.post("/IpamDriver.GetCapabilities")
+    def capabilities() -> Response:
+        return reply({"RequiresMACAddress": False, "RequiresRequestReplay": False})
+
+    @bp.post("/IpamDriver.GetDefaultAddressSpaces")
+    def default_address_spaces() -> Response:
+        return reply(
+            {"LocalDefaultAddressSpace": "default", "GlobalDefaultAddressSpace": "default"}
+        )
+
+    add_methods(
+        bp,
+        "IpamDriver",
+        {
+            "RequestPool": (s.RequestPool, driver.request_pool),
+            "ReleasePool": (s.ReleasePool, driver.release_pool),
+            "RequestAddress": (s.RequestAddress, driver.request_address),
+            "ReleaseAddress": (s.ReleaseAddress, driver.release_address),
+        },
+    )
+    return bp

@@ -1,0 +1,491 @@
+"""The Docker remote-driver HTTP layer against an in-memory master and a fake datapath."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from plugin.app import create_app
+from plugin.driver import Driver
+from plugin.master_client import MasterClient, MasterError
+
+NID = "f" * 64
+EID = "e" * 64
+GW_OPTS = {"RequestAddressType": "com.docker.network.gateway"}
+
+
+class FakeMaster:
+    """The master's allocation API in memory, with the same idempotency and refusals."""
+
+    def __init__(self) -> None:
+        self.networks: dict[str, dict[str, Any]] = {}
+        self.endpoints: dict[str, dict[str, Any]] = {}
+        self.pools: dict[str, dict[str, Any]] = {}
+        self.owners: dict[str, str] = {}
+        self.deleted_endpoints: list[str] = []
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise MasterError("netmaster at http://fake is unreachable: connection refused", 503)
+
+    def request_pool(self, space: str, pool: str, sub: str, v6: bool, opts: Any) -> dict[str, Any]:
+        self._check()
+        pool = pool or "10.99.0.0/24"
+        pid = f"{space}:{pool}"
+        self.pools.setdefault(pid, {"cidr": pool, "used": {}})
+        return {"poolID": pid, "pool": pool, "data": {}}
+
+    def release_pool(self, pool_id: str) -> None:
+        self._check()
+        if self.pools.pop(pool_id, None) is None:
+            raise MasterError(f"pool {pool_id}: not found", 404)
+
+    def request_address(self, pool_id: str, address: str, owner: str, kind: str = "") -> str:
+        self._check()
+        if pool_id not in self.pools:
+            raise MasterError(f"pool {pool_id}: not found", 404)
+        net = ipaddress.ip_network(self.pools[pool_id]["cidr"])
+        used = self.pools[pool_id]["used"]
+        if owner in self.owners:
+            return f"{self.owners[owner]}/{net.prefixlen}"
+        if address:
+            if address in used:
+                raise MasterError(f"address {address} is already in use", 409)
+            got = address
+        else:
+            got = next(str(h) for h in net.hosts() if str(h) not in used)
+        used[got] = owner
+        self.owners[owner] = got
+        return f"{got}/{net.prefixlen}"
+
+    def release_address(self, pool_id: str, address: str) -> bool:
+        self._check()
+        owner = self.pools.get(pool_id, {"used": {}})["used"].pop(address, None)
+        self.owners.pop(owner or "", None)
+        return owner is not None
+
+    def create_network(self, network: dict[str, Any]) -> dict[str, Any]:
+        self._check()
+        n = {"gateway": "", "ipv6Subnet": "", "ipv6Gateway": "", "internal": False, **network}
+        self.networks[f"{n['tenantName']}:{n['networkName']}"] = n
+        if n.get("subnet"):
+            self.pools.setdefault(
+                f"{n['tenantName']}:{n['subnet']}", {"cidr": n["subnet"], "used": {}}
+            )
+        return n
+
+    def get_network(self, tenant: str, name: str) -> dict[str, Any]:
+        self._check()
+        try:
+            return self.networks[f"{tenant}:{name}"]
+        except KeyError:
+            raise MasterError(f"network {tenant}:{name}: not found", 404) from None
+
+    def list_networks(self) -> list[dict[str, Any]]:
+        self._check()
+        return list(self.networks.values())
+
+    def delete_network(self, tenant: str, name: str) -> None:
+        self._check()
+        if self.networks.pop(f"{tenant}:{name}", None) is None:
+            raise MasterError(f"network {tenant}:{name}: not found", 404)
+
+    def create_endpoint(self, req: dict[str, Any]) -> dict[str, Any]:
+        self._check()
+        eid = req["endpointID"]
+        if eid in self.endpoints:
+            return self.endpoints[eid]
+        n = self.get_network(req["tenantName"], req["networkName"])
+        pid = f"{n['tenantName']}:{n['subnet']}"
+        used = self.pools[pid]["used"]
+        ip = req["ipAddress"]
+        adoptable = req.get("adoptAddress") and not str(used.get(ip, "ep:")).startswith(
+            ("ep:", "gateway")
+        )
+        if ip and ip in used and not adoptable:
+            raise MasterError(f"address {ip} is already in use in pool {pid}", 409)
+        if not ip:
+            net = ipaddress.ip_network(n["subnet"])
+            ip = next(str(h) for h in net.hosts() if str(h) not in used and str(h) != n["gateway"])
+        used[ip] = f"ep:{eid}"
+        ep = {**req, "ipAddress": ip, "ipv4Pool": pid}
+        self.endpoints[eid] = ep
+        return ep
+
+    def get_endpoint(self, endpoint_id: str) -> dict[str, Any]:
+        self._check()
+        if endpoint_id not in self.endpoints:
+            raise MasterError(f"endpoint {endpoint_id}: not found", 404)
+        return self.endpoints[endpoint_id]
+
+    def delete_endpoint(self, endpoint_id: str) -> dict[str, Any]:
+        self._check()
+        ep = self.endpoints.pop(endpoint_id, None)
+        if ep is None:
+            raise MasterError(f"endpoint {endpoint_id}: not found", 404)
+        self.pools[ep["ipv4Pool"]]["used"].pop(ep["ipAddress"], None)
+        self.deleted_endpoints.append(endpoint_id)
+        return ep
+
+
+class FakeDatapath:
+    def __init__(self) -> None:
+        self.ports: dict[str, dict[str, Any]] = {}
+        self.fail = False
+        self.removed_networks: list[str] = []
+
+    def create_endpoint_port(
+        self, endpoint_id: str, network: dict[str, Any], mac: str, ipv4: str, ipv6: str, mtu: int
+    ) -> str:
+        if self.fail:
+            raise RuntimeError("ovs-vsctl add-port failed")
+        name = f"vport{endpoint_id[:8]}"
+        self.ports[endpoint_id] = {"name": name, "mac": mac, "ipv4": ipv4, "mtu": mtu}
+        return name
+
+    def delete_endpoint_port(self, endpoint_id: str) -> None:
+        self.ports.pop(endpoint_id, None)
+
+    def remove_network(self, network_id: str) -> None:
+        self.removed_networks.append(network_id)
+
+    def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]:
+        return {"port": self.ports.get(endpoint_id, {}).get("name", "")}
+
+
+@pytest.fixture
+def master() -> FakeMaster:
+    return FakeMaster()
+
+
+@pytest.fixture
+def datapath() -> FakeDatapath:
+    return FakeDatapath()
+
+
+@pytest.fixture
+def client(master: FakeMaster, datapath: FakeDatapath) -> FlaskClient:
+    driver = Driver(master, datapath, host="host1")  # type: ignore[arg-type]
+    return create_app(driver).test_client()
+
+
+def call(client: FlaskClient, method: str, body: Any = None, raw: bytes | None = None) -> Any:
+    """POST like Docker does: no Content-Type, the plugin Accept header."""
+    data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+    return client.post(
+        f"/{method}", data=data, headers={"Accept": "application/vnd.docker.plugins.v1.2+json"}
+    )
+
+
+def create_network(client: FlaskClient, internal: bool = False, **generic: str) -> None:
+    body = {
+        "NetworkID": NID,
+        "Options": {
+            "com.docker.network.enable_ipv6": False,
+            "com.docker.network.generic": generic,
+            **({"com.docker.network.internal": True} if internal else {}),
+        },
+        "IPv4Data": [{"AddressSpace": "default", "Gateway": "10.5.0.1/24", "Pool": "10.5.0.0/24"}],
+        "IPv6Data": [],
+    }
+    r = call(client, "NetworkDriver.CreateNetwork", body)
+    assert r.status_code == 200, r.get_json()
+    assert r.get_json() == {}
+
+
+def create_endpoint(client: FlaskClient, iface: Any) -> Any:
+    body = {"NetworkID": NID, "EndpointID": EID, "Interface": iface, "Options": {}}
+    return call(client, "NetworkDriver.CreateEndpoint", body)
+
+
+# --- activation and capabilities: empty bodies ---
+@pytest.mark.parametrize(
+    ("method", "expected"),
+    [
+        ("Plugin.Activate", {"Implements": ["NetworkDriver", "IpamDriver"]}),
+        ("NetworkDriver.GetCapabilities", {"Scope": "local", "ConnectivityScope": "local"}),
+        (
+            "IpamDriver.GetCapabilities",
+            {"RequiresMACAddress": False, "RequiresRequestReplay": False},
+        ),
+        (
+            "IpamDriver.GetDefaultAddressSpaces",
+            {"LocalDefaultAddressSpace": "default", "GlobalDefaultAddressSpace": "default"},
+        ),
+    ],
+)
+def test_empty_body_calls(client: FlaskClient, method: str, expected: dict[str, Any]) -> None:
+    r = call(client, method)
+    assert r.status_code == 200
+    assert r.get_json() == expected
+
+
+# --- docker network create ---
+def test_network_create_flow(client: FlaskClient, master: FakeMaster) -> None:
+    r = call(
+        client,
+        "IpamDriver.RequestPool",
+        {
+            "AddressSpace": "default",
+            "Pool": "10.5.0.0/24",
+            "SubPool": "",
+            "Options": {},
+            "V6": False,
+        },
+    )
+    assert r.status_code == 200
+    assert r.get_json() == {"PoolID": "default:10.5.0.0/24", "Pool": "10.5.0.0/24", "Data": {}}
+    r = call(
+        client,
+        "IpamDriver.RequestAddress",
+        {"PoolID": "default:10.5.0.0/24", "Address": "", "Options": GW_OPTS},
+    )
+    assert r.get_json()["Address"] == "10.5.0.1/24"
+    create_network(client, tenant="default", encap="vlan", **{"pkt-tag": "100"})
+    n = master.networks[f"default:{NID[:12]}"]
+    assert n["subnet"] == "10.5.0.0/24"
+    assert n["gateway"] == "10.5.0.1"
+    assert n["encap"] == "vlan"
+    assert n["pktTag"] == 100
+    assert n["dockerNetworkID"] == NID
+    assert n["internal"] is False
+
+
+def test_request_pool_tenant_from_ipam_opt(client: FlaskClient) -> None:
+    r = call(
+        client,
+        "IpamDriver.RequestPool",
+        {"AddressSpace": "default", "Pool": "10.6.0.0/24", "Options": {"tenant": "blue"}},
+    )
+    assert r.get_json()["PoolID"] == "blue:10.6.0.0/24"
+
+
+def test_request_pool_null_options_and_subpool_without_pool(client: FlaskClient) -> None:
+    r = call(client, "IpamDriver.RequestPool", {"AddressSpace": "default", "Options": None})
+    assert r.status_code == 200
+    r = call(client, "IpamDriver.RequestPool", {"SubPool": "10.1.0.0/26"})
+    assert r.status_code == 400
+    assert r.get_json()["Err"] == r.get_json()["Error"]
+    assert "sub-pool" in r.get_json()["Err"]
+
+
+def test_request_address_is_retry_safe_for_static_requests(client: FlaskClient) -> None:
+    call(client, "IpamDriver.RequestPool", {"Pool": "10.5.0.0/24"})
+    body = {"PoolID": "default:10.5.0.0/24", "Address": "10.5.0.9", "Options": None}
+    first = call(client, "IpamDriver.RequestAddress", body).get_json()
+    again = call(client, "IpamDriver.RequestAddress", body).get_json()
+    assert first == again == {"Address": "10.5.0.9/24", "Data": {}}
+    r = call(
+        client,
+        "IpamDriver.ReleaseAddress",
+        {"PoolID": "default:10.5.0.0/24", "Address": "10.5.0.9"},
+    )
+    assert r.status_code == 200
+    assert r.get_json() == {}
+    r = call(client, "IpamDriver.ReleasePool", {"PoolID": "default:10.5.0.0/24"})
+    assert (r.status_code, r.get_json()) == (200, {})
+    # Released twice (docker network rm after the network took the pool): still fine.
+    r = call(client, "IpamDriver.ReleasePool", {"PoolID": "default:10.5.0.0/24"})
+    assert r.status_code == 200
+
+
+def test_ipam_errors_carry_both_keys(client: FlaskClient) -> None:
+    r = call(client, "IpamDriver.RequestAddress", {"PoolID": "default:10.9.0.0/24", "Address": ""})
+    body = r.get_json()
+    assert r.status_code == 404
+    assert body["Err"] == body["Error"]
+    assert body["Err"].startswith("RequestAddress: pool default:10.9.0.0/24")
+
+
+# --- docker run / stop ---
+def test_run_and_stop(client: FlaskClient, master: FakeMaster, datapath: FakeDatapath) -> None:
+    create_network(client)
+    call(client, "IpamDriver.RequestPool", {"Pool": "10.5.0.0/24"})
+    addr = call(
+        client, "IpamDriver.RequestAddress", {"PoolID": "default:10.5.0.0/24", "Options": None}
+    ).get_json()["Address"]
+    r = create_endpoint(client, {"Address": addr, "AddressIPv6": "", "MacAddress": ""})
+    assert r.status_code == 200, r.get_json()
+    mac = r.get_json()["Interface"]["MacAddress"]
+    assert r.get_json() == {"Interface": {"MacAddress": mac}}
+    assert int(mac.split(":")[0], 16) & 0x02  # locally administered
+    ep = master.endpoints[EID]
+    assert (ep["ipAddress"], ep["macAddress"], ep["host"]) == (addr.split("/")[0], mac, "host1")
+
+    r = call(client, "NetworkDriver.EndpointOperInfo", {"NetworkID": NID, "EndpointID": EID})
+    assert r.get_json() == {"Value": {"port": datapath.ports[EID]["name"]}}
+
+    body = {
+        "NetworkID": NID,
+        "EndpointID": EID,
+        "SandboxKey": "/var/run/docker/netns/x",
+        "Options": None,
+    }
+    r = call(client, "NetworkDriver.Join", body)
+    assert r.get_json() == {
+        "InterfaceName": {"SrcName": datapath.ports[EID]["name"], "DstPrefix": "eth"},
+        "Gateway": "10.5.0.1",
+        "StaticRoutes": [],
+        "DisableGatewayService": False,
+    }
+    ids = {"NetworkID": NID, "EndpointID": EID}
+    for method in ("ProgramExternalConnectivity", "RevokeExternalConnectivity", "Leave"):
+        r = call(client, f"NetworkDriver.{method}", {**ids, "Options": None})
+        assert (r.status_code, r.get_json()) == (200, {}), method
+    r = call(client, "NetworkDriver.DeleteEndpoint", ids)
+    assert (r.status_code, r.get_json()) == (200, {})
+    assert EID not in master.endpoints
+    assert EID not in datapath.ports
+    # Docker retries: the endpoint is already gone, which is success.
+    assert call(client, "NetworkDriver.DeleteEndpoint", ids).status_code == 200
+    r = call(client, "NetworkDriver.DeleteNetwork", {"NetworkID": NID})
+    assert (r.status_code, r.get_json()) == (200, {})
+    assert not master.networks
+    assert datapath.removed_networks == ["default:" + NID[:12]]
+
+
+def test_create_endpoint_returns_only_empty_fields(client: FlaskClient) -> None:
+    create_network(client)
+    r = create_endpoint(
+        client, {"Address": "10.5.0.7/24", "AddressIPv6": "", "MacAddress": "02:42:0a:05:00:07"}
+    )
+    assert r.status_code == 200
+    assert r.get_json() == {}
+
+
+def test_create_endpoint_null_interface_gets_address_and_mac(
+    client: FlaskClient, master: FakeMaster
+) -> None:
+    create_network(client)
+    r = create_endpoint(client, None)
+    assert r.status_code == 200, r.get_json()
+    iface = r.get_json()["Interface"]
+    assert iface["Address"] == f"{master.endpoints[EID]['ipAddress']}/24"
+    assert iface["MacAddress"] == master.endpoints[EID]["macAddress"]
+
+
+def test_failed_datapath_port_frees_the_master_endpoint(
+    client: FlaskClient, master: FakeMaster, datapath: FakeDatapath
+) -> None:
+    create_network(client)
+    datapath.fail = True
+    r = create_endpoint(client, {"Address": "10.5.0.7/24", "AddressIPv6": "", "MacAddress": ""})
+    assert r.status_code == 500
+    assert "ovs-vsctl add-port failed" in r.get_json()["Err"]
+    assert master.deleted_endpoints == [EID]
+    assert EID not in master.endpoints
+
+
+def test_join_internal_network_has_no_gateway(client: FlaskClient, datapath: FakeDatapath) -> None:
+    create_network(client, internal=True)
+    create_endpoint(client, {"Address": "10.5.0.7/24", "AddressIPv6": "", "MacAddress": ""})
+    r = call(client, "NetworkDriver.Join", {"NetworkID": NID, "EndpointID": EID, "Options": {}})
+    body = r.get_json()
+    assert "Gateway" not in body
+    assert "GatewayIPv6" not in body
+    assert body["DisableGatewayService"] is True
+
+
+def test_restarted_plugin_recovers_network_and_endpoint(
+    master: FakeMaster, datapath: FakeDatapath, client: FlaskClient
+) -> None:
+    create_network(client)
+    create_endpoint(client, {"Address": "10.5.0.7/24", "AddressIPv6": "", "MacAddress": ""})
+    fresh = create_app(Driver(master, datapath)).test_client()  # type: ignore[arg-type]
+    r = call(fresh, "NetworkDriver.Join", {"NetworkID": NID, "EndpointID": EID})
+    assert r.status_code == 200, r.get_json()
+    assert r.get_json()["Gateway"] == "10.5.0.1"
+
+
+def test_unknown_network(client: FlaskClient) -> None:
+    r = create_endpoint(client, None)
+    assert r.status_code == 404
+    assert r.get_json() == {"Err": f"CreateEndpoint: network {NID} is not known to netmaster"}
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "NetworkDriver.DiscoverNew",
+        "NetworkDriver.DiscoverDelete",
+    ],
+)
+def test_discovery(client: FlaskClient, method: str) -> None:
+    r = call(client, method, {"DiscoveryType": 1, "DiscoveryData": {"Address": "10.0.0.2"}})
+    assert (r.status_code, r.get_json()) == (200, {})
+
+
+def test_allocate_and_free_network(client: FlaskClient) -> None:
+    body = {
+        "NetworkID": NID,
+        "IPv4Data": [{"Pool": "10.5.0.0/24"}],
+        "IPv6Data": None,
+        "Options": None,
+    }
+    assert call(client, "NetworkDriver.AllocateNetwork", body).get_json() == {}
+    assert call(client, "NetworkDriver.FreeNetwork", {"NetworkID": NID}).get_json() == {}
+
+
+# --- malformed requests ---
+def test_malformed_json(client: FlaskClient) -> None:
+    r = call(client, "NetworkDriver.CreateNetwork", raw=b"{not json")
+    assert r.status_code == 400
+    assert r.get_json()["Err"].startswith("CreateNetwork: request body is not valid JSON")
+    assert "Error" not in r.get_json()
+
+
+def test_missing_field_is_named(client: FlaskClient) -> None:
+    r = call(client, "NetworkDriver.CreateEndpoint", {"NetworkID": NID, "Interface": None})
+    assert r.status_code == 400
+    assert r.get_json() == {"Err": "CreateEndpoint: field 'EndpointID' is required"}
+
+
+def test_empty_body_where_fields_are_required(client: FlaskClient) -> None:
+    r = call(client, "IpamDriver.ReleasePool")
+    assert r.status_code == 400
+    assert r.get_json()["Error"] == "ReleasePool: field 'PoolID' is required"
+
+
+def test_body_must_be_an_object(client: FlaskClient) -> None:
+    r = call(client, "NetworkDriver.Leave", [1, 2])
+    assert r.status_code == 400
+    assert "JSON object" in r.get_json()["Err"]
+
+
+def test_unknown_method_is_404(client: FlaskClient) -> None:
+    r = call(client, "NetworkDriver.Frobnicate", {})
+    assert r.status_code == 404
+    assert "Frobnicate" in r.get_json()["Err"]
+    r = call(client, "IpamDriver.Frobnicate", {})
+    assert r.status_code == 404
+    assert r.get_json()["Err"] == r.get_json()["Error"]
+
+
+def test_master_refusal_keeps_status_and_text(client: FlaskClient, master: FakeMaster) -> None:
+    create_network(client)
+    master.down = True
+    r = call(client, "NetworkDriver.Join", {"NetworkID": NID, "EndpointID": EID})
+    assert r.status_code == 503
+    assert "unreachable" in r.get_json()["Err"]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_master_down_says_unreachable(datapath: FakeDatapath) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    driver = Driver(MasterClient(url, timeout=1, retries=2, backoff=0), datapath)
+    r = call(create_app(driver).test_client(), "IpamDriver.RequestPool", {"Pool": "10.5.0.0/24"})
+    body = r.get_json()
+    assert r.status_code == 503
+    assert body["Err"] == body["Error"]
+    assert body["Err"].startswith(f"RequestPool: netmaster at {url} is unreachable: ")
