@@ -174,7 +174,10 @@ def test_containers_talk_to_each_other_the_gateway_and_the_host(
     assert "200 OK" in reply and "netplugin test image" in reply
     # The master knows the network and both endpoints.
     nets = requests.get(f"{master.url}/api/v1/networks", timeout=5).json()
-    assert any(n["subnet"] == "10.81.0.0/24" for n in nets)
+    # ... under its docker name (docker's CreateNetwork carries none: learned afterwards).
+    assert any(n["subnet"] == "10.81.0.0/24" and n["networkName"] == net for n in nets), nets
+    shown = sh(str(BIN / "netctl"), "--netmaster", master.url, "net", "ls").stdout
+    assert re.search(rf"default\s+{net}\s", shown), shown
     eps = {e["ipAddress"] for e in requests.get(f"{master.url}/api/v1/endpoints", timeout=5).json()}
     assert {ip_of(a), ip_of(b)} <= eps
 

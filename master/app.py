@@ -173,6 +173,15 @@ def create_app(state: ClusterState, config: dict[str, Any] | None = None) -> Fla
             put_network
         )
 
+    @route(f"{API}/networks/<key>/rename", "POST", "Rename a network without endpoints")
+    def rename_network(key: str) -> Response:
+        tenant, name = _split_key("network", key)
+        obj = f"network {tenant}:{name}"
+        new_name = _body(obj).get("networkName")
+        if not isinstance(new_name, str) or not new_name:
+            raise BadRequest(obj, 'body must be {"networkName": NEW_NAME}')
+        return _json_response(state.rename_network(tenant, name, new_name).dump())
+
     @route(f"{API}/networks/<key>", "DELETE", "Delete a network (refused while it has endpoints)")
     def delete_network(key: str) -> Response:
         tenant, name = _split_key("network", key)

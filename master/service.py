@@ -444,6 +444,47 @@ class ClusterState:
             out.append(op)
         return out
 
+    def rename_network(self, tenant: str, name: str, new_name: str) -> Network:
+        """Rename a network that has no endpoints yet (docker names arrive after creation)."""
+        obj = f"network {tenant}:{name}"
+        check_name("network", new_name)
+
+        def attempt() -> Network:
+            net, rec, kv = self._network(tenant, name)
+            if new_name == name:
+                return net
+            new_key = keys.network(tenant, new_name)
+            if self._get(new_key) is not None:
+                raise Conflict(obj, f"cannot rename: network {tenant}:{new_name} already exists")
+            eps, _ = self._range(keys.endpoints_of(tenant, name))
+            if eps:
+                raise Conflict(obj, f"cannot rename while {len(eps)} endpoint(s) exist")
+            renamed = net.model_copy(update={"networkName": new_name})
+            compares = [
+                _unchanged(kv),
+                _absent(new_key),
+                _none_under(keys.endpoints_of(tenant, name)),
+            ]
+            ops: list[Op] = [
+                Delete(kv.key),
+                Put(new_key, _json({**rec, "config": renamed.dump()})),
+                Put(keys.tag(rec["encap"], rec["pktTag"]), renamed.id.encode()),
+            ]
+            for field in ("ipv4Pool", "ipv6Pool"):
+                pkv = self._get(keys.pool(rec[field])) if rec.get(field) else None
+                if pkv is not None:
+                    compares.append(_unchanged(pkv))
+                    ops.append(
+                        Put(
+                            pkv.key,
+                            _json({**_load(pkv), "network": renamed.id, "name": renamed.id}),
+                        )
+                    )
+            self._commit(compares, ops)
+            return renamed
+
+        return self._retrying(obj, attempt)
+
     def delete_network(self, tenant: str, name: str) -> None:
         obj = f"network {tenant}:{name}"
 

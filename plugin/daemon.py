@@ -69,6 +69,26 @@ class AgentDatapath:
         return self.agent.endpoint_oper(endpoint_id)
 
 
+def docker_namer(docker_host: str) -> Any:
+    """A lookup of a docker network's name by ID (None while dockerd does not know it)."""
+    import docker
+    from docker.errors import NotFound
+
+    client = (
+        docker.DockerClient(base_url=docker_host, timeout=2)
+        if docker_host
+        else docker.from_env(timeout=2)
+    )
+
+    def name(network_id: str) -> str | None:
+        try:
+            return str(client.networks.get(network_id).name)
+        except NotFound:
+            return None
+
+    return name
+
+
 def resync(agent: DatapathAgent, master: MasterClient, host: str) -> dict[str, int]:
     """After a (re)start: this host's endpoints from the master, reconciled with the switch."""
     endpoints = [e for e in master.list_endpoints() if e.get("host") == host]
@@ -117,7 +137,13 @@ def run(args: Any) -> None:
         Iptables(),
     )
     agent.start()
-    driver = Driver(master, AgentDatapath(agent, master), host=args.host, mtu=args.mtu)
+    driver = Driver(
+        master,
+        AgentDatapath(agent, master),
+        host=args.host,
+        mtu=args.mtu,
+        docker_name=docker_namer(args.docker_host),
+    )
     app = create_app(driver)
     server = make_server(f"unix://{args.socket}", 0, app, threaded=True)
     os.chmod(args.socket, 0o600)

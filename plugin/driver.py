@@ -5,8 +5,12 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
+import re
+import threading
+import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from . import schemas as s
@@ -81,6 +85,9 @@ def mac_for(ipv4: str, ipv6: str, endpoint_id: str) -> str:
     return ":".join(f"{b:02x}" for b in (0x02, 0x42, *tail))
 
 
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
 class Driver:
     def __init__(
         self,
@@ -88,7 +95,11 @@ class Driver:
         datapath: Datapath,
         host: str = "",
         mtu: int = 1450,
+        docker_name: Callable[[str], str | None] | None = None,
     ) -> None:
+        # Docker's CreateNetwork carries no name: docker_name(network_id) asks dockerd later.
+        self.docker_name = docker_name
+        self._naming = threading.Lock()
         self.master = master
         self.datapath = datapath
         self.host = host
@@ -143,7 +154,47 @@ class Driver:
                 network[gateway] = strip_len(data[0].Gateway)
         self.master.create_network(network)
         self._networks[req.NetworkID] = NetworkRef(tenant, name, str(generic.get("group") or ""))
+        if self.docker_name is not None and name == req.NetworkID[:12]:
+            # dockerd knows the name only once CreateNetwork has returned: learn it soon after.
+            threading.Thread(
+                target=self._learn_name, args=(req.NetworkID, 10.0), daemon=True
+            ).start()
         return {}
+
+    def _learn_name(self, network_id: str, patience: float) -> NetworkRef:
+        """Rename the master network from its docker-ID placeholder to its docker name."""
+        deadline = time.monotonic() + patience
+        while True:
+            with self._naming:
+                ref = self._ref(network_id)
+                if ref.name != network_id[:12] or self.docker_name is None:
+                    return ref
+                try:
+                    docker = self.docker_name(network_id)
+                except Exception as e:  # dockerd busy or unreachable: the ID name stays usable
+                    log.debug("network %s: docker name lookup failed: %s", network_id, e)
+                    docker = None
+                if docker:
+                    name = docker.split("/", 1)[0]  # NAME/TENANT is how tenants appear in docker
+                    if not _NAME_RE.match(name):
+                        log.warning(
+                            "network %s: docker name %r is not a valid netplugin name",
+                            network_id,
+                            name,
+                        )
+                        return ref
+                    try:
+                        self.master.rename_network(ref.tenant, ref.name, name)
+                    except MasterError as e:
+                        log.warning("network %s: keeping name %s: %s", network_id, ref.name, e)
+                        return ref
+                    ref = replace(ref, name=name)
+                    self._networks[network_id] = ref
+                    log.info("network %s is %s:%s", network_id, ref.tenant, name)
+                    return ref
+            if time.monotonic() > deadline:
+                return ref
+            time.sleep(0.2)
 
     def delete_network(self, req: s.DeleteNetwork) -> dict[str, Any]:
         try:
@@ -161,6 +212,9 @@ class Driver:
 
     # --- endpoints ---
     def create_endpoint(self, req: s.CreateEndpoint) -> dict[str, Any]:
+        # `docker network create x && docker run --net x` can beat the background rename;
+        # the network surely exists in dockerd now, and must be named before it has endpoints.
+        self._learn_name(req.NetworkID, 0)
         ref, net = self._network(req.NetworkID)
         iface = req.Interface or s.EndpointInterface()
         ipv4, ipv6 = strip_len(iface.Address), strip_len(iface.AddressIPv6)

@@ -125,6 +125,9 @@ class MasterClient:
         """Config and oper state (the allocated pkt-tag is in Oper)."""
         return self._call("GET", f"/inspect/networks/{tenant}:{name}")
 
+    def rename_network(self, tenant: str, name: str, new_name: str) -> dict[str, Any]:
+        return self._call("POST", f"/networks/{tenant}:{name}/rename", {"networkName": new_name})
+
     def delete_network(self, tenant: str, name: str) -> None:
         self._call("DELETE", f"/networks/{tenant}:{name}")
 

@@ -174,3 +174,34 @@ def test_endpoint_adopts_the_address_docker_requested(state: ClusterState) -> No
     ]
     allocated = state.inspect_network("default", "d")["Oper"]["allocatedAddresses"]
     assert again in allocated and len(allocated) == 2
+
+
+def test_rename_network(client: FlaskClient, state: ClusterState) -> None:
+    assert (
+        client.post(
+            "/api/v1/networks/default:abc123",
+            json={"subnet": "10.9.0.0/24", "dockerNetworkID": "abc123full"},
+        ).status_code
+        == 200
+    )
+    r = client.post("/api/v1/networks/default:abc123/rename", json={"networkName": "web"})
+    assert r.status_code == 200 and r.json["networkName"] == "web"
+    assert client.get("/api/v1/networks/default:abc123").status_code == 404
+    oper = client.get("/api/v1/inspect/networks/default:web").json["Oper"]
+    assert oper["allocatedAddresses"] == ["10.9.0.1"]
+    ep = client.post("/api/v1/alloc/endpoints", json={"endpointID": "e", "networkName": "web"})
+    assert ep.json["ipAddress"] == "10.9.0.2"
+    r = client.post("/api/v1/networks/default:web/rename", json={"networkName": "other"})
+    assert r.status_code == 409 and "endpoint" in r.json["error"]
+    assert (
+        client.post("/api/v1/networks/default:x", json={"subnet": "10.10.0.0/24"}).status_code
+        == 200
+    )
+    client.delete("/api/v1/alloc/endpoints/e")
+    r = client.post("/api/v1/networks/default:web/rename", json={"networkName": "x"})
+    assert r.status_code == 409 and "already exists" in r.json["error"]
+    r = client.post("/api/v1/networks/default:web/rename", json={"networkName": "bad name"})
+    assert r.status_code == 400
+    # The tag and pool follow the rename: deleting under the new name frees everything.
+    assert client.delete("/api/v1/networks/default:web").status_code == 200
+    assert client.get("/api/v1/inspect/globals/global").json["Oper"]["vxlansInUse"] == "2"

@@ -91,6 +91,13 @@ class FakeMaster:
         self._check()
         return list(self.networks.values())
 
+    def rename_network(self, tenant: str, name: str, new_name: str) -> dict[str, Any]:
+        self._check()
+        net = self.networks.pop(f"{tenant}:{name}")
+        net["networkName"] = new_name
+        self.networks[f"{tenant}:{new_name}"] = net
+        return net
+
     def delete_network(self, tenant: str, name: str) -> None:
         self._check()
         if self.networks.pop(f"{tenant}:{name}", None) is None:
@@ -489,3 +496,17 @@ def test_master_down_says_unreachable(datapath: FakeDatapath) -> None:
     assert r.status_code == 503
     assert body["Err"] == body["Error"]
     assert body["Err"].startswith(f"RequestPool: netmaster at {url} is unreachable: ")
+
+
+def test_network_takes_its_docker_name() -> None:
+    master, datapath = FakeMaster(), FakeDatapath()
+    known: dict[str, str] = {}
+    driver = Driver(master, datapath, host="h1", docker_name=known.get)
+    client = create_app(driver).test_client()
+    create_network(client)
+    assert master.get_network("default", NID[:12])  # docker has not told us the name yet
+    known[NID] = "frontend"
+    r = create_endpoint(client, {"Address": "10.5.0.7/24"})
+    assert r.status_code == 200, r.get_json()
+    assert master.get_network("default", "frontend")["dockerNetworkID"] == NID
+    assert master.endpoints[EID]["networkName"] == "frontend"
