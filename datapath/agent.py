@@ -17,7 +17,14 @@ from dataclasses import dataclass, field, replace
 from pyroute2 import IPRoute
 
 from .flows import Flow
-from .hostnat import GatewayNet, Iptables, PortMapping, gateway_port_name
+from .hostnat import (
+    DNAT_CHAIN,
+    GatewayNet,
+    Iptables,
+    PortMapping,
+    gateway_port_name,
+    parse_dnat_rules,
+)
 from .ovs import Ovs
 from .pipeline import DesiredState, EndpointState, NetworkState, compile_flows
 from .veth import create_veth, delete_link, delete_veth, disable_tx_offload, host_veths, veth_names
@@ -128,6 +135,14 @@ class DatapathAgent:
                     missing += 1
                     continue
                 wanted[ep.id] = replace(ep, ofport=info.ofport)
+            # Published ports live only in our DNAT chain: keep those of surviving endpoints.
+            by_ip = {e.ipv4: e.id for e in wanted.values() if e.ipv4}
+            published: dict[str, list[PortMapping]] = {}
+            for m in parse_dnat_rules(self.iptables.current("nat", DNAT_CHAIN) or []):
+                if m.container_ip in by_ip:
+                    published.setdefault(by_ip[m.container_ip], []).append(m)
+            for eid, maps in published.items():
+                wanted[eid] = replace(wanted[eid], port_mappings=tuple(maps))
             self._state.endpoints = wanted
             self._ready.set()
             removed = 0
@@ -147,6 +162,9 @@ class DatapathAgent:
             return {"endpoints": len(wanted), "missing": missing, "removed": removed}
 
     # --- networks ---
+
+    def has_endpoint(self, endpoint_id: str) -> bool:
+        return endpoint_id in self._state.endpoints
 
     def has_network(self, network_id: str) -> bool:
         return network_id in self._state.networks
@@ -239,6 +257,7 @@ class DatapathAgent:
         delete_veth(endpoint_id)
 
     def set_port_mappings(self, endpoint_id: str, mappings: Iterable[PortMapping]) -> None:
+        self._wait_ready()
         with self._lock:
             ep = self._state.endpoints.get(endpoint_id)
             if ep is None:

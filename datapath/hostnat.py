@@ -7,6 +7,7 @@ current contents first and, only when they differ, replaces it atomically with o
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,7 +55,12 @@ def nat_rules(nets: Sequence[GatewayNet]) -> list[str]:
 
 def forward_rules(nets: Sequence[GatewayNet]) -> list[str]:
     """Networks are not routed to each other; non-internal ones reach out and get replies."""
-    rules = [f"-A {FWD_CHAIN} -i {GATEWAY_PREFIX}+ -o {GATEWAY_PREFIX}+ -j DROP"]
+    rules = [
+        # Published ports (DNAT'ed by the host) are reachable from every network, as with
+        # docker's bridge; everything else between two networks is dropped.
+        f"-A {FWD_CHAIN} -o {GATEWAY_PREFIX}+ -m conntrack --ctstate DNAT -j ACCEPT",
+        f"-A {FWD_CHAIN} -i {GATEWAY_PREFIX}+ -o {GATEWAY_PREFIX}+ -j DROP",
+    ]
     for n in sorted(nets, key=lambda n: n.gateway_port):
         if n.internal:
             rules += [
@@ -81,6 +87,27 @@ def dnat_rules(mappings: Sequence[PortMapping]) -> list[str]:
             f"-j DNAT --to-destination {m.container_ip}:{m.container_port}"
         )
     return rules
+
+
+_DNAT_RE = re.compile(
+    rf"^-A {DNAT_CHAIN}(?: -d (?P<host_ip>[0-9.]+)/32)? -p (?P<proto>tcp|udp) -m (?:tcp|udp) "
+    r"--dport (?P<host_port>\d+) -m addrtype --dst-type LOCAL "
+    r"-j DNAT --to-destination (?P<ip>[0-9.]+):(?P<port>\d+)$"
+)
+
+
+def parse_dnat_rules(rules: Sequence[str]) -> list[PortMapping]:
+    """The inverse of dnat_rules: a restarted agent reads published ports back from the kernel."""
+    out = []
+    for rule in rules:
+        m = _DNAT_RE.match(rule)
+        if m:
+            out.append(
+                PortMapping(
+                    m["proto"], m["host_ip"] or "", int(m["host_port"]), m["ip"], int(m["port"])
+                )
+            )
+    return out
 
 
 def restore_script(table: str, chain: str, rules: Sequence[str]) -> str:

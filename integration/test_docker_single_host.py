@@ -315,3 +315,37 @@ def test_connect_disconnect_and_tenant_options(
         sh("docker", "network", "rm", tnet)
     finally:
         requests.delete(f"{master.url}/api/v1/tenants/{tenant}", timeout=5)
+
+
+def test_publish_port(stack: tuple[MasterProcess, PluginProcess], names: list[str]) -> None:
+    net, other = network(names, "10.89.0.0/24"), network(names, "10.90.0.0/24")
+    web = unique(names, "web")
+    sh(
+        "docker",
+        "run",
+        "-d",
+        "--name",
+        web,
+        "--net",
+        net,
+        "-p",
+        "18080:8080",
+        IMAGE,
+        "httpd",
+        "-f",
+        "-p",
+        "8080",
+        "-h",
+        "/var/www",
+    )
+    host_ip = (
+        sh("ip", "-4", "-o", "addr", "show", "scope", "global").stdout.split()[3].split("/")[0]
+    )
+    request = f'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 3 {host_ip} 18080'
+    time.sleep(0.3)
+    from_host = sh("curl", "-s", "--max-time", "3", f"http://{host_ip}:18080/", check=False).stdout
+    assert "netplugin test image" in from_host
+    client = run(names, other)  # another network reaches it through the host, like docker's bridge
+    assert "netplugin test image" in sh("docker", "exec", client, "sh", "-c", request).stdout
+    sh("docker", "stop", "-t", "1", web)
+    assert "18080" not in sh("iptables", "-t", "nat", "-S", "NETPLUGIN-DNAT").stdout

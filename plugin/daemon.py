@@ -13,12 +13,12 @@ from typing import Any
 from werkzeug.serving import make_server
 
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
-from datapath.hostnat import Iptables
+from datapath.hostnat import Iptables, PortMapping
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs
 
 from .app import create_app
-from .driver import Driver
+from .driver import Driver, PortBinding
 from .master_client import MasterClient, MasterError
 
 log = logging.getLogger("netplugin")
@@ -67,6 +67,17 @@ class AgentDatapath:
 
     def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]:
         return self.agent.endpoint_oper(endpoint_id)
+
+    def publish(self, endpoint_id: str, mappings: list[PortBinding]) -> None:
+        if not mappings and not self.agent.has_endpoint(endpoint_id):
+            return  # revoked after the endpoint is gone: nothing is published
+        self.agent.set_port_mappings(
+            endpoint_id,
+            [
+                PortMapping(m.proto, m.host_ip, m.host_port, m.container_ip, m.container_port)
+                for m in mappings
+            ],
+        )
 
 
 def docker_namer(docker_host: str) -> Any:

@@ -53,6 +53,47 @@ class Datapath(Protocol):
 
     def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]: ...
 
+    def publish(self, endpoint_id: str, mappings: list[PortBinding]) -> None:
+        """Make exactly these host ports lead to the endpoint (empty: none)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PortBinding:
+    proto: str
+    host_ip: str
+    host_port: int
+    container_ip: str
+    container_port: int
+
+
+PROTOCOLS = {6: "tcp", 17: "udp"}
+
+
+def port_bindings(portmap: Any, container_ip: str) -> list[PortBinding]:
+    """Docker's com.docker.network.portmap (from -p) as bindings to ``container_ip``."""
+    out: list[PortBinding] = []
+    for entry in portmap or []:
+        proto = PROTOCOLS.get(entry.get("Proto"))
+        if proto is None:
+            raise DriverError(
+                f"publishing protocol {entry.get('Proto')} is not supported (tcp, udp)"
+            )
+        host_port, end = int(entry.get("HostPort") or 0), int(entry.get("HostPortEnd") or 0)
+        if not host_port:
+            raise DriverError(
+                f"-p {entry.get('Port')}: netplugin needs an explicit host port "
+                f"(-p HOSTPORT:{entry.get('Port')})"
+            )
+        if end and end != host_port:
+            raise DriverError(f"-p {host_port}-{end}: host port ranges are not supported")
+        out.append(
+            PortBinding(
+                proto, entry.get("HostIP") or "", host_port, container_ip, int(entry["Port"])
+            )
+        )
+    return out
+
 
 @dataclass(frozen=True)
 class NetworkRef:
@@ -305,9 +346,20 @@ class Driver:
         return {}
 
     def program_external_connectivity(self, req: s.ProgramExternalConnectivity) -> dict[str, Any]:
+        portmap = (req.Options or {}).get("com.docker.network.portmap")
+        if not portmap:
+            return {}
+        local = self._endpoints.get(req.EndpointID)
+        ipv4 = (
+            local.ipv4 if local else self.master.get_endpoint(req.EndpointID).get("ipAddress", "")
+        )
+        if not ipv4:
+            raise DriverError(f"endpoint {req.EndpointID} has no IPv4 address to publish ports to")
+        self.datapath.publish(req.EndpointID, port_bindings(portmap, ipv4))
         return {}
 
     def revoke_external_connectivity(self, req: s.RevokeExternalConnectivity) -> dict[str, Any]:
+        self.datapath.publish(req.EndpointID, [])
         return {}
 
     def discover_new(self, req: s.DiscoverNew) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from datapath.hostnat import (
     forward_rules,
     gateway_port_name,
     nat_rules,
+    parse_dnat_rules,
     restore_script,
 )
 
@@ -31,7 +32,8 @@ def test_internal_networks_are_not_masqueraded() -> None:
 
 def test_networks_are_isolated_first() -> None:
     rules = forward_rules(NETS)
-    assert rules[0] == f"-A {FWD_CHAIN} -i npgw+ -o npgw+ -j DROP"
+    assert rules[0] == f"-A {FWD_CHAIN} -o npgw+ -m conntrack --ctstate DNAT -j ACCEPT"
+    assert rules[1] == f"-A {FWD_CHAIN} -i npgw+ -o npgw+ -j DROP"
     assert f"-A {FWD_CHAIN} -i npgw300 -j DROP" in rules
     assert f"-A {FWD_CHAIN} -i npgw100 -j ACCEPT" in rules
     assert not any("npgw300 -j ACCEPT" in r for r in rules)
@@ -52,6 +54,15 @@ def test_dnat() -> None:
     assert rules[0].startswith(f"-A {DNAT_CHAIN} -p tcp -m tcp --dport 8080")
     assert rules[0].endswith("--to-destination 10.1.0.5:80")
     assert "-d 192.0.2.1/32" in rules[1]
+
+
+def test_published_ports_read_back_exactly() -> None:
+    maps = [
+        PortMapping("tcp", "", 8080, "10.1.0.5", 80),
+        PortMapping("udp", "192.0.2.1", 53, "10.1.0.6", 5353),
+    ]
+    assert sorted(parse_dnat_rules(dnat_rules(maps)), key=str) == sorted(maps, key=str)
+    assert parse_dnat_rules(["-A OTHER -j ACCEPT", "-N NETPLUGIN-DNAT"]) == []
 
 
 def test_restore_script_replaces_only_our_chain() -> None:

@@ -146,6 +146,7 @@ class FakeDatapath:
         self.ports: dict[str, dict[str, Any]] = {}
         self.fail = False
         self.removed_networks: list[str] = []
+        self.published: dict[str, list[Any]] = {}
 
     def create_endpoint_port(
         self, endpoint_id: str, network: dict[str, Any], mac: str, ipv4: str, ipv6: str, mtu: int
@@ -164,6 +165,9 @@ class FakeDatapath:
 
     def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]:
         return {"port": self.ports.get(endpoint_id, {}).get("name", "")}
+
+    def publish(self, endpoint_id: str, mappings: list[Any]) -> None:
+        self.published[endpoint_id] = list(mappings)
 
 
 @pytest.fixture
@@ -510,3 +514,34 @@ def test_network_takes_its_docker_name() -> None:
     assert r.status_code == 200, r.get_json()
     assert master.get_network("default", "frontend")["dockerNetworkID"] == NID
     assert master.endpoints[EID]["networkName"] == "frontend"
+
+
+def test_port_publishing(client: FlaskClient, datapath: FakeDatapath) -> None:
+    create_network(client)
+    assert create_endpoint(client, {"Address": "10.5.0.7/24"}).status_code == 200
+    ids = {"NetworkID": NID, "EndpointID": EID}
+    portmap = [
+        {"Proto": 6, "IP": "", "Port": 80, "HostIP": "", "HostPort": 8080, "HostPortEnd": 8080}
+    ]
+    r = call(
+        client,
+        "NetworkDriver.ProgramExternalConnectivity",
+        {**ids, "Options": {"com.docker.network.portmap": portmap}},
+    )
+    assert r.status_code == 200, r.get_json()
+    (binding,) = datapath.published[EID]
+    assert (binding.proto, binding.host_port, binding.container_ip, binding.container_port) == (
+        "tcp",
+        8080,
+        "10.5.0.7",
+        80,
+    )
+    assert call(client, "NetworkDriver.RevokeExternalConnectivity", ids).status_code == 200
+    assert datapath.published[EID] == []
+    bad = [{"Proto": 6, "Port": 80, "HostPort": 0}]
+    r = call(
+        client,
+        "NetworkDriver.ProgramExternalConnectivity",
+        {**ids, "Options": {"com.docker.network.portmap": bad}},
+    )
+    assert r.status_code == 400 and "-p HOSTPORT:80" in r.get_json()["Err"]
