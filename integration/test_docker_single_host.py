@@ -349,3 +349,63 @@ def test_publish_port(stack: tuple[MasterProcess, PluginProcess], names: list[st
     assert "netplugin test image" in sh("docker", "exec", client, "sh", "-c", request).stdout
     sh("docker", "stop", "-t", "1", web)
     assert "18080" not in sh("iptables", "-t", "nat", "-S", "NETPLUGIN-DNAT").stdout
+
+
+def test_internal_network_has_no_way_out(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    net = network(names, "10.94.0.0/24", "--internal")
+    a, b = run(names, net), run(names, net)
+    assert ping(a, ip_of(b))
+    routes = sh("docker", "exec", a, "ip", "route").stdout
+    assert "default" not in routes, routes
+    nat = sh("iptables", "-t", "nat", "-S", "NETPLUGIN-POSTROUTING").stdout
+    assert "10.94.0.0/24" not in nat
+
+
+def test_ipv6_dual_stack(stack: tuple[MasterProcess, PluginProcess], names: list[str]) -> None:
+    net = network(names, "10.95.0.0/24", "--ipv6", "--subnet", "fd95::/64")
+    a, b = run(names, net), run(names, net)
+    info = json.loads(
+        sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", b).stdout
+    )[net]
+    v6 = info["GlobalIPv6Address"]
+    assert v6.startswith("fd95::"), info
+    res = sh("docker", "exec", a, "ping", "-6", "-c", "2", "-W", "2", v6, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert ping(a, ip_of(b))
+
+
+def test_concurrent_runs_get_distinct_addresses(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    net = network(names, "10.96.0.0/24")
+    containers = [unique(names, "par") for _ in range(16)]
+    with ThreadPoolExecutor(16) as pool:
+        list(
+            pool.map(
+                lambda n: sh(
+                    "docker", "run", "-d", "--name", n, "--net", net, IMAGE, "sleep", "600"
+                ),
+                containers,
+            )
+        )
+    addrs = [ip_of(c) for c in containers]
+    assert len(set(addrs)) == 16
+    assert ping(containers[0], addrs[-1])
+
+
+def test_exhaustion_and_reuse(stack: tuple[MasterProcess, PluginProcess], names: list[str]) -> None:
+    net = network(names, "10.97.0.0/29")  # 6 usable, 1 is the gateway
+    made = [run(names, net) for _ in range(5)]
+    extra = unique(names, "full")
+    res = sh(
+        "docker", "run", "-d", "--name", extra, "--net", net, IMAGE, "sleep", "600", check=False
+    )
+    assert res.returncode != 0 and "no free address" in res.stderr, res.stderr
+    freed = ip_of(made[2])
+    sh("docker", "rm", "-f", made[2])
+    again = run(names, net)
+    assert ip_of(again) == freed
