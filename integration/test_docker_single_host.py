@@ -50,7 +50,7 @@ class PluginProcess:
         t0 = time.monotonic()
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [str(BIN / "netplugin"), "--netmaster", self.master_url, "--log-level", "debug"],
+                [str(BIN / "netplugin"), "--netmaster", self.master_url, "--log-level", "info"],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -409,3 +409,64 @@ def test_exhaustion_and_reuse(stack: tuple[MasterProcess, PluginProcess], names:
     sh("docker", "rm", "-f", made[2])
     again = run(names, net)
     assert ip_of(again) == freed
+
+
+def test_stale_ports_and_veths_are_collected_at_start(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    _, plugin = stack
+    stale = "vp" + uuid.uuid4().hex[:11]
+    sh("ip", "link", "add", stale, "type", "veth", "peer", "name", "vc" + stale[2:])
+    sh(
+        "ovs-vsctl",
+        "add-port",
+        "netplugin",
+        stale,
+        "--",
+        "set",
+        "interface",
+        stale,
+        "external_ids:netplugin-endpoint=gone-" + stale,
+    )
+    net = network(names, "10.98.0.0/24")
+    a, b = run(names, net), run(names, net)
+    plugin.stop()
+    plugin.start()
+
+    def leftover() -> bool:
+        return (
+            stale
+            in sh("ovs-vsctl", "list-ports", "netplugin").stdout + sh("ip", "-o", "link").stdout
+        )
+
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and leftover():
+        time.sleep(0.2)
+    assert stale not in sh("ovs-vsctl", "list-ports", "netplugin").stdout
+    assert stale not in sh("ip", "-o", "link").stdout
+    assert ping(a, ip_of(b))  # live endpoints were kept
+
+
+def test_master_down_gives_a_clear_error(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    master, _ = stack
+    net = network(names, "10.99.0.0/24")
+    a = run(names, net)
+    master.stop()
+    try:
+        name = unique(names, "nomaster")
+        res = sh(
+            "docker", "run", "-d", "--name", name, "--net", net, IMAGE, "sleep", "600", check=False
+        )
+        assert res.returncode != 0 and "netmaster" in res.stderr and "unreachable" in res.stderr, (
+            res.stderr
+        )
+    finally:
+        master.start()
+    b = run(names, net)
+    assert ping(b, ip_of(a))
+    eps = requests.get(f"{master.url}/api/v1/endpoints", timeout=5).json()
+    assert sorted(e["ipAddress"] for e in eps if e["ipAddress"].startswith("10.99.")) == sorted(
+        [ip_of(a), ip_of(b)]
+    )  # the refused run left no endpoint or address behind

@@ -81,19 +81,27 @@ class AgentDatapath:
 
 
 def docker_namer(docker_host: str) -> Any:
-    """A lookup of a docker network's name by ID (None while dockerd does not know it)."""
+    """A lookup of a docker network's name by ID (None while dockerd does not know it).
+
+    The client is made on first use: docker-py talks to dockerd when constructed, and a
+    dockerd that is restoring containers on our networks waits for us, so connecting at
+    start would deadlock the two.
+    """
     import docker
     from docker.errors import NotFound
 
-    client = (
-        docker.DockerClient(base_url=docker_host, timeout=2)
-        if docker_host
-        else docker.from_env(timeout=2)
-    )
+    clients: list[Any] = []
 
     def name(network_id: str) -> str | None:
+        if not clients:
+            kwargs: dict[str, Any] = {"timeout": 2}
+            clients.append(
+                docker.DockerClient(base_url=docker_host, **kwargs)
+                if docker_host
+                else docker.from_env(**kwargs)
+            )
         try:
-            return str(client.networks.get(network_id).name)
+            return str(clients[0].networks.get(network_id).name)
         except NotFound:
             return None
 

@@ -11,6 +11,9 @@
 #   DOCKERD_LOG        dockerd's log file (default /var/log/dockerd.log)
 #   DOCKERD_ARGS       extra dockerd arguments
 #   DOCKERD_TIMEOUT    seconds to wait for `docker info` (default 30)
+#   DOCKERD_WAIT=0     start dockerd but do not wait for it: a dockerd restoring containers
+#                      on netplugin networks blocks until netplugin runs, so `make run`
+#                      starts netplugin before it waits for dockerd
 #   OVS_DATAPATH       force "system" or "netdev" in the report (default: detected)
 #   OVS_CTL            path of ovs-ctl; a missing path forces the by-hand start
 #
@@ -185,8 +188,16 @@ else
     dockerd_pid=$!
     started=started
   fi
+  if [ "${DOCKERD_WAIT:-1}" = 0 ]; then
+    sleep 0.5
+    if [ "$started" = started ] && ! kill -0 "$dockerd_pid" 2>/dev/null; then
+      show_dockerd_log
+      die "dockerd exited during startup (log: $DOCKERD_LOG)"
+    fi
+    started="$started (not waiting for it)"
+  fi
   deadline=$((SECONDS + DOCKERD_TIMEOUT))
-  until docker_ok; do
+  until [ "${DOCKERD_WAIT:-1}" = 0 ] || docker_ok; do
     if ((SECONDS >= deadline)); then
       show_dockerd_log
       die "dockerd did not answer 'docker info' within ${DOCKERD_TIMEOUT}s (log: $DOCKERD_LOG)"

@@ -8,7 +8,9 @@ BIN=${VENV:-.venv}/bin
 DATA_DIR=${DATA_DIR:-/var/lib/netplugin}
 LISTEN=${LISTEN:-127.0.0.1:9999}
 
-scripts/host-daemons.sh
+# dockerd may block at start until netplugin serves (containers with a restart policy on
+# netplugin networks): start it without waiting, and check on it once netplugin is up.
+DOCKERD_WAIT=0 scripts/host-daemons.sh
 mkdir -p "$DATA_DIR"
 
 pids=()
@@ -33,6 +35,11 @@ if [ "${NETMASTER_ONLY:-}" = "" ]; then
   "$BIN/netplugin" --netmaster "http://$LISTEN" ${NETPLUGIN_ARGS:-} &
   pids+=($!)
 fi
+
+(
+  for _ in $(seq 120); do docker info >/dev/null 2>&1 && exit 0; sleep 0.5; done
+  echo "run: dockerd is not answering after 60s; see /var/log/dockerd.log" >&2
+) &
 
 # Whichever exits first ends the run (the trap stops the other).
 set +e
