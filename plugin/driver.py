@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
-import re
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
+
+from master.models import NAME_RE
 
 from . import schemas as s
 from .master_client import MasterClient, MasterError
@@ -126,9 +127,6 @@ def mac_for(ipv4: str, ipv6: str, endpoint_id: str) -> str:
     return ":".join(f"{b:02x}" for b in (0x02, 0x42, *tail))
 
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
 class Driver:
     def __init__(
         self,
@@ -217,7 +215,7 @@ class Driver:
                     docker = None
                 if docker:
                     name = docker.split("/", 1)[0]  # NAME/TENANT is how tenants appear in docker
-                    if not _NAME_RE.match(name):
+                    if not NAME_RE.match(name):
                         log.warning(
                             "network %s: docker name %r is not a valid netplugin name",
                             network_id,
