@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,8 +17,8 @@ import requests
 
 from .host import ensure_host_daemons, ensure_test_image
 from .master import MasterProcess
+from .plugin import SOCKET, PluginProcess, serving
 
-SOCKET = "/run/docker/plugins/netplugin.sock"
 IMAGE = "netplugin-test/busybox"
 BIN = Path(sys.executable).parent
 
@@ -32,45 +30,6 @@ def sh(*cmd: str, check: bool = True, timeout: float = 60) -> subprocess.Complet
             f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr or res.stdout}"
         )
     return res
-
-
-def serving(path: str) -> bool:
-    with socket.socket(socket.AF_UNIX) as s:
-        return s.connect_ex(path) == 0
-
-
-class PluginProcess:
-    def __init__(self, master_url: str, log: Path) -> None:
-        self.master_url = master_url
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout: float = 20) -> float:
-        """Start and wait until the socket serves; returns the seconds that took."""
-        t0 = time.monotonic()
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [str(BIN / "netplugin"), "--netmaster", self.master_url, "--log-level", "info"],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        while time.monotonic() - t0 < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"netplugin exited:\n{self.log.read_text()[-3000:]}")
-            if serving(SOCKET):
-                return time.monotonic() - t0
-            time.sleep(0.05)
-        raise RuntimeError(f"netplugin did not serve {SOCKET}:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,205 @@
+"""Single-host datapath benchmarks: docker run, driver call latency, throughput, flow compile."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import requests_unixsocket
+
+from datapath.flows import diff
+from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
+
+IMAGE = "netplugin-test/busybox"
+IPERF = "netplugin-test/iperf"
+
+
+def _sh(*cmd: str) -> str:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120).stdout
+
+
+def docker_run_seconds(network: str, runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        _sh("docker", "run", "--rm", "--net", network, IMAGE, "true")
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
+
+
+def driver_latency(socket_path: str, network_id: str, pool_id: str, n: int) -> dict[str, float]:
+    """Docker's call sequence straight at the plugin socket: RequestAddress, CreateEndpoint+Join."""
+    s = requests_unixsocket.Session()
+    base = "http+unix://" + socket_path.replace("/", "%2F")
+    req_addr: list[float] = []
+    create_join: list[float] = []
+    for _ in range(n):
+        eid = uuid.uuid4().hex * 2
+        t0 = time.perf_counter()
+        r = s.post(
+            f"{base}/IpamDriver.RequestAddress",
+            data=json.dumps({"PoolID": pool_id, "Address": "", "Options": None}),
+        )
+        t1 = time.perf_counter()
+        addr = r.json()["Address"]
+        body = {
+            "NetworkID": network_id,
+            "EndpointID": eid,
+            "Interface": {"Address": addr},
+            "Options": None,
+        }
+        s.post(f"{base}/NetworkDriver.CreateEndpoint", data=json.dumps(body)).raise_for_status()
+        s.post(
+            f"{base}/NetworkDriver.Join",
+            data=json.dumps(
+                {"NetworkID": network_id, "EndpointID": eid, "SandboxKey": "", "Options": None}
+            ),
+        ).raise_for_status()
+        t2 = time.perf_counter()
+        req_addr.append(t1 - t0)
+        create_join.append(t2 - t1)
+        s.post(
+            f"{base}/NetworkDriver.Leave",
+            data=json.dumps({"NetworkID": network_id, "EndpointID": eid}),
+        )
+        s.post(
+            f"{base}/NetworkDriver.DeleteEndpoint",
+            data=json.dumps({"NetworkID": network_id, "EndpointID": eid}),
+        )
+        s.post(
+            f"{base}/IpamDriver.ReleaseAddress",
+            data=json.dumps({"PoolID": pool_id, "Address": addr}),
+        )
+    return {
+        "request_address_p50_ms": _pct(req_addr, 50) * 1000,
+        "request_address_p99_ms": _pct(req_addr, 99) * 1000,
+        "create_join_p50_ms": _pct(create_join, 50) * 1000,
+        "create_join_p99_ms": _pct(create_join, 99) * 1000,
+        "n": n,
+    }
+
+
+def iperf_gbps(network: str, seconds: int = 5) -> float:
+    server = f"bench-iperf-{uuid.uuid4().hex[:6]}"
+    _sh("docker", "run", "-d", "--name", server, "--net", network, IPERF, "iperf3", "-s")
+    try:
+        time.sleep(0.5)
+        nets = json.loads(
+            _sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", server)
+        )
+        ip = next(iter(nets.values()))["IPAddress"]
+        out = _sh(
+            "docker",
+            "run",
+            "--rm",
+            "--net",
+            network,
+            IPERF,
+            "iperf3",
+            "-J",
+            "-c",
+            ip,
+            "-t",
+            str(seconds),
+        )
+        return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9
+    finally:
+        subprocess.run(["docker", "rm", "-f", server], capture_output=True)
+
+
+def flow_compile(endpoints: int = 500) -> dict[str, float]:
+    """Compute the desired flows for 500 endpoints and diff them against the switch's."""
+    nets = [
+        NetworkState(
+            id=f"t:n{i}",
+            segment=100 + i,
+            gateway_port=1000 + i,
+            gateway_mac=f"02:4e:50:00:00:{i:02x}",
+            gateway_ip=f"10.{i}.0.1",
+        )
+        for i in range(10)
+    ]
+    eps = []
+    for j in range(endpoints):
+        net, k = j % 10, j // 10  # k < 250: unique within its network
+        eps.append(
+            EndpointState(
+                id=f"e{j}",
+                network_id=f"t:n{net}",
+                ofport=10 + j,
+                mac=f"02:42:0a:{net:02x}:00:{k + 2:02x}",
+                ipv4=f"10.{net}.0.{k + 2}",
+            )
+        )
+    state = DesiredState(networks=nets, endpoints=eps)
+    t0 = time.perf_counter()
+    flows = compile_flows(state)
+    t1 = time.perf_counter()
+    d = diff(flows, flows)
+    t2 = time.perf_counter()
+    assert not d.to_add and not d.to_delete
+    return {"flows": len(flows), "compile_ms": (t1 - t0) * 1000, "diff_ms": (t2 - t1) * 1000}
+
+
+def run(workdir: Path) -> dict[str, Any]:
+    from integration.host import ensure_host_daemons, ensure_test_image
+    from integration.master import MasterProcess
+    from integration.plugin import SOCKET, PluginProcess, serving
+
+    ensure_host_daemons()
+    ensure_test_image(IMAGE)
+    ensure_test_image(IPERF)
+    if serving(SOCKET):
+        raise SystemExit(f"bench: another netplugin serves {SOCKET}; stop it first")
+    master = MasterProcess(workdir / "dp-master").start()
+    plugin = PluginProcess(master.url, workdir / "dp-plugin.log")
+    plugin.start()
+    ours, bridge = f"bench-np-{uuid.uuid4().hex[:6]}", f"bench-br-{uuid.uuid4().hex[:6]}"
+    try:
+        _sh(
+            "docker",
+            "network",
+            "create",
+            "-d",
+            "netplugin",
+            "--ipam-driver",
+            "netplugin",
+            "--subnet",
+            "10.150.0.0/16",
+            ours,
+        )
+        _sh("docker", "network", "create", "-d", "bridge", "--subnet", "10.151.0.0/16", bridge)
+        runs = 10
+        docker_run_seconds(ours, 2)  # warm-up
+        docker_run_seconds(bridge, 2)
+        np_runs, br_runs = docker_run_seconds(ours, runs), docker_run_seconds(bridge, runs)
+        nid = _sh("docker", "network", "inspect", "-f", "{{.Id}}", ours).strip()
+        latency = driver_latency(SOCKET, nid, "default:10.150.0.0/16", 200)
+        np_gbps, br_gbps = iperf_gbps(ours), iperf_gbps(bridge)
+        return {
+            "docker_run": {
+                "netplugin": statistics.median(np_runs),
+                "bridge": statistics.median(br_runs),
+                "runs": runs,
+            },
+            "latency": latency,
+            "iperf": {"netplugin": np_gbps, "bridge": br_gbps},
+            "flows": flow_compile(),
+            "datapath_type": _sh(
+                "ovs-vsctl", "get", "bridge", "netplugin", "datapath_type"
+            ).strip(),
+        }
+    finally:
+        subprocess.run(["docker", "network", "rm", ours, bridge], capture_output=True)
+        plugin.stop()
+        master.stop()
