@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -52,9 +52,12 @@ def test_64_allocators_in_threads_and_processes(
         Network(networkName="race", subnet="10.60.0.0/22")
     )  # 1021 usable after gateway
     per_thread = 4
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(4) as pool:  # 4 processes x 16 threads = 64 concurrent allocators
-        chunks = pool.map(_allocate, [(str(tmp_path), endpoints, p, per_thread) for p in range(4)])
+    # ProcessPoolExecutor fails (BrokenProcessPool) if a worker dies, where Pool would hang.
+    with ProcessPoolExecutor(4, mp_context=mp.get_context("spawn")) as pool:
+        futures = [
+            pool.submit(_allocate, (str(tmp_path), endpoints, p, per_thread)) for p in range(4)
+        ]
+        chunks = [f.result(timeout=120) for f in futures]
     addrs = [a for c in chunks for a in c]
     assert len(addrs) == 4 * 16 * per_thread
     assert len(set(addrs)) == len(addrs), "an address was handed out twice"

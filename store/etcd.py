@@ -17,6 +17,7 @@ import json
 import logging
 import queue
 import socket
+import sys
 import threading
 import urllib.parse
 import warnings
@@ -48,10 +49,29 @@ from store.base import (
     prefix_end_bytes,
 )
 
-with warnings.catch_warnings():
-    # etcd3gw imports futurist, which imports eventlet just to detect it; eventlet warns then.
-    warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
-    from etcd3gw.client import Etcd3Client
+
+def _import_etcd3gw() -> type:
+    """Import etcd3gw without dragging in eventlet.
+
+    etcd3gw imports futurist, which imports eventlet only to detect it. We never use
+    eventlet, and loading it (and greenlet) into a threaded process has crashed
+    interpreters here; so, unless someone (os-ken) already imported it, futurist is shown
+    that it is absent. sys.modules is restored, so a later real import still works.
+    """
+    blocked = "eventlet" not in sys.modules
+    if blocked:
+        sys.modules["eventlet"] = None  # type: ignore[assignment]
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
+            from etcd3gw.client import Etcd3Client
+    finally:
+        if blocked and sys.modules.get("eventlet", 0) is None:
+            del sys.modules["eventlet"]
+    return Etcd3Client
+
+
+Etcd3Client = _import_etcd3gw()
 
 log = logging.getLogger(__name__)
 
