@@ -90,6 +90,26 @@ class PoolCache:
                 self._reload(pool_id, pool_kv, entry)
                 return entry.allocator.allocate(within)
 
+    def refresh(self, pool_id: str) -> None:
+        """Catch up with every address other writers took, after losing a race to one."""
+        pool_kv = self._store.get(keys.pool(pool_id))
+        with self._lock:
+            entry = self._entries.get(pool_id)
+        if pool_kv is None or entry is None:
+            self.forget(pool_id)
+            return
+        if entry.revision != pool_kv.mod_revision:
+            self.forget(pool_id)  # the pool itself changed: rebuild on next use
+            return
+        prefix = keys.allocs_of(pool_id)
+        taken = [
+            ipaddress.ip_address(kv.key[len(prefix) :]) for kv in self._store.range(prefix).kvs
+        ]
+        with entry.lock:
+            # Merge, not replace: this process's in-flight claims must stay held.
+            for address in taken:
+                entry.allocator.mark(address)
+
     def unclaim(self, pool_id: str, address: IPAddr) -> None:
         """Forget a claim whose transaction did not commit (the address is still free)."""
         self.released(pool_id, address)

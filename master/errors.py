@@ -15,6 +15,10 @@ class ApiError(Exception):
         if status is not None:
             self.status = status
 
+    def __reduce__(self) -> tuple[type, tuple[str, str, int]]:
+        # Errors cross process boundaries (worker pools); keep all three fields.
+        return (type(self), (self.obj, self.reason, self.status))
+
     def to_json(self) -> dict[str, str]:
         return {"error": str(self), "object": self.obj, "reason": self.reason}
 
@@ -26,8 +30,8 @@ class BadRequest(ApiError):
 class NotFound(ApiError):
     status = 404
 
-    def __init__(self, obj: str, reason: str = "not found") -> None:
-        super().__init__(obj, reason)
+    def __init__(self, obj: str, reason: str = "not found", status: int | None = None) -> None:
+        super().__init__(obj, reason, status)
 
 
 class Conflict(ApiError):

@@ -834,7 +834,11 @@ class ClusterState:
             akv = self._get(keys.alloc(pid, str(addr)))
             if akv is None:
                 self.pools.unclaim(pid, addr)
-            elif statics.get(pid):
+            elif not statics.get(pid):
+                # Another writer is allocating from this pool too: stepping past one address
+                # at a time would chase it; re-read what it took (one range read).
+                self.pools.refresh(pid)
+            else:
                 who = _load(akv).get("owner", "?")
                 if who == requester:
                     continue  # our own earlier attempt committed: the retry will find it

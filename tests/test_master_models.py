@@ -115,3 +115,21 @@ def test_contiv_key_field_is_accepted_and_echoed() -> None:
 def test_docker_names() -> None:
     assert docker_name("default", "net1") == "net1"
     assert docker_name("blue", "net1") == "net1/blue"
+
+
+def test_api_errors_survive_pickling() -> None:
+    import pickle
+
+    from master.errors import Conflict, NotFound, Unavailable
+
+    for err in (
+        Conflict("network a:b", "busy"),
+        NotFound("tenant t"),
+        Unavailable("store", "down"),
+    ):
+        back = pickle.loads(pickle.dumps(err))
+        assert (
+            type(back) is type(err)
+            and back.to_json() == err.to_json()
+            and back.status == err.status
+        )
