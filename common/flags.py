@@ -46,6 +46,11 @@ def setup_logging(level: str, name: str) -> None:
         level=getattr(logging, level.upper(), logging.INFO),
         format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(name)s: %(message)s",
     )
-    # Their debug output (every netlink message, every OpenFlow event) drowns ours.
-    for lib in NOISY_LIBRARIES:
-        logging.getLogger(lib).setLevel(max(logging.getLogger().level, logging.WARNING))
+    # Their debug output (every netlink message, every OpenFlow event) drowns ours. A filter
+    # on our handlers, not setLevel: pyroute2 sets levels on its own child loggers.
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_quiet_libraries)
+
+
+def _quiet_libraries(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING or record.name.split(".", 1)[0] not in NOISY_LIBRARIES

@@ -56,3 +56,18 @@ def test_bind_parsing() -> None:
     assert _bind("http://127.0.0.1:9999/") == "127.0.0.1:9999"
     with pytest.raises(SystemExit, match="HOST:PORT"):
         _bind("localhost")
+
+
+def test_noisy_library_debug_is_filtered_but_their_warnings_are_kept() -> None:
+    import logging
+
+    from common.flags import _quiet_libraries
+
+    def record(name: str, level: int) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 1, "m", None, None)
+
+    assert not _quiet_libraries(record("pyroute2.netlink.core", logging.DEBUG))
+    assert not _quiet_libraries(record("os_ken.base.app_manager", logging.INFO))
+    assert _quiet_libraries(record("pyroute2.netlink.core", logging.WARNING))
+    assert _quiet_libraries(record("netplugin", logging.DEBUG))
+    assert _quiet_libraries(record("pyroute2x", logging.DEBUG))  # a prefix, not a substring
