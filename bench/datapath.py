@@ -14,6 +14,7 @@ import requests_unixsocket
 
 from datapath.flows import diff
 from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
+from integration.host import TEST_LABEL
 
 IMAGE = "netplugin-test/busybox"
 IPERF = "netplugin-test/iperf"
@@ -27,7 +28,7 @@ def docker_run_seconds(network: str, runs: int) -> list[float]:
     out = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        _sh("docker", "run", "--rm", "--net", network, IMAGE, "true")
+        _sh("docker", "run", "--rm", "--label", TEST_LABEL, "--net", network, IMAGE, "true")
         out.append(time.perf_counter() - t0)
     return out
 
@@ -91,7 +92,20 @@ def driver_latency(socket_path: str, network_id: str, pool_id: str, n: int) -> d
 
 def iperf_gbps(network: str, seconds: int = 5) -> float:
     server = f"bench-iperf-{uuid.uuid4().hex[:6]}"
-    _sh("docker", "run", "-d", "--name", server, "--net", network, IPERF, "iperf3", "-s")
+    _sh(
+        "docker",
+        "run",
+        "-d",
+        "--label",
+        TEST_LABEL,
+        "--name",
+        server,
+        "--net",
+        network,
+        IPERF,
+        "iperf3",
+        "-s",
+    )
     try:
         time.sleep(0.5)
         nets = json.loads(
@@ -152,7 +166,7 @@ def flow_compile(endpoints: int = 500) -> dict[str, float]:
 
 
 def run(workdir: Path) -> dict[str, Any]:
-    from integration.host import ensure_host_daemons, ensure_test_image
+    from integration.host import ensure_host_daemons, ensure_test_image, sweep_test_leftovers
     from integration.master import MasterProcess
     from integration.plugin import SOCKET, PluginProcess, serving
 
@@ -164,12 +178,15 @@ def run(workdir: Path) -> dict[str, Any]:
     master = MasterProcess(workdir / "dp-master").start()
     plugin = PluginProcess(master.url, workdir / "dp-plugin.log")
     plugin.start()
+    sweep_test_leftovers()
     ours, bridge = f"bench-np-{uuid.uuid4().hex[:6]}", f"bench-br-{uuid.uuid4().hex[:6]}"
     try:
         _sh(
             "docker",
             "network",
             "create",
+            "--label",
+            TEST_LABEL,
             "-d",
             "netplugin",
             "--ipam-driver",
@@ -178,7 +195,18 @@ def run(workdir: Path) -> dict[str, Any]:
             "10.150.0.0/16",
             ours,
         )
-        _sh("docker", "network", "create", "-d", "bridge", "--subnet", "10.151.0.0/16", bridge)
+        _sh(
+            "docker",
+            "network",
+            "create",
+            "--label",
+            TEST_LABEL,
+            "-d",
+            "bridge",
+            "--subnet",
+            "10.151.0.0/16",
+            bridge,
+        )
         runs = 10
         docker_run_seconds(ours, 2)  # warm-up
         docker_run_seconds(bridge, 2)

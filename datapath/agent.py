@@ -27,7 +27,15 @@ from .hostnat import (
 )
 from .ovs import Ovs
 from .pipeline import DesiredState, EndpointState, NetworkState, compile_flows
-from .veth import create_veth, delete_link, delete_veth, disable_tx_offload, host_veths, veth_names
+from .veth import (
+    create_veth,
+    delete_link,
+    delete_veth,
+    disable_tx_offload,
+    host_veths,
+    isolate_host_end,
+    veth_names,
+)
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +142,10 @@ class DatapathAgent:
                 if info is None or not info.ofport or info.ofport < 0:
                     missing += 1
                     continue
+                try:
+                    isolate_host_end(host)  # ports made by an older netplugin lack it
+                except OSError as e:
+                    log.warning("endpoint %s: cannot isolate %s from the host: %s", ep.id, host, e)
                 wanted[ep.id] = replace(ep, ofport=info.ofport)
             # Published ports live only in our DNAT chain: keep those of surviving endpoints.
             by_ip = {e.ipv4: e.id for e in wanted.values() if e.ipv4}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
+from pathlib import Path
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
@@ -49,11 +50,31 @@ def create_veth(endpoint_id: str, mac: str, mtu: int) -> tuple[str, str]:
             peer={"ifname": container, "address": mac, "mtu": mtu},
         )
         try:
+            isolate_host_end(host)
             ip.link("set", index=ip.link_lookup(ifname=host)[0], state="up")
-        except (NetlinkError, IndexError):
+        except (OSError, NetlinkError, IndexError):
             delete_veth(endpoint_id)
             raise
     return host, container
+
+
+# The host end of an endpoint veth is a switch port, never an IP interface of the host.
+# With the userspace datapath the kernel still receives every frame on it beside OVS's
+# AF_PACKET socket: without these it answers the container's ARP for the gateway with the
+# veth's own MAC, and routes what follows around the bridge and our FORWARD rules.
+HOST_END_SYSCTLS = (
+    ("ipv4", "arp_ignore", "8"),  # answer no ARP on it, whatever the address
+    ("ipv4", "rp_filter", "1"),  # no route points at it: drop any IPv4 arriving on it
+    ("ipv6", "disable_ipv6", "1"),  # no link-local address, no NDP, no IPv6 input
+)
+
+
+def isolate_host_end(ifname: str, proc_sys: str | Path = "/proc/sys") -> None:
+    """Keep the host's IP stack off an endpoint's host end (idempotent)."""
+    for family, key, value in HOST_END_SYSCTLS:
+        path = Path(proc_sys) / "net" / family / "conf" / ifname / key
+        if path.read_text().strip() != value:
+            path.write_text(value)
 
 
 def delete_veth(endpoint_id: str) -> bool:

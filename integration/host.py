@@ -8,8 +8,10 @@ is reachable, so they are built locally from busybox-static).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import docker
@@ -22,6 +24,15 @@ BUSYBOX_IMAGE = "netplugin-test/busybox"
 IPERF_IMAGE = "netplugin-test/iperf"
 # Image name -> argument of scripts/test-image.sh.
 _IMAGE_TARGETS = {BUSYBOX_IMAGE: "busybox", IPERF_IMAGE: "iperf"}
+
+# Every docker container and network a test or benchmark makes carries this label, so a
+# run killed half-way leaves objects the next run can find and remove.
+TEST_LABEL = "netplugin-test"
+# A dockerd that restores networks or containers of a netplugin that is not running waits
+# about 15 s per lookup for it (a run killed half-way leaves such objects behind): give it
+# time, once.
+DOCKERD_TIMEOUT = 300.0
+MANAGED_CONTAINERD_PIDFILE = Path("/var/run/docker/containerd/containerd.pid")
 
 # Where each daemon writes its PID.
 PIDFILES = {
@@ -39,12 +50,15 @@ class HostSetupError(RuntimeError):
     """A host script failed; the message carries its output."""
 
 
-def run_script(script: Path, *args: str, timeout: float = 120.0) -> str:
+def run_script(
+    script: Path, *args: str, timeout: float = 120.0, env: dict[str, str] | None = None
+) -> str:
     """Run a host script; return its combined output, raise HostSetupError on failure."""
     cmd = [str(script), *args]
     try:
         proc = subprocess.run(
             cmd,
+            env={**os.environ, **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -72,8 +86,64 @@ def ensure_host_daemons(force: bool = False) -> str:
         if _daemons_output is None or force:
             if os.geteuid() != 0:
                 raise HostSetupError(f"{HOST_DAEMONS_SCRIPT.name} needs root")
-            _daemons_output = run_script(HOST_DAEMONS_SCRIPT)
+            _daemons_output = run_script(
+                HOST_DAEMONS_SCRIPT,
+                env={"DOCKERD_TIMEOUT": str(int(DOCKERD_TIMEOUT))},
+                timeout=DOCKERD_TIMEOUT + 60,
+            )
         return _daemons_output
+
+
+def restart_dockerd(timeout: float = 90.0) -> None:
+    """Stop dockerd as a service manager would (SIGTERM, wait for it and its containerd to
+    exit), then start it again and wait until it answers.
+
+    A dockerd started before the previous one's containerd has exited times out on that
+    containerd's socket, so the wait is not optional.
+    """
+    pid = read_pid(PIDFILES["dockerd"])
+    containerd = read_pid(MANAGED_CONTAINERD_PIDFILE)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for p in (pid, containerd):
+        while p is not None and _alive(p):
+            if time.monotonic() > deadline:
+                raise HostSetupError(f"process {p} did not exit within {timeout}s of SIGTERM")
+            time.sleep(0.2)
+    ensure_host_daemons(force=True)
+
+
+def _alive(pid: int) -> bool:
+    """True if the process exists and is not a zombie (PID 1 here reaps orphans late)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def sweep_test_leftovers() -> list[str]:
+    """Remove containers and networks labelled TEST_LABEL; returns what was removed.
+
+    Call it while a netplugin serves: removing a netplugin network asks its driver.
+    """
+    removed: list[str] = []
+    for kind, ls, rm in (
+        ("container", ["docker", "ps", "-aq"], ["docker", "rm", "-f"]),
+        ("network", ["docker", "network", "ls", "-q"], ["docker", "network", "rm"]),
+    ):
+        ids = subprocess.run(
+            [*ls, "--filter", f"label={TEST_LABEL}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stdout.split()
+        if ids:
+            subprocess.run([*rm, *ids], capture_output=True, timeout=120, check=False)
+            removed += [f"{kind} {i}" for i in ids]
+    return removed
 
 
 def docker_client() -> docker.DockerClient:
@@ -98,11 +168,9 @@ def read_pid(pidfile: Path) -> int | None:
     """The PID in ``pidfile`` if that process is alive (and not a zombie), else None."""
     try:
         pid = int(pidfile.read_text().strip())
-        stat = Path(f"/proc/{pid}/stat").read_text()
     except (OSError, ValueError):
         return None
-    # Field 3, after "(comm)": a zombie is dead even though its PID still exists.
-    return None if stat.rpartition(")")[2].split()[0] == "Z" else pid
+    return pid if _alive(pid) else None
 
 
 def daemon_pids() -> dict[str, int | None]:

@@ -15,11 +15,19 @@ from pathlib import Path
 import pytest
 import requests
 
-from .host import ensure_host_daemons, ensure_test_image
+from .host import (
+    TEST_LABEL,
+    ensure_host_daemons,
+    ensure_test_image,
+    restart_dockerd,
+    sweep_test_leftovers,
+)
 from .master import MasterProcess
 from .plugin import SOCKET, PluginProcess, serving
 
 IMAGE = "netplugin-test/busybox"
+# `docker run` of a test container: detached, labelled for the sweep of leftovers.
+RUN = ("docker", "run", "-d", "--label", TEST_LABEL)
 BIN = Path(sys.executable).parent
 
 
@@ -44,6 +52,7 @@ def stack(
     master = MasterProcess(work / "master").start()
     plugin = PluginProcess(master.url, work / "netplugin.log")
     plugin.start()
+    sweep_test_leftovers()  # of an earlier run that was killed half-way
     yield master, plugin
     plugin.stop()
     master.stop()
@@ -72,6 +81,8 @@ def network(names: list[str], subnet: str, *extra: str) -> str:
         "docker",
         "network",
         "create",
+        "--label",
+        TEST_LABEL,
         "-d",
         "netplugin",
         "--ipam-driver",
@@ -86,7 +97,7 @@ def network(names: list[str], subnet: str, *extra: str) -> str:
 
 def run(names: list[str], net: str, *extra: str) -> str:
     name = unique(names, "c")
-    sh("docker", "run", "-d", "--name", name, "--net", net, *extra, IMAGE, "sleep", "600")
+    sh(*RUN, "--name", name, "--net", net, *extra, IMAGE, "sleep", "600")
     return name
 
 
@@ -162,9 +173,7 @@ def test_static_ip_and_duplicate_refused(
     assert ip_of(a) == "10.84.0.50"
     name = unique(names, "dup")
     res = sh(
-        "docker",
-        "run",
-        "-d",
+        *RUN,
         "--name",
         name,
         "--net",
@@ -280,9 +289,7 @@ def test_publish_port(stack: tuple[MasterProcess, PluginProcess], names: list[st
     net, other = network(names, "10.89.0.0/24"), network(names, "10.90.0.0/24")
     web = unique(names, "web")
     sh(
-        "docker",
-        "run",
-        "-d",
+        *RUN,
         "--name",
         web,
         "--net",
@@ -345,9 +352,7 @@ def test_concurrent_runs_get_distinct_addresses(
     with ThreadPoolExecutor(16) as pool:
         list(
             pool.map(
-                lambda n: sh(
-                    "docker", "run", "-d", "--name", n, "--net", net, IMAGE, "sleep", "600"
-                ),
+                lambda n: sh(*RUN, "--name", n, "--net", net, IMAGE, "sleep", "600"),
                 containers,
             )
         )
@@ -360,9 +365,7 @@ def test_exhaustion_and_reuse(stack: tuple[MasterProcess, PluginProcess], names:
     net = network(names, "10.97.0.0/29")  # 6 usable, 1 is the gateway
     made = [run(names, net) for _ in range(5)]
     extra = unique(names, "full")
-    res = sh(
-        "docker", "run", "-d", "--name", extra, "--net", net, IMAGE, "sleep", "600", check=False
-    )
+    res = sh(*RUN, "--name", extra, "--net", net, IMAGE, "sleep", "600", check=False)
     assert res.returncode != 0 and "no free address" in res.stderr, res.stderr
     freed = ip_of(made[2])
     sh("docker", "rm", "-f", made[2])
@@ -415,9 +418,7 @@ def test_master_down_gives_a_clear_error(
     master.stop()
     try:
         name = unique(names, "nomaster")
-        res = sh(
-            "docker", "run", "-d", "--name", name, "--net", net, IMAGE, "sleep", "600", check=False
-        )
+        res = sh(*RUN, "--name", name, "--net", net, IMAGE, "sleep", "600", check=False)
         assert res.returncode != 0 and "netmaster" in res.stderr and "unreachable" in res.stderr, (
             res.stderr
         )
@@ -429,3 +430,79 @@ def test_master_down_gives_a_clear_error(
     assert sorted(e["ipAddress"] for e in eps if e["ipAddress"].startswith("10.99.")) == sorted(
         [ip_of(a), ip_of(b)]
     )  # the refused run left no endpoint or address behind
+
+
+def running(container: str) -> bool:
+    out = sh("docker", "inspect", "-f", "{{.State.Running}}", container, check=False).stdout
+    return out.strip() == "true"
+
+
+def test_dockerd_restart_brings_restart_policy_containers_back(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    master, _ = stack
+    net = network(names, "10.79.0.0/24")
+    a, b = run(names, net, "--restart", "always"), run(names, net, "--restart", "always")
+    assert ping(a, ip_of(b))
+    restart_dockerd()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (running(a) and running(b)):
+        time.sleep(0.5)
+    assert running(a) and running(b)
+    assert ping(a, ip_of(b)) and ping(a, "10.79.0.1")
+    # Stopping released the old endpoints and addresses; the restart booked new ones: the
+    # master holds exactly the two containers' addresses plus the gateway.
+    key = next(
+        n["key"]
+        for n in requests.get(f"{master.url}/api/v1/networks", timeout=5).json()
+        if n["subnet"] == "10.79.0.0/24"
+    )
+    oper = requests.get(f"{master.url}/api/v1/inspect/networks/{key}", timeout=5).json()["Oper"]
+    assert sorted(e["ipAddress"] for e in oper["endpoints"]) == sorted([ip_of(a), ip_of(b)])
+    assert sorted(oper["allocatedAddresses"]) == sorted([ip_of(a), ip_of(b), "10.79.0.1"])
+
+
+@pytest.fixture
+def outside() -> Iterator[str]:
+    """A namespace standing for the outside world: reachable from the host on 198.51.100.2,
+    with no route back to any container subnet (only NAT'ed traffic can get an answer)."""
+    ns, host_end = f"npout{uuid.uuid4().hex[:6]}", f"npo{uuid.uuid4().hex[:6]}"
+    sh("ip", "netns", "add", ns)
+    try:
+        sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        sh("ip", "addr", "add", "198.51.100.1/30", "dev", host_end)
+        sh("ip", "link", "set", host_end, "up")
+        sh("ip", "-n", ns, "addr", "add", "198.51.100.2/30", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        yield ns
+    finally:
+        sh("ip", "link", "del", host_end, check=False)
+        sh("ip", "netns", "del", ns, check=False)
+
+
+def test_outbound_traffic_is_nated_unless_internal(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str], outside: str
+) -> None:
+    a = run(names, network(names, "10.78.0.0/24"))
+    assert ping(a, "198.51.100.2")
+    # The outside saw the host's address, not the container's.
+    accept_one = (
+        "import socket; s = socket.create_server(('198.51.100.2', 7777)); s.settimeout(10); "
+        "c, peer = s.accept(); print(peer[0], flush=True)"
+    )
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", outside, sys.executable, "-c", accept_one],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        time.sleep(0.3)
+        sh("docker", "exec", a, "sh", "-c", "echo hi | nc -w 2 198.51.100.2 7777", check=False)
+        out, _ = server.communicate(timeout=10)
+    finally:
+        server.kill()
+    assert "198.51.100.1" in out and "10.78.0." not in out, out
+    internal = run(names, network(names, "10.77.0.0/24", "--internal"))
+    assert not ping(internal, "198.51.100.2", count=1)

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import uuid
+from pathlib import Path
 
 from pyroute2 import IPRoute
 
-from datapath.veth import create_veth, delete_veth, disable_tx_offload, host_veths, veth_names
+from datapath.veth import (
+    HOST_END_SYSCTLS,
+    create_veth,
+    delete_veth,
+    disable_tx_offload,
+    host_veths,
+    veth_names,
+)
 
 
 def _link(name: str, netns: str | None = None) -> dict | None:
@@ -30,6 +38,11 @@ def test_veth_lifecycle() -> None:
         assert _link(container) == {"mtu": 1450, "address": "02:42:0a:00:00:07", "state": "down"}
         assert create_veth(eid, "02:42:0a:00:00:07", 1450) == (host, container)  # idempotent
         assert host in host_veths()
+        for family, key, value in HOST_END_SYSCTLS:
+            path = Path(f"/proc/sys/net/{family}/conf/{host}/{key}")
+            assert path.read_text().strip() == value, path
+        with IPRoute() as ip:  # no IPv6 link-local: the host stack stays off the port
+            assert not ip.get_addr(index=ip.link_lookup(ifname=host)[0])
         disable_tx_offload(container)
         out = subprocess.run(["ethtool", "-k", container], capture_output=True, text=True).stdout
         assert "tx-checksumming: off" in out

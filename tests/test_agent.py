@@ -87,11 +87,20 @@ def world(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         agent_mod, "host_veths", lambda: sorted(n for n in links if n.startswith("vp"))
     )
     monkeypatch.setattr(agent_mod, "disable_tx_offload", lambda *a: None)
+    isolated: list[str] = []
+    monkeypatch.setattr(agent_mod, "isolate_host_end", isolated.append)
     monkeypatch.setattr(DatapathAgent, "_address_gateway", lambda self, net: None)
     ovs, ctl, ipt = FakeOvs(), FakeController(), FakeIptables()
     agent = DatapathAgent(AgentConfig(datapath_type="netdev"), ovs, ctl, ipt)  # type: ignore[arg-type]
     agent.ready_timeout = 0.1
-    return {"agent": agent, "ovs": ovs, "ctl": ctl, "ipt": ipt, "links": links}
+    return {
+        "agent": agent,
+        "ovs": ovs,
+        "ctl": ctl,
+        "ipt": ipt,
+        "links": links,
+        "isolated": isolated,
+    }
 
 
 NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
@@ -157,6 +166,7 @@ def test_resync_adopts_live_ports_collects_stale_ones_and_keeps_published_ports(
     assert set(ovs.ports) == {live_host, "npgw7", "uplink"}
     assert links == {live_host, "vc" + live_host[2:]}
     assert agent.desired().endpoints[0].ofport == 31  # adopted, not recreated
+    assert world["isolated"] == [live_host]  # adopted ports get the host-stack isolation too
     assert ipt.synced[-1][1] == [published]  # the stale container's mapping is dropped
 
 
