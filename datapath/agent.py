@@ -173,6 +173,20 @@ class DatapathAgent:
             self._push()
             return {"endpoints": len(wanted), "missing": missing, "removed": removed}
 
+    def switch_connected(self) -> None:
+        """The switch (re)connected. After an ovs-vswitchd restart the gateway internal
+        ports are new kernel devices without their addresses: put them back."""
+        if not self._ready.is_set():
+            return  # resync addresses them
+        with self._lock:
+            for net in list(self._state.networks.values()):
+                try:
+                    self._address_gateway(net)
+                except Exception:
+                    log.exception(
+                        "network %s: cannot re-address gateway %s", net.id, net.gateway_port
+                    )
+
     # --- networks ---
 
     def has_endpoint(self, endpoint_id: str) -> bool:

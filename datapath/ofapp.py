@@ -238,12 +238,16 @@ class FlowController:
         reply_timeout: float = 10.0,
         retry_interval: float = 2.0,
         on_change: Callable[[], None] | None = None,
+        on_connect: Callable[[], None] | None = None,
     ) -> None:
         self.listen_host = listen_host
         self.listen_port = listen_port
         self.reply_timeout = reply_timeout
         self.retry_interval = retry_interval
         self._on_change = on_change
+        # Called in a thread of its own after each switch handshake (e.g. to redo what an
+        # ovs-vswitchd restart lost outside the flow tables).
+        self.on_connect = on_connect
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._wake = threading.Event()
@@ -407,6 +411,17 @@ class FlowController:
         log.info("switch %016x connected from %s", datapath.id, datapath.address)
         self._wake.set()
         self._notify()
+        if self.on_connect is not None:
+            threading.Thread(
+                target=self._call_on_connect, name="ofapp-on-connect", daemon=True
+            ).start()
+
+    def _call_on_connect(self) -> None:
+        try:
+            assert self.on_connect is not None
+            self.on_connect()
+        except Exception:
+            log.exception("on_connect callback failed")
 
     def _on_disconnect(self, datapath: Any) -> None:
         with self._changed:

@@ -20,6 +20,7 @@ with warnings.catch_warnings():
     # python-ovs imports eventlet only to ask whether select is monkey-patched (it is not:
     # we never patch), and eventlet warns about its own deprecation on import.
     warnings.simplefilter("ignore")
+    from ovsdbapp import exceptions as ovsdb_exceptions
     from ovsdbapp.backend.ovs_idl import command, connection, idlutils
     from ovsdbapp.schema.open_vswitch import impl_idl
 
@@ -65,6 +66,10 @@ def _set_if_changed(row: Any, column: str, value: Any) -> bool:
 
 
 class _EnsureBridge(command.BaseCommand):
+    @property
+    def what(self) -> str:
+        return f"the settings of bridge {self.name}"
+
     def __init__(
         self,
         api: Any,
@@ -135,6 +140,10 @@ class _EnsureBridge(command.BaseCommand):
 
 
 class _EnsurePort(command.BaseCommand):
+    @property
+    def what(self) -> str:
+        return f"port {self.name} on bridge {self.bridge}"
+
     def __init__(
         self,
         api: Any,
@@ -182,6 +191,10 @@ class _EnsurePort(command.BaseCommand):
 
 
 class _DelPort(command.BaseCommand):
+    @property
+    def what(self) -> str:
+        return f"the removal of port {self.name} from bridge {self.bridge}"
+
     def __init__(self, api: Any, bridge: str, name: str, if_exists: bool) -> None:
         super().__init__(api)
         self.bridge = bridge
@@ -230,8 +243,16 @@ class Ovs:
         self.close()
 
     def _commit(self, cmd: command.BaseCommand) -> Any:
-        with self.api.transaction(check_error=True) as txn:
-            txn.add(cmd)
+        try:
+            with self.api.transaction(check_error=True) as txn:
+                txn.add(cmd)
+        except ovsdb_exceptions.TimeoutException:
+            # ovsdbapp waits for ovs-vswitchd to apply the change, not only for ovsdb-server.
+            what = getattr(cmd, "what", cmd)
+            raise RuntimeError(
+                f"Open vSwitch did not apply {what} within {self.timeout:g}s; "
+                f"is ovs-vswitchd running? (ovsdb {self.target})"
+            ) from None
         return cmd.result
 
     def _read(self, fn: Callable[[Any], T]) -> T:

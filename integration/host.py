@@ -114,6 +114,20 @@ def restart_dockerd(timeout: float = 90.0) -> None:
     ensure_host_daemons(force=True)
 
 
+def restart_ovs_vswitchd(cleanup: bool = True, timeout: float = 30.0) -> None:
+    """Stop ovs-vswitchd (``--cleanup`` also removes its datapath devices, as before a
+    reboot), wait for it to exit, and start it again."""
+    pid = read_pid(PIDFILES["ovs-vswitchd"])
+    cmd = ["ovs-appctl", "-t", "ovs-vswitchd", "exit", *(["--cleanup"] if cleanup else [])]
+    subprocess.run(cmd, capture_output=True, timeout=timeout, check=True)
+    deadline = time.monotonic() + timeout
+    while pid is not None and _alive(pid):
+        if time.monotonic() > deadline:
+            raise HostSetupError(f"ovs-vswitchd {pid} did not exit within {timeout}s")
+        time.sleep(0.1)
+    ensure_host_daemons(force=True)
+
+
 def _alive(pid: int) -> bool:
     """True if the process exists and is not a zombie (PID 1 here reaps orphans late)."""
     try:

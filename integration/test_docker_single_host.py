@@ -20,6 +20,7 @@ from .host import (
     ensure_host_daemons,
     ensure_test_image,
     restart_dockerd,
+    restart_ovs_vswitchd,
     sweep_test_leftovers,
 )
 from .master import MasterProcess
@@ -506,3 +507,19 @@ def test_outbound_traffic_is_nated_unless_internal(
     assert "198.51.100.1" in out and "10.78.0." not in out, out
     internal = run(names, network(names, "10.77.0.0/24", "--internal"))
     assert not ping(internal, "198.51.100.2", count=1)
+
+
+def test_ovs_vswitchd_restart_restores_the_datapath(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    net = network(names, "10.76.0.0/24")
+    a, b = run(names, net), run(names, net)
+    assert ping(a, ip_of(b))
+    # Flows live only in ovs-vswitchd; a stop with --cleanup (as before a reboot) also
+    # removes the gateway's internal port device, and with it its address. The agent puts
+    # all of them back when the new ovs-vswitchd connects.
+    restart_ovs_vswitchd(cleanup=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not ping(a, "10.76.0.1", count=1):
+        time.sleep(0.5)
+    assert ping(a, "10.76.0.1") and ping(a, ip_of(b))

@@ -155,6 +155,7 @@ def run(args: Any) -> None:
         controller,
         Iptables(),
     )
+    controller.on_connect = agent.switch_connected
     agent.start()
     driver = Driver(
         master,

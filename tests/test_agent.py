@@ -173,3 +173,19 @@ def test_resync_adopts_live_ports_collects_stale_ones_and_keeps_published_ports(
 def test_endpoint_whose_veth_vanished_is_reported(world: dict[str, Any]) -> None:
     result = world["agent"].resync([NET], [EP])
     assert result["missing"] == 1 and result["endpoints"] == 0
+
+
+def test_switch_reconnect_readdresses_gateways_only_after_resync(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = world["agent"]
+    addressed: list[str] = []
+    monkeypatch.setattr(
+        DatapathAgent, "_address_gateway", lambda self, net: addressed.append(net.id)
+    )
+    agent.switch_connected()
+    assert addressed == []  # before resync the state is partial; resync addresses them
+    agent.resync([NET], [])
+    addressed.clear()
+    agent.switch_connected()  # e.g. ovs-vswitchd restarted and made npgw7 anew
+    assert addressed == [NET.id]
