@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import time
@@ -131,8 +132,8 @@ def iperf_gbps(network: str, seconds: int = 5) -> float:
         subprocess.run(["docker", "rm", "-f", server], capture_output=True)
 
 
-def flow_compile(endpoints: int = 500) -> dict[str, float]:
-    """Compute the desired flows for 500 endpoints and diff them against the switch's."""
+def bench_state(endpoints: int = 500, networks: int = 10) -> DesiredState:
+    """``endpoints`` endpoints spread over ``networks`` networks, each with a gateway port."""
     nets = [
         NetworkState(
             id=f"t:n{i}",
@@ -141,21 +142,26 @@ def flow_compile(endpoints: int = 500) -> dict[str, float]:
             gateway_mac=f"02:4e:50:00:00:{i:02x}",
             gateway_ip=f"10.{i}.0.1",
         )
-        for i in range(10)
+        for i in range(networks)
     ]
     eps = []
     for j in range(endpoints):
-        net, k = j % 10, j // 10  # k < 250: unique within its network
+        net, k = j % networks, j // networks
         eps.append(
             EndpointState(
                 id=f"e{j}",
                 network_id=f"t:n{net}",
                 ofport=10 + j,
-                mac=f"02:42:0a:{net:02x}:00:{k + 2:02x}",
-                ipv4=f"10.{net}.0.{k + 2}",
+                mac=f"02:42:0a:{net:02x}:{k >> 8:02x}:{k & 0xFF:02x}",
+                ipv4=f"10.{net}.{k >> 8}.{(k & 0xFF) + 2}",
             )
         )
-    state = DesiredState(networks=nets, endpoints=eps)
+    return DesiredState(networks=nets, endpoints=eps)
+
+
+def flow_compile(endpoints: int = 500) -> dict[str, float]:
+    """Compute the desired flows for 500 endpoints and diff them against the switch's."""
+    state = bench_state(endpoints)
     t0 = time.perf_counter()
     flows = compile_flows(state)
     t1 = time.perf_counter()
@@ -163,6 +169,60 @@ def flow_compile(endpoints: int = 500) -> dict[str, float]:
     t2 = time.perf_counter()
     assert not d.to_add and not d.to_delete
     return {"flows": len(flows), "compile_ms": (t1 - t0) * 1000, "diff_ms": (t2 - t1) * 1000}
+
+
+def reconcile_round_trip(workdir: Path, endpoints: int = 500) -> dict[str, Any]:
+    """The controller against a real switch: a private userspace OVS in its own namespace,
+    programmed by `python -m datapath.ofapp` for ``endpoints`` endpoints.
+
+    cold: an empty bridge gets every flow; restart: a new controller finds every flow
+    right (the plugin-restart path); one more: a single endpoint is added.
+    """
+    from datapath.ovs import Ovs
+    from integration.ovs import ControllerProcess, OvsInstance
+
+    ovs = OvsInstance(f"np-bench-{os.getpid()}", workdir / "reconcile-ovs").start()
+    ctl: ControllerProcess | None = None
+    try:
+        port = 6690
+        with Ovs(ovs.db_target) as db:
+            db.ensure_bridge("br-bench", datapath_type="netdev", controller=f"tcp:127.0.0.1:{port}")
+        state = bench_state(endpoints)
+        ctl = ControllerProcess(ovs, port, name="bench")
+        ctl.write_state(state.to_dict())
+        out: dict[str, Any] = {"flows": len(compile_flows(state))}
+
+        def reconciled(generation: int = 1) -> dict[str, Any]:
+            assert ctl is not None
+            st = ctl.wait_status(
+                lambda st: (st.get("last") or {}).get("generation", 0) >= generation,
+                timeout=120,
+            )
+            return st["last"]
+
+        for phase in ("cold", "restart"):
+            t0 = time.perf_counter()
+            ctl.start()
+            last = reconciled()
+            out[phase] = {
+                "reconcile_s": last["seconds"],
+                "wall_s": time.perf_counter() - t0,
+                "added": last["added"],
+                "deleted": last["deleted"],
+            }
+            if phase == "cold":
+                ctl.stop()
+        assert len(ovs.dump_flows("br-bench")) == out["flows"]
+        bigger = bench_state(endpoints + 1)
+        ctl.write_state(bigger.to_dict())
+        ctl.reload()
+        last = reconciled(2)
+        out["one_more"] = {"reconcile_s": last["seconds"], "added": last["added"]}
+        return out
+    finally:
+        if ctl is not None:
+            ctl.stop()
+        ovs.stop()
 
 
 def run(workdir: Path) -> dict[str, Any]:
@@ -223,6 +283,7 @@ def run(workdir: Path) -> dict[str, Any]:
             "latency": latency,
             "iperf": {"netplugin": np_gbps, "bridge": br_gbps},
             "flows": flow_compile(),
+            "reconcile": reconcile_round_trip(workdir),
             "datapath_type": _sh(
                 "ovs-vsctl", "get", "bridge", "netplugin", "datapath_type"
             ).strip(),
