@@ -72,3 +72,8 @@ def tags_of(encap: str) -> str:
 
 def tag(encap: str, value: int) -> str:
     return f"{TAGS}{encap}/{value}"
+
+
+def host(name: str) -> str:
+    """A live agent's registration: JSON {"host", "vtepIP", ...}, attached to its lease."""
+    return HOSTS + name
