@@ -8,6 +8,7 @@ instruction order), so a flow read back from OVS compares equal to the flow we w
 Match fields use os-ken's OFPMatch names; a masked field is (value, mask). Actions:
     ("output", port)                   ("set_field", field, value)  vlan_vid incl. 0x1000
     ("push_vlan", ethertype=0x8100)    ("pop_vlan",)
+    ("move", src_field, dst_field, n_bits)   copy a whole field (Nicira reg move, offsets 0)
     ("write_metadata", value, mask)    ("goto", table)              always last, in this order
 No actions means drop; ("drop",) is accepted and dropped from the tuple.
 """
@@ -55,7 +56,7 @@ OFPVID_PRESENT = 0x1000
 
 # Apply-actions keep their order; these instructions always come last, in this order.
 _TRAILING = ("write_metadata", "goto")
-_APPLY_ACTIONS = frozenset({"output", "set_field", "push_vlan", "pop_vlan"})
+_APPLY_ACTIONS = frozenset({"output", "set_field", "push_vlan", "pop_vlan", "move"})
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,8 @@ def canonical_actions(actions: Iterable[Action]) -> tuple[Action, ...]:
             apply.append(("push_vlan", int(action[1]) if len(action) > 1 else 0x8100))
         elif kind == "pop_vlan":
             apply.append(("pop_vlan",))
+        elif kind == "move":
+            apply.append(("move", str(action[1]), str(action[2]), int(action[3])))
         elif kind in _TRAILING:
             if kind in trailing:
                 raise ValueError(f"{kind} given twice in one flow")

@@ -82,6 +82,8 @@ def _ofp_action(action: Action) -> Any:
         return parser.OFPActionPushVlan(action[1])
     if kind == "pop_vlan":
         return parser.OFPActionPopVlan()
+    if kind == "move":
+        return parser.NXActionRegMove(src_field=action[1], dst_field=action[2], n_bits=action[3])
     raise ValueError(f"action {action!r} cannot be sent to a switch")
 
 
@@ -128,6 +130,8 @@ def _from_ofp_action(action: Any) -> Action:
         return ("push_vlan", action.ethertype)
     if isinstance(action, parser.OFPActionPopVlan):
         return ("pop_vlan",)
+    if isinstance(action, parser.NXActionRegMove) and action.src_ofs == action.dst_ofs == 0:
+        return ("move", action.src_field, action.dst_field, action.n_bits)
     return ("unsupported", type(action).__name__, str(action))
 
 

@@ -29,10 +29,14 @@ from datapath.pipeline import (
     ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
     ETH_TYPE_IPV6,
+    OFPP_IN_PORT,
+    OFPVID_PRESENT,
     PIPELINE,
     DesiredState,
     EndpointState,
     NetworkState,
+    RemoteEndpointState,
+    TunnelState,
     compile_flows,
     install_order,
     removal_order,
@@ -63,20 +67,34 @@ def _field_matches(name: str, want: Any, have: Any) -> bool:
 
 @dataclass
 class Walk:
-    """Where a packet went: the ports it was output to and the flows it hit."""
+    """Where a packet went: the ports it was output to (with the packet as it left) and the
+    flows it hit."""
 
     outputs: list[int] = field(default_factory=list)
+    packets: list[dict[str, Any]] = field(default_factory=list)
     path: list[Flow] = field(default_factory=list)
 
     @property
     def ports(self) -> set[int]:
         return set(self.outputs)
 
+    def sent(self, port: int) -> dict[str, Any]:
+        """The packet as it left on ``port`` (exactly once)."""
+        (pkt,) = [p for o, p in zip(self.outputs, self.packets, strict=True) if o == port]
+        return pkt
+
 
 def walk(flows: set[Flow], packet: dict[str, Any]) -> Walk:
-    """Send a packet (its in_port and header fields) through the tables from table 0."""
+    """Send a packet (its in_port and header fields) through the tables from table 0.
+
+    Models what the pipeline relies on: an output to the packet's own in_port is dropped
+    (OpenFlow), OFPP_IN_PORT sends it back there; set_field, move and VLAN push/pop edit the
+    headers that later outputs carry.
+    """
     result = Walk()
     headers = dict(packet)
+    headers.setdefault("tunnel_id", 0)
+    in_port = headers["in_port"]
     metadata = 0
     table: int | None = 0
     while table is not None:
@@ -95,11 +113,23 @@ def walk(flows: set[Flow], packet: dict[str, Any]) -> Walk:
         result.path.append(hit)
         table = None
         for action in hit.actions:
-            if action[0] == "output":
-                result.outputs.append(action[1])
-            elif action[0] == "write_metadata":
+            kind = action[0]
+            if kind == "output":
+                port = in_port if action[1] == OFPP_IN_PORT else action[1]
+                if action[1] != in_port:
+                    result.outputs.append(port)
+                    result.packets.append({k: v for k, v in headers.items() if k != "metadata"})
+            elif kind == "set_field":
+                headers[action[1]] = action[2]
+            elif kind == "move":
+                headers[action[2]] = headers.get(action[1])
+            elif kind == "push_vlan":
+                headers["vlan_vid"] = OFPVID_PRESENT
+            elif kind == "pop_vlan":
+                headers.pop("vlan_vid", None)
+            elif kind == "write_metadata":
                 metadata = (metadata & ~action[2]) | (action[1] & action[2])
-            elif action[0] == "goto":
+            elif kind == "goto":
                 table = action[1]
             else:
                 raise AssertionError(f"walker does not model {action}")
@@ -179,13 +209,29 @@ def test_multicast_and_unknown_unicast_flood_within_the_network(flows: set[Flow]
         assert walk(flows, ipv4(E2, dst, "10.1.0.77")).ports == {E1.ofport, E4.ofport, GW_A_PORT}
 
 
-def test_flood_never_outputs_to_the_ingress_port(flows: set[Flow]) -> None:
-    for f in flows:
-        in_port = dict(f.match).get("in_port")
-        assert ("output", in_port) not in f.actions, f
+def test_broadcast_from_each_port_reaches_all_the_others_of_its_network(
+    flows: set[Flow],
+) -> None:
+    a_ports = {E1.ofport, E2.ofport, E4.ofport, GW_A_PORT}
+    for src in (E1, E2, E4):
+        assert walk(flows, ipv4(src, BROADCAST, "10.1.0.255")).ports == a_ports - {src.ofport}
 
 
-def test_arp_request_for_a_known_address_goes_to_its_owner_only(flows: set[Flow]) -> None:
+def test_arp_request_for_a_known_address_is_answered_by_the_switch(flows: set[Flow]) -> None:
+    result = walk(flows, arp_request(E1, E2.ipv4))
+    assert result.outputs == [E1.ofport]  # back to the asker; E2 never sees it
+    reply = result.sent(E1.ofport)
+    assert (reply["arp_op"], reply["arp_sha"], reply["arp_spa"]) == (2, E2.mac, E2.ipv4)
+    assert (reply["eth_src"], reply["eth_dst"]) == (E2.mac, E1.mac)
+    assert (reply["arp_tha"], reply["arp_tpa"]) == (E1.mac, E1.ipv4)
+    # The gateway answers for itself: the host's kernel learns the endpoint's MAC.
+    assert walk(flows, arp_request(E1, GW_A_IP)).outputs == [GW_A_PORT]
+
+
+def test_arp_flood_mode_sends_a_request_for_a_known_address_to_its_owner_only() -> None:
+    state = world()
+    state.arp_mode = "flood"
+    flows = compile_flows(state)
     assert walk(flows, arp_request(E1, E2.ipv4)).outputs == [E2.ofport]
     assert walk(flows, arp_request(E1, GW_A_IP)).outputs == [GW_A_PORT]
 
@@ -248,7 +294,7 @@ def test_gateway_port_is_part_of_its_network(flows: set[Flow]) -> None:
     # The host routes for others: any source IP, but only its own MAC.
     assert walk(flows, ipv4(gw, E1.mac, E1.ipv4, ipv4_src="192.0.2.7")).outputs == [E1.ofport]
     assert walk(flows, ipv4(gw, E1.mac, E1.ipv4, eth_src=E2.mac)).outputs == []
-    assert walk(flows, arp_request(gw, E2.ipv4)).outputs == [E2.ofport]
+    assert walk(flows, arp_request(gw, E2.ipv4)).sent(GW_A_PORT)["arp_sha"] == E2.mac
 
 
 def test_everything_is_dropped_without_state() -> None:
@@ -263,6 +309,163 @@ def test_removed_endpoint_is_unreachable() -> None:
     flows = compile_flows(state)
     assert walk(flows, ipv4(E1, E2.mac, E2.ipv4)).ports == {E4.ofport, GW_A_PORT}
     assert walk(flows, ipv4(E2, E1.mac, E1.ipv4)).outputs == []
+
+
+# ---------------------------------------------------------------- several hosts
+
+VNI_A, VNI_B, VLAN_C = 5000, 5001, 300
+NET_C = "net-c"  # a VLAN network
+TUN_H2, TUN_H3, UPLINK = 50, 51, 60
+R1 = RemoteEndpointState("r1", NET_A, "h2", "02:00:00:00:02:01", "10.1.0.21")
+R2 = RemoteEndpointState("r2", NET_B, "h3", "02:00:00:00:03:02", "10.1.0.32")
+R3 = RemoteEndpointState("r3", NET_C, "h2", "02:00:00:00:02:03", "10.3.0.23")
+R4 = RemoteEndpointState("r4", "net-elsewhere", "h3", "02:00:00:00:03:04", "10.9.0.4")
+E5 = EndpointState("ep5", NET_C, 5, "02:00:00:00:00:05", "10.3.0.5")
+
+
+def cluster(arp_mode: str = "proxy") -> DesiredState:
+    """Net A (VNI) on this host and h2, net B (VNI) here and on h3, net C (VLAN) here and on
+    h2; a network this host has no endpoint of lives on h3."""
+    return DesiredState(
+        networks=[
+            NetworkState(NET_A, 100, GW_A_PORT, GW_A_MAC, GW_A_IP, vni=VNI_A),
+            NetworkState(NET_B, 200, vni=VNI_B),
+            NetworkState(NET_C, 1 << 24 | VLAN_C, vlan=VLAN_C),
+        ],
+        endpoints=[E1, E2, E3, E5],
+        remote_endpoints=[R1, R2, R3, R4],
+        tunnels=[TunnelState("h2", TUN_H2), TunnelState("h3", TUN_H3)],
+        uplink_port=UPLINK,
+        arp_mode=arp_mode,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(scope="module")
+def multi() -> set[Flow]:
+    return compile_flows(cluster())
+
+
+def from_tunnel(port: int, vni: int, src_mac: str, dst_mac: str, **over: Any) -> dict[str, Any]:
+    pkt = {
+        "in_port": port,
+        "tunnel_id": vni,
+        "eth_src": src_mac,
+        "eth_dst": dst_mac,
+        "eth_type": ETH_TYPE_IPV4,
+    }
+    return {**pkt, **over}
+
+
+def test_unicast_to_another_hosts_endpoint_goes_through_its_tunnel(multi: set[Flow]) -> None:
+    result = walk(multi, ipv4(E1, R1.mac, R1.ipv4))
+    assert result.outputs == [TUN_H2]
+    assert result.sent(TUN_H2)["tunnel_id"] == VNI_A
+
+
+def test_broadcast_reaches_only_hosts_with_endpoints_in_the_network(multi: set[Flow]) -> None:
+    result = walk(multi, ipv4(E1, BROADCAST, "10.1.0.255"))
+    assert result.ports == {E2.ofport, GW_A_PORT, TUN_H2}  # h3 has no endpoint of net A
+    assert result.sent(TUN_H2)["tunnel_id"] == VNI_A
+    result = walk(multi, ipv4(E3, BROADCAST, "10.1.0.255"))
+    assert result.ports == {TUN_H3} and result.sent(TUN_H3)["tunnel_id"] == VNI_B
+
+
+def test_what_arrives_from_a_host_stays_on_this_host(multi: set[Flow]) -> None:
+    bcast = from_tunnel(TUN_H2, VNI_A, R1.mac, BROADCAST)
+    assert walk(multi, bcast).ports == {E1.ofport, E2.ofport}  # no gateway, no tunnel back
+    assert walk(multi, from_tunnel(TUN_H2, VNI_A, R1.mac, E2.mac)).outputs == [E2.ofport]
+    # ... and never crosses into another network, whatever MAC it is sent to.
+    assert walk(multi, from_tunnel(TUN_H2, VNI_A, R1.mac, E3.mac)).ports <= {E1.ofport, E2.ofport}
+    assert walk(multi, from_tunnel(TUN_H3, VNI_B, R2.mac, BROADCAST)).ports == {E3.ofport}
+    assert walk(multi, from_tunnel(TUN_H2, 7777, R1.mac, E2.mac)).outputs == []  # unknown VNI
+    assert GW_A_PORT not in walk(multi, from_tunnel(TUN_H2, VNI_A, R1.mac, GW_A_MAC)).ports
+
+
+def test_the_gateway_talks_only_to_this_hosts_endpoints(multi: set[Flow]) -> None:
+    gw = EndpointState("gw", NET_A, GW_A_PORT, GW_A_MAC, GW_A_IP)
+    assert walk(multi, ipv4(gw, R1.mac, R1.ipv4)).ports == {E1.ofport, E2.ofport}
+    assert TUN_H2 not in walk(multi, ipv4(gw, BROADCAST, "10.1.0.255")).ports
+    assert walk(multi, arp_request(gw, R1.ipv4)).ports == {E1.ofport, E2.ofport}
+
+
+def test_arp_for_another_hosts_endpoint(multi: set[Flow]) -> None:
+    reply = walk(multi, arp_request(E1, R1.ipv4)).sent(E1.ofport)
+    assert (reply["arp_op"], reply["arp_sha"], reply["arp_spa"]) == (2, R1.mac, R1.ipv4)
+    flood_mode = compile_flows(cluster("flood"))
+    result = walk(flood_mode, arp_request(E1, R1.ipv4))
+    assert result.outputs == [TUN_H2] and result.sent(TUN_H2)["tunnel_id"] == VNI_A
+
+
+def test_vlan_network_tags_frames_on_the_uplink(multi: set[Flow]) -> None:
+    result = walk(multi, ipv4(E5, R3.mac, R3.ipv4))
+    assert result.outputs == [UPLINK]
+    assert result.sent(UPLINK)["vlan_vid"] == OFPVID_PRESENT | VLAN_C
+    # The VLAN may hold hosts netplugin does not know: its floods always reach the uplink.
+    assert walk(multi, ipv4(E5, BROADCAST, "10.3.0.255")).ports == {UPLINK}
+    tagged = {
+        "in_port": UPLINK,
+        "vlan_vid": OFPVID_PRESENT | VLAN_C,
+        "eth_src": R3.mac,
+        "eth_dst": E5.mac,
+        "eth_type": ETH_TYPE_IPV4,
+    }
+    result = walk(multi, tagged)
+    assert result.outputs == [E5.ofport] and "vlan_vid" not in result.sent(E5.ofport)
+    assert walk(multi, {**tagged, "vlan_vid": OFPVID_PRESENT | 301}).outputs == []
+    assert walk(multi, {**tagged, "eth_dst": BROADCAST}).ports == {E5.ofport}
+
+
+def test_remote_endpoints_of_networks_not_on_this_host_cost_no_flows(multi: set[Flow]) -> None:
+    state = cluster()
+    state.remote_endpoints.remove(R4)
+    assert compile_flows(state) == multi
+
+
+def test_one_more_endpoint_changes_a_bounded_number_of_flows() -> None:
+    def state(n: int) -> DesiredState:
+        eps = [
+            EndpointState(f"e{i}", NET_A, 100 + i, f"02:00:00:01:{i >> 8:02x}:{i & 0xFF:02x}")
+            for i in range(n)
+        ]
+        remotes = [
+            RemoteEndpointState(f"r{i}", NET_A, "h2", f"02:00:00:02:{i >> 8:02x}:{i & 0xFF:02x}")
+            for i in range(n)
+        ]
+        nets = [NetworkState(NET_A, 100, GW_A_PORT, GW_A_MAC, GW_A_IP, vni=VNI_A)]
+        return DesiredState(nets, eps, remotes, [TunnelState("h2", TUN_H2)])
+
+    for n in (10, 200):
+        d = diff(compile_flows(state(n + 1)), compile_flows(state(n)))
+        # Its own flows plus the segment's floods: the same count however big the network.
+        assert len(d.to_add) <= 8 and not d.to_delete, (n, len(d.to_add))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda s: s.tunnels.append(TunnelState("h2", 70)), "host h2 has two tunnels"),
+        (lambda s: s.tunnels.append(TunnelState("h9", E1.ofport)), "both use ofport 1"),
+        (
+            lambda s: s.remote_endpoints.append(
+                RemoteEndpointState("rx", NET_A, "h3", E2.mac, "10.1.0.99")
+            ),
+            "endpoint ep2 and endpoint rx on host h3 both use MAC",
+        ),
+        (
+            lambda s: s.networks.append(NetworkState("x", 9, vni=1, vlan=2)),
+            "network x: a VNI and a VLAN",
+        ),
+    ],
+)
+def test_bad_cluster_state_is_refused_with_the_object_named(mutate: Any, message: str) -> None:
+    state = cluster()
+    mutate(state)
+    with pytest.raises(ValueError, match=message):
+        compile_flows(state)
+
+
+def test_cluster_state_round_trips_through_json_form() -> None:
+    assert DesiredState.from_dict(cluster().to_dict()) == cluster()
 
 
 # ---------------------------------------------------------------- compiler properties
@@ -403,7 +606,9 @@ def test_every_compiled_flow_survives_the_wire() -> None:
         flow(0, 6, [("pop_vlan",), ("set_field", "tunnel_id", 50), ("output", 4)], vlan_vid=0x1005),
         flow(0, 5, eth_dst=("01:00:00:00:00:00", "01:00:00:00:00:00")),
     }
-    for f in compile_flows(world()) | extra:
+    for f in (
+        compile_flows(world()) | compile_flows(cluster()) | compile_flows(cluster("flood")) | extra
+    ):
         mod = flow_mod(dp, f)
         mod.set_xid(1)
         mod.serialize()
