@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import requests
+import urllib3
 from flask import Flask, Response, request
 from pydantic import BaseModel
+from requests.adapters import HTTPAdapter
 from werkzeug.exceptions import HTTPException
 
 from . import __version__
-from .errors import ApiError, BadRequest
+from .election import FORWARDED_BY, SERVED_BY, Elector, forward_target
+from .errors import ApiError, BadRequest, Unavailable
 from .models import (
     AddressRelease,
     AddressRequest,
@@ -79,11 +84,132 @@ def _with_key(body: dict[str, Any], obj: str, **fields: str) -> dict[str, Any]:
     return body
 
 
-def create_app(state: ClusterState, config: dict[str, Any] | None = None) -> Flask:
+# Request headers a follower passes on to the leader, and answer headers it passes back.
+_FORWARD_REQUEST_HEADERS = ("Content-Type", "Accept", "User-Agent")
+_FORWARD_ANSWER_HEADERS = ("Content-Type", SERVED_BY)
+
+
+def _never_sent(e: requests.RequestException) -> bool:
+    """Whether the request certainly never reached the server (connecting failed)."""
+    if isinstance(e, requests.ConnectTimeout):
+        return True
+    if isinstance(e, requests.ConnectionError) and e.args:
+        reason = getattr(e.args[0], "reason", None)
+        return isinstance(
+            reason, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError
+        )
+    return False
+
+
+def forward_session(pool_size: int = 64) -> requests.Session:
+    """The HTTP session a follower forwards with: no proxy from the environment, no retries."""
+    session = requests.Session()
+    session.trust_env = False
+    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+class Forwarder:
+    """Forwards the current Flask request to the leader and relays its answer."""
+
+    def __init__(
+        self,
+        elector: Elector,
+        self_url: str,
+        session: Any = None,
+        connect_timeout: float = 2.0,
+        read_timeout: float = 55.0,  # below gunicorn's worker timeout (60 s)
+    ) -> None:
+        self.elector = elector
+        self.self_url = self_url
+        self.session = session if session is not None else forward_session()
+        self.timeout = (connect_timeout, read_timeout)
+
+    def __call__(self, target: str) -> Response | None:
+        """The leader's answer; None to serve here (no leader any more, or this master leads)."""
+        try:
+            return self._send(target)
+        except requests.RequestException as e:
+            error = e
+            if _never_sent(e):
+                # The leader may have just gone: look again once, synchronously.
+                fresh = forward_target(request.path, False, self.elector.step(), self.self_url)
+                if fresh is None:
+                    return None
+                if fresh != target:
+                    target = fresh
+                    try:
+                        return self._send(target)
+                    except requests.RequestException as e2:
+                        error = e2
+        raise Unavailable(
+            f"netmaster leader {target}",
+            f"unreachable from {self.self_url or 'this master'} ({_short(error)}); "
+            "retry the request",
+        )
+
+    def _send(self, target: str) -> Response:
+        headers = {h: request.headers[h] for h in _FORWARD_REQUEST_HEADERS if h in request.headers}
+        headers[FORWARDED_BY] = self.self_url or "?"
+        resp = self.session.request(
+            request.method,
+            target + _request_uri(),
+            headers=headers,
+            data=request.get_data(cache=True),
+            timeout=self.timeout,
+            allow_redirects=False,
+        )
+        answer = Response(resp.content, status=resp.status_code)
+        for h in _FORWARD_ANSWER_HEADERS:
+            if h in resp.headers:
+                answer.headers[h] = resp.headers[h]
+        answer.headers[FORWARDED_BY] = self.self_url or "?"
+        return answer
+
+
+def _request_uri() -> str:
+    """The request's path and query as the client sent them (percent-escapes kept)."""
+    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI") or ""
+    if raw.startswith("/"):
+        return str(raw)
+    query = request.query_string.decode("latin-1")
+    return urllib.parse.quote(request.path) + (f"?{query}" if query else "")
+
+
+def _short(e: BaseException) -> str:
+    """The operating system's reason under a requests error ("Connection refused"), if any."""
+    todo: list[BaseException] = [e]
+    seen: set[int] = set()
+    while todo:
+        x = todo.pop(0)
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, OSError) and x.strerror:
+            return x.strerror
+        nxt = [getattr(x, "reason", None), x.__cause__, x.__context__, *x.args]
+        todo += [n for n in nxt if isinstance(n, BaseException)]
+    return str(e)
+
+
+def create_app(
+    state: ClusterState,
+    config: dict[str, Any] | None = None,
+    elector: Elector | None = None,
+    session: Any = None,
+) -> Flask:
+    """The app; with an ``elector`` it forwards /api/v1/ requests to the leader when it follows.
+
+    ``session`` (a requests.Session-like object) is what it forwards with.
+    """
     app = Flask("netmaster")
     app.config.update(config or {})
     app.url_map.strict_slashes = False
     docs: list[RouteDoc] = []
+    self_url = str(app.config.get("CONTROL_URL") or "")
+    forward = Forwarder(elector, self_url, session) if elector is not None else None
 
     def route(
         path: str,
@@ -122,9 +248,31 @@ def create_app(state: ClusterState, config: dict[str, Any] | None = None) -> Fla
         reason = f"internal error: {type(e).__name__}: {e}"
         return _json_response({"error": reason, "object": request.path, "reason": reason}, 500)
 
+    @app.before_request
+    def to_leader() -> Response | None:
+        if elector is None or forward is None:
+            return None
+        target = forward_target(
+            request.path, FORWARDED_BY in request.headers, elector.view(), self_url
+        )
+        return forward(target) if target is not None else None
+
+    @app.after_request
+    def served_by(resp: Response) -> Response:
+        if self_url and SERVED_BY not in resp.headers:
+            resp.headers[SERVED_BY] = self_url
+        return resp
+
     @route("/version", "GET", "Version of this master")
     def version() -> Response:
         return _json_response({"version": __version__, "backend": state.backend})
+
+    @route(f"{API}/leader", "GET", "Which master leads, this master's role and the lease TTL")
+    def leader() -> Response:
+        if elector is None:
+            me = {"id": "", "url": self_url, "role": "standalone", "holdsLease": False}
+            return _json_response({"leader": None, "self": me, "leaderTTL": None})
+        return _json_response(elector.status())
 
     # --- tenants ---
     @route(f"{API}/tenants", "GET", "List tenants", response=Tenant, many=True)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import urllib.parse
+from dataclasses import dataclass
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -39,6 +42,20 @@ def parser() -> EnvArgumentParser:
         choices=["", "bridge", "routing"],
         help="forwarding mode to set on first start",
     )
+    p.add_argument(
+        "--leader-ttl",
+        type=int,
+        default=10,
+        help="seconds the leader's lease lives without a refresh: a killed leader is "
+        "replaced within about this time",
+    )
+    p.add_argument(
+        "--host-reclaim-grace",
+        type=float,
+        default=1800.0,
+        help="seconds a host may be unregistered before the leader deletes its endpoints "
+        "and frees their addresses; 0 disables reclaim",
+    )
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.add_argument("--workers", type=int, default=1, help="gunicorn worker processes")
     p.add_argument("--threads", type=int, default=16, help="threads per worker")
@@ -52,13 +69,53 @@ def _bind(listen_url: str) -> str:
     return url
 
 
+def control_url(listen_url: str, control: str = "") -> str:
+    """The URL other masters and agents reach this one at: --control-url, else the listen URL."""
+    url = (control or listen_url).strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    return url
+
+
+def unreachable_host(url: str) -> bool:
+    """Whether ``url`` names no host another machine could connect to (0.0.0.0, ::)."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    return host in ("", "0.0.0.0", "::")
+
+
+@dataclass
+class Runtime:
+    """What a worker runs besides serving: the election and the reclaim loop."""
+
+    elector: Any
+    reclaimer: Any
+    store: Any
+
+    def stopping(self) -> None:
+        """SIGTERM: stop taking part at once (the lease is revoked by the election thread)."""
+        self.reclaimer.request_stop()
+        self.elector.request_stop()
+
+    def close(self) -> None:
+        self.reclaimer.stop()
+        self.elector.stop()
+        self.store.close()
+
+
 def build_app(args: Any) -> Any:
-    """Open the store and build the Flask app (runs in each gunicorn worker, after fork)."""
-    from store import open_store
+    """Open the store and build the Flask app (runs in each gunicorn worker, after fork).
+
+    Each worker takes part in the election with the master's id (made before the fork, so
+    shared by the workers of one master) and runs the reclaim loop, which acts only while
+    this very worker holds the leader lease.
+    """
+    from store import StoreError, open_store
 
     from .app import create_app
+    from .election import Elector, new_master_id
     from .errors import ApiError
     from .models import GlobalSettings
+    from .reclaim import Reclaimer
     from .service import ClusterState
 
     endpoints = split_endpoints(args.etcd_endpoints)
@@ -80,9 +137,53 @@ def build_app(args: Any) -> Any:
                 )
             except ApiError as e:
                 log.warning("--fwd-mode %s not applied: %s", args.fwd_mode, e)
-    return create_app(
-        state, {"LISTEN_URL": args.listen_url, "CONTROL_URL": args.control_url or args.listen_url}
+    url = control_url(args.listen_url, args.control_url)
+    elector = Elector(
+        store,
+        master_id=getattr(args, "master_id", "") or new_master_id(),
+        url=url,
+        ttl=args.leader_ttl,
     )
+    try:
+        elector.step()  # know the leader (or become it) before serving the first request
+    except StoreError as e:
+        log.warning("election: %s", e)
+    elector.start()
+    reclaimer = Reclaimer(state, elector.leadership, args.host_reclaim_grace)
+    reclaimer.start()
+    app = create_app(state, {"LISTEN_URL": args.listen_url, "CONTROL_URL": url}, elector=elector)
+    app.extensions["netmaster"] = Runtime(elector, reclaimer, store)
+    return app
+
+
+def _post_worker_init(worker: Any) -> None:
+    """Chain our SIGTERM step before gunicorn's: a stopping leader hands over at once."""
+    runtime = _runtime(worker)
+    if runtime is None:
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(sig: int, frame: Any) -> None:
+        runtime.stopping()
+        if callable(previous):
+            previous(sig, frame)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.siginterrupt(signal.SIGTERM, False)
+
+
+def _worker_exit(server: Any, worker: Any) -> None:
+    """In the worker, after its last request: resign, stop reclaiming, close the store."""
+    runtime = _runtime(worker)
+    if runtime is not None:
+        runtime.close()
+
+
+def _runtime(worker: Any) -> Runtime | None:
+    # worker_exit also runs in the arbiter, for a worker it reaped: there is no app there.
+    app = getattr(worker, "wsgi", None)
+    runtime = getattr(app, "extensions", {}).get("netmaster")
+    return runtime if isinstance(runtime, Runtime) else None
 
 
 class _Gunicorn(BaseApplication):  # type: ignore[misc]
@@ -102,6 +203,8 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
             "graceful_timeout": 5,
             "timeout": 60,
             "proc_name": "netmaster",
+            "post_worker_init": _post_worker_init,
+            "worker_exit": _worker_exit,
         }
         for key, value in options.items():
             if value is not None:
@@ -112,15 +215,34 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    from .election import new_master_id
+
+    p = parser()
+    args = p.parse_args(argv)
+    if args.leader_ttl < 1:
+        p.error(f"--leader-ttl {args.leader_ttl}: must be at least 1 second")
+    if args.host_reclaim_grace < 0:
+        p.error(f"--host-reclaim-grace {args.host_reclaim_grace:g}: must be >= 0 (0 disables)")
     setup_logging(args.log_level, "netmaster")
     if not split_endpoints(args.etcd_endpoints):
         os.makedirs(args.data_dir, exist_ok=True)
+    args.master_id = new_master_id()  # before the fork: every worker shares it
+    url = control_url(args.listen_url, args.control_url)
     log.info(
-        "netmaster listening on %s, store %s",
+        "netmaster %s listening on %s (control URL %s), store %s, leader TTL %ds, host reclaim %s",
+        args.master_id,
         args.listen_url,
+        url,
         args.etcd_endpoints or f"embedded ({args.data_dir}/state.db)",
+        args.leader_ttl,
+        f"after {args.host_reclaim_grace:g}s" if args.host_reclaim_grace > 0 else "disabled",
     )
+    if unreachable_host(url):
+        log.warning(
+            "control URL %s names no reachable host: other masters cannot forward to this "
+            "one when it leads; set --control-url",
+            url,
+        )
     sys.argv = [sys.argv[0]]  # gunicorn must not parse our flags
     _Gunicorn(args).run()
 

@@ -524,6 +524,9 @@ class ClusterState:
             "dockerName": docker_name(tenant, name),
             "numEndpoints": len(eps),
             "endpoints": [Endpoint.model_validate(_load(e)).dump() for e in eps],
+            # Docker IPAM pool IDs: every host's docker network of it books from these.
+            "ipv4Pool": rec.get("ipv4Pool") or "",
+            "ipv6Pool": rec.get("ipv6Pool") or "",
         }
         for version in (4, 6):
             pid = rec.get(f"ipv{version}Pool")
@@ -845,6 +848,17 @@ class ClusterState:
                 raise Conflict(obj, f"address {addr} is already in use in pool {pid} (by {who})")
 
     def delete_endpoint(self, endpoint_id: str) -> Endpoint:
+        return self._delete_endpoint(endpoint_id)
+
+    def reclaim_endpoint(self, endpoint_id: str, gone_host: str) -> Endpoint:
+        """Delete an endpoint of a host that is gone, releasing its addresses.
+
+        The same txn checks that the host has still no registration (keys.host), so an
+        agent that comes back just then keeps its endpoint (Conflict).
+        """
+        return self._delete_endpoint(endpoint_id, gone_host)
+
+    def _delete_endpoint(self, endpoint_id: str, gone_host: str | None = None) -> Endpoint:
         obj = f"endpoint {endpoint_id}"
 
         def attempt() -> Endpoint:
@@ -857,6 +871,12 @@ class ClusterState:
             ep = Endpoint.model_validate(_load(kv))
             ops: list[Op] = [Delete(kv.key), Delete(idx.key)]
             compares = [_unchanged(kv), _unchanged(idx)]
+            if gone_host is not None:
+                if ep.host != gone_host:
+                    raise Conflict(obj, f"it belongs to host {ep.host!r} now, not {gone_host!r}")
+                if self._get(keys.host(gone_host)) is not None:
+                    raise Conflict(obj, f"host {gone_host} is registered again")
+                compares.append(_absent(keys.host(gone_host)))
             released = []
             for pid, addr in ((ep.ipv4Pool, ep.ipAddress), (ep.ipv6Pool, ep.ipv6Address)):
                 if not pid or not addr:

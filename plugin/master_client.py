@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import requests
 
+from master import keys
+from master.election import parse_leader
+from store import Store, StoreError
+
 API = "/api/v1"
+# With a leader callable, calls are retried this long: beyond a leader failover (the
+# default lease TTL of 10 s, plus 2 s).
+LEADER_DEADLINE = 20.0
+MAX_BACKOFF = 0.5
+# Answers that mean "try again, maybe elsewhere": the master could not reach the leader or
+# the store, or a proxy in between failed.
+_TRANSIENT = (502, 503, 504)
 
 
 class MasterError(Exception):
@@ -19,11 +31,30 @@ class MasterError(Exception):
         self.status = status
 
 
+def leader_url_from_store(store: Store) -> Callable[[], str | None]:
+    """A ``leader`` callable for MasterClient: the leader's URL in the cluster state, or None."""
+
+    def current() -> str | None:
+        try:
+            record = parse_leader(store.get(keys.LEADER))
+        except StoreError:
+            return None
+        return record.url if record is not None and record.url else None
+
+    return current
+
+
 class MasterClient:
     """One typed method per master call; retries connection errors and 5xx.
 
     Retrying is safe because every call is idempotent on the master: addresses by owner,
     endpoints by endpoint ID, networks and pools by key.
+
+    Without ``leader``, a call makes at most ``retries`` attempts on ``base_url`` (a quick,
+    clear failure when the master is down). With ``leader`` (the current leader's URL from
+    the cluster state, or None), calls go to the leader, found again after a connection
+    error or a 502/503/504, and are retried with capped backoff until ``deadline`` seconds
+    have passed (default LEADER_DEADLINE), which outlasts a leader failover.
     """
 
     def __init__(
@@ -33,14 +64,34 @@ class MasterClient:
         retries: int = 3,
         backoff: float = 0.2,
         session: requests.Session | None = None,
+        leader: Callable[[], str | None] | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.retries = max(1, retries)
         self.backoff = backoff
         self.session = session or requests.Session()
+        self.leader = leader
+        self.deadline = deadline if deadline is not None else (LEADER_DEADLINE if leader else None)
+        self._target: str | None = None  # the resolved master URL; None: resolve again
+
+    def current_url(self) -> str:
+        """The master URL calls go to: the leader when known, else ``base_url``."""
+        url = self._target
+        if url is None:
+            found = None
+            if self.leader is not None:
+                try:
+                    found = self.leader()
+                except Exception:
+                    found = None
+            url = self._target = (found or self.base_url).rstrip("/")
+        return url
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        if self.deadline is not None:
+            return self._call_until(time.monotonic() + self.deadline, method, path, body)
         url = f"{self.base_url}{API}{path}"
         last: MasterError | None = None
         for attempt in range(self.retries):
@@ -56,14 +107,46 @@ class MasterClient:
                 continue
             if resp.status_code >= 400:
                 raise _refusal(resp)
-            try:
-                return resp.json()
-            except ValueError:
-                raise MasterError(
-                    f"netmaster at {self.base_url} sent a non-JSON reply to {method} {path}", 502
-                ) from None
+            return _json(resp, self.base_url, method, path)
         assert last is not None
         raise last
+
+    def _call_until(
+        self, deadline: float, method: str, path: str, body: dict[str, Any] | None
+    ) -> Any:
+        delay = self.backoff or 0.05
+        failures = 0  # other 5xx answers: a bug, not a failover; keep the old attempt limit
+        while True:
+            base = self.current_url()
+            remaining = deadline - time.monotonic()
+            try:
+                resp = self.session.request(
+                    method,
+                    f"{base}{API}{path}",
+                    json=body,
+                    timeout=min(self.timeout, max(remaining, 0.5)),
+                )
+            except requests.RequestException as e:
+                last = MasterError(f"netmaster at {base} is unreachable: {e}", 503)
+                self._target = None
+            else:
+                if resp.status_code in _TRANSIENT:
+                    last = _refusal(resp)
+                    self._target = None
+                elif resp.status_code >= 500:
+                    last = _refusal(resp)
+                    failures += 1
+                    if failures >= self.retries:
+                        raise last
+                elif resp.status_code >= 400:
+                    raise _refusal(resp)
+                else:
+                    return _json(resp, base, method, path)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise last
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, MAX_BACKOFF)
 
     # --- pools and addresses (Docker IPAM) ---
     def request_pool(
@@ -138,3 +221,12 @@ def _refusal(resp: requests.Response) -> MasterError:
     except (ValueError, AttributeError):
         message = resp.text.strip() or resp.reason or f"HTTP {resp.status_code}"
     return MasterError(message, resp.status_code)
+
+
+def _json(resp: requests.Response, base: str, method: str, path: str) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        raise MasterError(
+            f"netmaster at {base} sent a non-JSON reply to {method} {path}", 502
+        ) from None

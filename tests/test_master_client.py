@@ -1,0 +1,206 @@
+"""The plugin's master client: retries, the leader lookup, and the deadline (a fake session)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from master import keys
+from plugin.master_client import MasterClient, MasterError, leader_url_from_store
+from store.embedded import EmbeddedStore
+
+Behaviour = Callable[[str, str, Any], requests.Response]
+
+
+def answer(status: int, body: Any) -> requests.Response:
+    resp = requests.Response()
+    resp.status_code = status
+    resp._content = json.dumps(body).encode()
+    resp.headers["Content-Type"] = "application/json"
+    return resp
+
+
+def refused(method: str, url: str, body: Any) -> requests.Response:
+    raise requests.ConnectionError(f"connection refused: {url}")
+
+
+class FakeSession:
+    """Answers by master URL: each master has a list of behaviours, the last one repeats."""
+
+    def __init__(self, masters: dict[str, list[Behaviour]]) -> None:
+        self.masters = masters
+        self.calls: list[tuple[str, str]] = []
+
+    def request(self, method: str, url: str, json: Any = None, timeout: Any = None) -> Any:
+        self.calls.append((method, url))
+        base = next(b for b in self.masters if url.startswith(b + "/"))
+        script = self.masters[base]
+        step = script.pop(0) if len(script) > 1 else script[0]
+        return step(method, url, json)
+
+    def hosts(self) -> list[str]:
+        return [url.split("/api/")[0] for _, url in self.calls]
+
+
+def ok(body: Any = None) -> Behaviour:
+    return lambda m, u, b: answer(200, body if body is not None else {"ok": u})
+
+
+def status(code: int, error: str = "") -> Behaviour:
+    return lambda m, u, b: answer(
+        code, {"error": error or f"HTTP {code}", "object": "", "reason": ""}
+    )
+
+
+class Leader:
+    """A leader lookup whose answer the test changes; counts lookups."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self.lookups = 0
+
+    def __call__(self) -> str | None:
+        self.lookups += 1
+        return self.url
+
+
+def test_without_leader_the_old_quick_failure() -> None:
+    session = FakeSession({"http://m": [refused]})
+    client = MasterClient("http://m", retries=3, backoff=0, session=session)  # type: ignore[arg-type]
+    with pytest.raises(MasterError) as info:
+        client.list_networks()
+    assert info.value.status == 503
+    assert info.value.message.startswith("netmaster at http://m is unreachable: ")
+    assert len(session.calls) == 3
+
+
+def test_leader_is_preferred_to_base_url_and_cached() -> None:
+    session = FakeSession({"http://base": [ok()], "http://lead": [ok()]})
+    leader = Leader("http://lead/")
+    client = MasterClient("http://base", session=session, leader=leader)  # type: ignore[arg-type]
+    client.list_networks()
+    client.list_networks()
+    assert session.hosts() == ["http://lead", "http://lead"]
+    assert leader.lookups == 1  # looked up again only after a failure
+
+
+def test_no_leader_known_uses_base_url() -> None:
+    session = FakeSession({"http://base": [ok()]})
+    client = MasterClient("http://base", session=session, leader=Leader(None))  # type: ignore[arg-type]
+    client.list_networks()
+
+    def broken() -> str | None:
+        raise RuntimeError("store exploded")
+
+    client2 = MasterClient("http://base", session=session, leader=broken)  # type: ignore[arg-type]
+    client2.list_networks()
+    assert session.hosts() == ["http://base", "http://base"]
+
+
+def test_failover_switches_to_the_new_leader() -> None:
+    leader = Leader("http://old")
+
+    def old_dies(method: str, url: str, body: Any) -> requests.Response:
+        leader.url = "http://new"  # meanwhile a new leader took over
+        return refused(method, url, body)
+
+    session = FakeSession({"http://old": [old_dies], "http://new": [ok({"endpointID": "e1"})]})
+    client = MasterClient("http://base", backoff=0.01, session=session, leader=leader)  # type: ignore[arg-type]
+    assert client.create_endpoint({"endpointID": "e1"}) == {"endpointID": "e1"}
+    assert session.hosts() == ["http://old", "http://new"]
+    assert session.calls[-1] == ("POST", "http://new/api/v1/alloc/endpoints")
+
+
+def test_503_from_a_follower_looks_the_leader_up_again() -> None:
+    leader = Leader("http://follower")
+    session = FakeSession(
+        {
+            "http://follower": [status(503, "netmaster leader http://x: unreachable; retry")],
+            "http://lead": [ok()],
+        }
+    )
+
+    def look() -> str | None:
+        url = leader()
+        leader.url = "http://lead"
+        return url
+
+    client = MasterClient("http://base", backoff=0.01, session=session, leader=look)  # type: ignore[arg-type]
+    client.list_networks()
+    assert session.hosts() == ["http://follower", "http://lead"]
+
+
+def test_retries_through_a_long_outage_within_the_deadline() -> None:
+    session = FakeSession({"http://lead": [refused] * 6 + [ok()]})
+    client = MasterClient(
+        "http://base",
+        backoff=0.01,
+        session=session,  # type: ignore[arg-type]
+        leader=Leader("http://lead"),
+        deadline=30,
+    )
+    client.list_networks()
+    assert len(session.calls) == 7
+
+
+def test_deadline_ends_with_the_last_error() -> None:
+    session = FakeSession({"http://lead": [refused]})
+    client = MasterClient(
+        "http://base",
+        backoff=0.01,
+        session=session,  # type: ignore[arg-type]
+        leader=Leader("http://lead"),
+        deadline=0.3,
+    )
+    t0 = time.monotonic()
+    with pytest.raises(MasterError) as info:
+        client.list_networks()
+    assert time.monotonic() - t0 < 5  # generous: bounded by the deadline, not by attempts
+    assert info.value.message.startswith("netmaster at http://lead is unreachable: ")
+    assert len(session.calls) > 3  # kept trying until the deadline
+
+
+def test_refusals_are_not_retried() -> None:
+    session = FakeSession({"http://lead": [status(409, "network default:n: in use")]})
+    client = MasterClient("http://base", session=session, leader=Leader("http://lead"))  # type: ignore[arg-type]
+    with pytest.raises(MasterError) as info:
+        client.delete_network("default", "n")
+    assert (info.value.status, info.value.message) == (409, "network default:n: in use")
+    assert len(session.calls) == 1
+
+
+def test_internal_errors_keep_the_attempt_limit() -> None:
+    session = FakeSession({"http://lead": [status(500, "internal error: boom")]})
+    client = MasterClient(
+        "http://base",
+        retries=2,
+        backoff=0.01,
+        session=session,  # type: ignore[arg-type]
+        leader=Leader("http://lead"),
+    )
+    with pytest.raises(MasterError, match="boom"):
+        client.list_networks()
+    assert len(session.calls) == 2
+
+
+def test_leader_url_from_store(tmp_path: Path) -> None:
+    store = EmbeddedStore(str(tmp_path / "state.db"))
+    try:
+        current = leader_url_from_store(store)
+        assert current() is None
+        lease = store.lease_grant(30)
+        record = {"id": "m1", "url": "http://10.0.0.1:9999", "since": "now"}
+        store.put(keys.LEADER, json.dumps(record).encode(), lease=lease.id)
+        assert current() == "http://10.0.0.1:9999"
+        store.lease_revoke(lease.id)
+        assert current() is None
+        store.close()
+        assert current() is None  # a store error means "not known", never an exception
+    finally:
+        store.close()
