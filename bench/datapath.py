@@ -236,7 +236,7 @@ def run(workdir: Path) -> dict[str, Any]:
     if serving(SOCKET):
         raise SystemExit(f"bench: another netplugin serves {SOCKET}; stop it first")
     master = MasterProcess(workdir / "dp-master").start()
-    plugin = PluginProcess(master.url, workdir / "dp-plugin.log")
+    plugin = PluginProcess(master.url, workdir / "dp-plugin.log", data_dir=master.data_dir)
     plugin.start()
     sweep_test_leftovers()
     ours, bridge = f"bench-np-{uuid.uuid4().hex[:6]}", f"bench-br-{uuid.uuid4().hex[:6]}"

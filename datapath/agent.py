@@ -7,11 +7,11 @@ already right is recreated, and a failure part-way removes what it made.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import logging
 import threading
-import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from pyroute2 import IPRoute
@@ -25,8 +25,15 @@ from .hostnat import (
     gateway_port_name,
     parse_dnat_rules,
 )
-from .ovs import Ovs
-from .pipeline import DesiredState, EndpointState, NetworkState, compile_flows
+from .ovs import Ovs, PortInfo
+from .pipeline import (
+    DesiredState,
+    EndpointState,
+    NetworkState,
+    RemoteEndpointState,
+    TunnelState,
+    compile_flows,
+)
 from .veth import (
     create_veth,
     delete_link,
@@ -35,31 +42,43 @@ from .veth import (
     host_veths,
     isolate_host_end,
     veth_names,
+    wait_link,
 )
 
 log = logging.getLogger(__name__)
 
 EXT_ENDPOINT = "netplugin-endpoint"
 EXT_NETWORK = "netplugin-network"
+EXT_TUNNEL = "netplugin-tunnel"  # value: the peer host
+EXT_UPLINK = "netplugin-uplink"
+VLAN_SEGMENT_BASE = 1 << 24
+VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 
 
 @dataclass(frozen=True)
 class LocalNetwork:
     id: str  # tenant:name
-    tag: int  # the network's pkt-tag, used as its local segment (cluster-unique)
+    tag: int  # the network's pkt-tag: its VNI or VLAN id (cluster-unique per encap)
     subnet: str = ""
     gateway: str = ""
     ipv6_subnet: str = ""
     ipv6_gateway: str = ""
     internal: bool = False
+    encap: str = "vxlan"  # vxlan | vlan
+
+    @property
+    def segment(self) -> int:
+        """The local segment id: VNIs as they are, VLANs above every VNI (a VLAN and a VNI
+        may share a number)."""
+        return self.tag if self.encap == "vxlan" else VLAN_SEGMENT_BASE | self.tag
 
     @property
     def gateway_port(self) -> str:
-        return gateway_port_name(self.tag)
+        return gateway_port_name(self.tag) if self.encap == "vxlan" else f"npgwv{self.tag}"
 
     @property
     def gateway_mac(self) -> str:
-        return gateway_mac(self.tag)
+        return gateway_mac(self.segment)
 
 
 @dataclass(frozen=True)
@@ -73,9 +92,19 @@ class LocalEndpoint:
     port_mappings: tuple[PortMapping, ...] = ()
 
 
-def gateway_mac(tag: int) -> str:
-    """Locally administered, distinct from endpoint MACs (02:42:...), unique per network."""
-    return "02:4e:50:" + ":".join(f"{(tag >> s) & 0xFF:02x}" for s in (16, 8, 0))
+def gateway_mac(segment: int) -> str:
+    """Locally administered, distinct from endpoint MACs (02:42:...), unique per network and
+    the same on every host (the gateway is distributed)."""
+    prefix = "02:4e:50:" if segment < VLAN_SEGMENT_BASE else "02:4e:56:"
+    return prefix + ":".join(f"{(segment >> s) & 0xFF:02x}" for s in (16, 8, 0))
+
+
+def tunnel_port_name(remote_ip: str) -> str:
+    """The VXLAN port toward a peer VTEP: vx + the IPv4 address in hex (a digest for IPv6)."""
+    addr = ipaddress.ip_address(remote_ip)
+    if addr.version == 4:
+        return "vx" + addr.packed.hex()
+    return "vx" + hashlib.sha256(addr.packed).hexdigest()[:11]
 
 
 @dataclass
@@ -83,7 +112,19 @@ class AgentConfig:
     bridge: str = "netplugin"
     controller: str = "tcp:127.0.0.1:6653"
     datapath_type: str | None = None  # None: system if the kernel module exists, else netdev
-    mtu: int = 1500
+    mtu: int = 0  # container interfaces; 0: from the uplink and the encapsulation
+    uplink_mtu: int = 1500  # of the interface that carries VXLAN traffic
+    vlan_mtu: int = 1500  # of the VLAN uplink
+    vlan_uplink: str = ""  # interface that carries VLAN networks to other hosts
+    tunnels: bool = False  # this host has a VTEP: VXLAN networks span hosts
+
+    def mtu_for(self, encap: str) -> int:
+        """VXLAN costs its header where the network spans hosts; VLAN costs nothing."""
+        if self.mtu:
+            return self.mtu
+        if encap == "vlan":
+            return self.vlan_mtu
+        return self.uplink_mtu - VXLAN_OVERHEAD if self.tunnels else self.uplink_mtu
 
 
 @dataclass
@@ -91,6 +132,13 @@ class _State:
     networks: dict[str, LocalNetwork] = field(default_factory=dict)
     endpoints: dict[str, LocalEndpoint] = field(default_factory=dict)
     gateway_ofports: dict[str, int] = field(default_factory=dict)
+    # Other hosts: their VTEPs (None until the cluster view is known), tunnel ports by host,
+    # and their endpoints.
+    peers: dict[str, str] | None = None
+    tunnels: dict[str, int] = field(default_factory=dict)
+    remote_endpoints: tuple[RemoteEndpointState, ...] = ()
+    uplink_ofport: int | None = None
+    arp_mode: str = "proxy"
 
 
 class DatapathAgent:
@@ -112,26 +160,41 @@ class DatapathAgent:
     # --- lifecycle ---
 
     def start(self) -> None:
-        """Ensure the bridge (kept if it exists: running containers keep their traffic)."""
+        """Ensure the bridge (kept if it exists: running containers keep their traffic) and
+        the VLAN uplink port."""
         from .ovs import detect_datapath_type
 
         self.datapath_type = self.config.datapath_type or detect_datapath_type()
         self.ovs.ensure_bridge(
             self.config.bridge, datapath_type=self.datapath_type, controller=self.config.controller
         )
+        if self.config.vlan_uplink:
+            uplink = self.config.vlan_uplink
+            if self.datapath_type == "netdev":
+                isolate_host_end(uplink)  # a switch port now, not an interface of the host
+            self._state.uplink_ofport = self.ovs.add_port(
+                self.config.bridge, uplink, external_ids={EXT_UPLINK: uplink}
+            )
 
     def resync(
-        self, networks: Iterable[LocalNetwork], endpoints: Iterable[LocalEndpoint]
+        self,
+        networks: Iterable[LocalNetwork],
+        endpoints: Iterable[LocalEndpoint],
+        peers: Mapping[str, str] | None = None,
+        remote_endpoints: Iterable[RemoteEndpointState] = (),
+        arp_mode: str = "proxy",
     ) -> dict[str, int]:
         """Adopt the desired state after a (re)start; remove what no endpoint owns any more.
 
         Endpoint ports that still exist are kept as they are (their ofport is read back);
         endpoints whose veth vanished cannot be re-plugged into their container and are
-        reported, not recreated.
+        reported, not recreated. ``peers`` (host -> VTEP) is None when this host does not
+        know the cluster: its tunnel ports are then left as they are.
         """
         with self._lock:
             ports = self.ovs.list_ports(self.config.bridge)
-            self._state = _State()
+            uplink = self._state.uplink_ofport
+            self._state = _State(uplink_ofport=uplink, arp_mode=arp_mode)
             for net in networks:
                 self._ensure_network(net)
             wanted: dict[str, LocalEndpoint] = {}
@@ -156,6 +219,15 @@ class DatapathAgent:
             for eid, maps in published.items():
                 wanted[eid] = replace(wanted[eid], port_mappings=tuple(maps))
             self._state.endpoints = wanted
+            self._state.remote_endpoints = tuple(remote_endpoints)
+            if peers is not None:
+                self._ensure_tunnels(peers, ports)
+            else:  # adopt what is there, so the flows keep using it
+                self._state.tunnels = {
+                    info.external_ids[EXT_TUNNEL]: info.ofport
+                    for info in ports.values()
+                    if EXT_TUNNEL in info.external_ids and info.ofport and info.ofport > 0
+                }
             self._ready.set()
             removed = 0
             keep = {veth_names(e)[0] for e in wanted} | {
@@ -171,7 +243,57 @@ class DatapathAgent:
                     delete_link(name)
                     removed += 1
             self._push()
-            return {"endpoints": len(wanted), "missing": missing, "removed": removed}
+            return {
+                "endpoints": len(wanted),
+                "missing": missing,
+                "removed": removed,
+                "tunnels": len(self._state.tunnels),
+                "remote_endpoints": len(self._state.remote_endpoints),
+            }
+
+    def set_cluster(
+        self,
+        peers: Mapping[str, str],
+        remote_endpoints: Iterable[RemoteEndpointState],
+        arp_mode: str = "proxy",
+    ) -> None:
+        """Other hosts changed: one VXLAN port per peer VTEP, and their endpoints' flows."""
+        self._wait_ready()
+        with self._lock:
+            self._ensure_tunnels(peers, self.ovs.list_ports(self.config.bridge))
+            self._state.remote_endpoints = tuple(remote_endpoints)
+            self._state.arp_mode = arp_mode
+            self._push()
+
+    def _ensure_tunnels(self, peers: Mapping[str, str], ports: Mapping[str, PortInfo]) -> None:
+        """Add a tunnel per peer (kept when it exists), delete the tunnels of peers gone."""
+        if peers and not self.config.tunnels:
+            log.warning("%d peer host(s) but no --vtep-ip here: VXLAN stays local", len(peers))
+            peers = {}
+        wanted = {tunnel_port_name(ip): (host, ip) for host, ip in peers.items()}
+        tunnels: dict[str, int] = {}
+        for name, (host, ip) in sorted(wanted.items()):
+            info = ports.get(name)
+            if info is not None and info.external_ids.get(EXT_TUNNEL) == host and info.ofport:
+                tunnels[host] = info.ofport
+                continue
+            try:
+                tunnels[host] = self.ovs.add_port(
+                    self.config.bridge,
+                    name,
+                    type="vxlan",
+                    options={"remote_ip": ip, "key": "flow"},
+                    external_ids={EXT_TUNNEL: host},
+                )
+                log.info("tunnel %s to host %s (%s)", name, host, ip)
+            except RuntimeError as e:
+                log.error("host %s: cannot add tunnel %s to %s: %s", host, name, ip, e)
+        for name, info in ports.items():
+            if EXT_TUNNEL in info.external_ids and name not in wanted:
+                self.ovs.del_port(self.config.bridge, name)
+                log.info("tunnel %s to host %s removed", name, info.external_ids[EXT_TUNNEL])
+        self._state.peers = dict(peers)
+        self._state.tunnels = tunnels
 
     def switch_connected(self) -> None:
         """The switch (re)connected. After an ovs-vswitchd restart the gateway internal
@@ -198,7 +320,8 @@ class DatapathAgent:
     def _wait_ready(self) -> None:
         if not self._ready.wait(self.ready_timeout):
             raise RuntimeError(
-                "the datapath has not resynced with netmaster yet (is netmaster reachable?); retry"
+                "the datapath has not read the cluster state yet since netplugin started "
+                "(is the cluster store reachable?); retry"
             )
 
     def ensure_network(self, net: LocalNetwork) -> None:
@@ -222,8 +345,8 @@ class DatapathAgent:
     def _address_gateway(self, net: LocalNetwork) -> None:
         """Address the network's internal port (vswitchd restarts lose these addresses)."""
         with IPRoute() as ip:
-            idx = _wait_link(ip, net.gateway_port)
-            ip.link("set", index=idx, mtu=self.config.mtu, state="up")
+            idx = wait_link(ip, net.gateway_port)
+            ip.link("set", index=idx, mtu=self.config.mtu_for(net.encap), state="up")
             for subnet, gw in ((net.subnet, net.gateway), (net.ipv6_subnet, net.ipv6_gateway)):
                 if subnet and gw:
                     plen = ipaddress.ip_network(subnet).prefixlen
@@ -248,11 +371,12 @@ class DatapathAgent:
         """Plug an endpoint into the bridge; returns the container-side interface name."""
         self._wait_ready()
         with self._lock:
-            if endpoint.network_id not in self._state.networks:
+            net = self._state.networks.get(endpoint.network_id)
+            if net is None:
                 raise ValueError(
                     f"endpoint {endpoint.id}: network {endpoint.network_id} is not on this host"
                 )
-            host, container = create_veth(endpoint.id, endpoint.mac, self.config.mtu)
+            host, container = create_veth(endpoint.id, endpoint.mac, self.config.mtu_for(net.encap))
             try:
                 ofport = self.ovs.add_port(
                     self.config.bridge,
@@ -298,6 +422,17 @@ class DatapathAgent:
         host, _ = veth_names(endpoint_id)
         return {"hostInterface": host, "ofport": ep.ofport, "mac": ep.mac, "network": ep.network_id}
 
+    def status(self) -> dict[str, object]:
+        """What this host's datapath holds, for logs and inspection."""
+        s = self._state
+        return {
+            "networks": sorted(s.networks),
+            "endpoints": len(s.endpoints),
+            "tunnels": dict(sorted(s.tunnels.items())),
+            "remoteEndpoints": len(s.remote_endpoints),
+            "uplinkOfport": s.uplink_ofport,
+        }
+
     # --- desired state -> switch and kernel ---
 
     def desired(self) -> DesiredState:
@@ -306,10 +441,12 @@ class DatapathAgent:
             networks=[
                 NetworkState(
                     id=n.id,
-                    segment=n.tag,
+                    segment=n.segment,
                     gateway_port=s.gateway_ofports.get(n.id),
                     gateway_mac=n.gateway_mac,
                     gateway_ip=n.gateway or None,
+                    vni=n.tag if n.encap == "vxlan" else None,
+                    vlan=n.tag if n.encap == "vlan" else None,
                 )
                 for n in s.networks.values()
             ],
@@ -324,6 +461,10 @@ class DatapathAgent:
                 )
                 for e in s.endpoints.values()
             ],
+            remote_endpoints=[r for r in s.remote_endpoints if r.network_id in s.networks],
+            tunnels=[TunnelState(h, p) for h, p in sorted(s.tunnels.items())],
+            uplink_port=s.uplink_ofport,
+            arp_mode="flood" if s.arp_mode == "flood" else "proxy",
         )
 
     def flows(self) -> set[Flow]:
@@ -341,15 +482,3 @@ class DatapathAgent:
         ]
         mappings = [m for e in self._state.endpoints.values() for m in e.port_mappings]
         self.iptables.sync(nets, mappings)
-
-
-def _wait_link(ip: IPRoute, name: str, timeout: float = 5.0) -> int:
-    """OVS creates internal ports asynchronously; wait for the kernel device."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = ip.link_lookup(ifname=name)
-        if found:
-            return int(found[0])
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"interface {name} did not appear; is ovs-vswitchd running?")
-        time.sleep(0.02)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
+import time
 from pathlib import Path
 
 from pyroute2 import IPRoute
@@ -110,3 +111,15 @@ def disable_tx_offload(ifname: str, netns: str | None = None) -> None:
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
     subprocess.run(cmd, check=True, capture_output=True, timeout=10)
+
+
+def wait_link(ip: IPRoute, name: str, timeout: float = 5.0) -> int:
+    """The index of ``name``; OVS creates internal ports asynchronously, so wait for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = ip.link_lookup(ifname=name)
+        if found:
+            return int(found[0])
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"interface {name} did not appear; is ovs-vswitchd running?")
+        time.sleep(0.02)

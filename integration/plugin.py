@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -19,19 +20,39 @@ def serving(path: str) -> bool:
 
 
 class PluginProcess:
-    def __init__(self, master_url: str, log: Path) -> None:
+    """netplugin on the host's dockerd and OVS, on the same store as the master it uses
+    (its embedded store's data dir, or etcd)."""
+
+    def __init__(
+        self,
+        master_url: str,
+        log: Path,
+        data_dir: Path | None = None,
+        etcd_endpoints: str = "",
+        extra: list[str] | None = None,
+    ) -> None:
         self.master_url = master_url
         self.log = log
+        self.data_dir = data_dir
+        self.etcd_endpoints = etcd_endpoints
+        self.extra = extra or []
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        cmd = [str(BIN / "netplugin"), "--netmaster", self.master_url, "--log-level", "info"]
+        if self.data_dir is not None:
+            cmd += ["--data-dir", str(self.data_dir)]
+        if self.etcd_endpoints:
+            cmd += ["--etcd-endpoints", self.etcd_endpoints]
+        return [*cmd, *self.extra]
 
     def start(self, timeout: float = 20) -> float:
         """Start and wait until the socket serves; returns the seconds that took."""
         t0 = time.monotonic()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NETPLUGIN_")}
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [str(BIN / "netplugin"), "--netmaster", self.master_url, "--log-level", "info"],
-                stdout=out,
-                stderr=subprocess.STDOUT,
+                self.command(), stdout=out, stderr=subprocess.STDOUT, env=env
             )
         while time.monotonic() - t0 < timeout:
             if self.proc.poll() is not None:

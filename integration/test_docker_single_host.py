@@ -51,7 +51,7 @@ def stack(
         pytest.fail(f"another netplugin already serves {SOCKET}; stop it (e.g. `make run`) first")
     work = tmp_path_factory.mktemp("stack")
     master = MasterProcess(work / "master").start()
-    plugin = PluginProcess(master.url, work / "netplugin.log")
+    plugin = PluginProcess(master.url, work / "netplugin.log", data_dir=master.data_dir)
     plugin.start()
     sweep_test_leftovers()  # of an earlier run that was killed half-way
     yield master, plugin

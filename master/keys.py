@@ -77,3 +77,12 @@ def tag(encap: str, value: int) -> str:
 def host(name: str) -> str:
     """A live agent's registration: JSON {"host", "vtepIP", ...}, attached to its lease."""
     return HOSTS + name
+
+
+VTEPS = ROOT + "vteps/"
+
+
+def vtep(name: str) -> str:
+    """A host's VTEP address, kept after its registration lapses: peers keep a tunnel to a
+    host whose agent is down while it still has endpoints."""
+    return VTEPS + name

@@ -28,7 +28,31 @@ def parser() -> EnvArgumentParser:
     p.add_argument(
         "--of-port", type=int, default=6653, help="OpenFlow controller port on 127.0.0.1"
     )
-    p.add_argument("--mtu", type=int, default=1500, help="MTU of endpoint interfaces")
+    p.add_argument(
+        "--mtu",
+        type=int,
+        default=0,
+        help="MTU of container interfaces; 0: the uplink's, minus 50 for VXLAN across hosts",
+    )
+    p.add_argument(
+        "--data-dir",
+        default="/var/lib/netplugin",
+        help="the embedded store netmaster keeps on this host (without --etcd-endpoints)",
+    )
+    p.add_argument("--etcd-ca", default="", help="CA certificate for etcd TLS")
+    p.add_argument("--etcd-cert", default="", help="client certificate for etcd TLS")
+    p.add_argument("--etcd-key", default="", help="client key for etcd TLS")
+    p.add_argument(
+        "--host-ttl",
+        type=int,
+        default=10,
+        help="seconds this host stays in peers' view after netplugin stops answering",
+    )
+    p.add_argument(
+        "--underlay-bridge",
+        default="npunderlay",
+        help="userspace datapath: the OVS bridge that takes over the VTEP's interface",
+    )
     return p
 
 

@@ -1,38 +1,48 @@
-"""The netplugin agent process: Docker driver socket, datapath agent and OpenFlow app."""
+"""The netplugin agent process: Docker driver socket, datapath agent and OpenFlow app, and
+this host's place in the cluster (registration, peers, networks mirrored into docker)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
 import socket
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from werkzeug.serving import make_server
 
+from common.flags import split_endpoints
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.hostnat import Iptables, PortMapping
 from datapath.ofapp import FlowController
-from datapath.ovs import Ovs
+from datapath.ovs import Ovs, detect_datapath_type
+from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
+from master import keys
+from store import Store, open_store
 
 from .app import create_app
+from .cluster import ClusterView, HostInfo, HostRegistration, peers, remote_endpoints
+from .docker_sync import ClusterNetwork, DockerSync, cluster_network
 from .driver import Driver, PortBinding
-from .master_client import MasterClient, MasterError
+from .master_client import MasterClient
 
 log = logging.getLogger("netplugin")
 
 
-def local_network(net: dict[str, Any], oper: dict[str, Any]) -> LocalNetwork:
+def local_network(config: Mapping[str, Any], tag: int, encap: str) -> LocalNetwork:
     return LocalNetwork(
-        id=f"{net.get('tenantName') or 'default'}:{net['networkName']}",
-        tag=int(oper["pktTag"]),
-        subnet=net.get("subnet", ""),
-        gateway=net.get("gateway", ""),
-        ipv6_subnet=net.get("ipv6Subnet", ""),
-        ipv6_gateway=net.get("ipv6Gateway", ""),
-        internal=bool(net.get("internal")),
+        id=f"{config.get('tenantName') or 'default'}:{config['networkName']}",
+        tag=int(tag),
+        subnet=config.get("subnet", ""),
+        gateway=config.get("gateway", ""),
+        ipv6_subnet=config.get("ipv6Subnet", ""),
+        ipv6_gateway=config.get("ipv6Gateway", ""),
+        internal=bool(config.get("internal")),
+        encap=encap or config.get("encap") or "vxlan",
     )
 
 
@@ -48,7 +58,7 @@ class AgentDatapath:
         network_id = f"{tenant}:{name}"
         if not self.agent.has_network(network_id):
             oper = self.master.inspect_network(tenant, name)["Oper"]
-            self.agent.ensure_network(local_network(net, oper))
+            self.agent.ensure_network(local_network(net, oper["pktTag"], net.get("encap", "")))
         return network_id
 
     def create_endpoint_port(
@@ -80,57 +90,127 @@ class AgentDatapath:
         )
 
 
-def docker_namer(docker_host: str) -> Any:
-    """A lookup of a docker network's name by ID (None while dockerd does not know it).
+class LocalDocker:
+    """This host's dockerd, through one docker SDK client made on first use.
 
-    The client is made on first use: docker-py talks to dockerd when constructed, and a
-    dockerd that is restoring containers on our networks waits for us, so connecting at
-    start would deadlock the two.
+    docker-py talks to dockerd when constructed, and a dockerd that is restoring containers
+    on our networks waits for us: connecting at start would deadlock the two.
     """
-    import docker
-    from docker.errors import NotFound
 
-    clients: list[Any] = []
+    def __init__(self, docker_host: str) -> None:
+        self.docker_host = docker_host
+        self._client: Any = None
+        self._lock = threading.Lock()
 
-    def name(network_id: str) -> str | None:
-        if not clients:
-            kwargs: dict[str, Any] = {"timeout": 2}
-            clients.append(
-                docker.DockerClient(base_url=docker_host, **kwargs)
-                if docker_host
-                else docker.from_env(**kwargs)
-            )
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import docker
+
+                kwargs: dict[str, Any] = {"timeout": 10}
+                self._client = (
+                    docker.DockerClient(base_url=self.docker_host, **kwargs)
+                    if self.docker_host
+                    else docker.from_env(**kwargs)
+                )
+            return self._client
+
+    def _network(self, network_id: str) -> Any:
+        from docker.errors import NotFound
+
         try:
-            return str(clients[0].networks.get(network_id).name)
+            return self.client().networks.get(network_id)
         except NotFound:
             return None
 
-    return name
+    def name(self, network_id: str) -> str | None:
+        """A docker network's name (None while dockerd does not know it)."""
+        net = self._network(network_id)
+        return None if net is None else str(net.name)
+
+    def options(self, network_id: str) -> dict[str, str] | None:
+        """A docker network's -o options (None while dockerd does not know it)."""
+        net = self._network(network_id)
+        return None if net is None else dict(net.attrs.get("Options") or {})
 
 
-def resync(agent: DatapathAgent, master: MasterClient, host: str) -> dict[str, int]:
-    """After a (re)start: this host's endpoints from the master, reconciled with the switch."""
-    endpoints = [e for e in master.list_endpoints() if e.get("host") == host]
-    networks: dict[str, LocalNetwork] = {}
-    for e in endpoints:
-        key = (e["tenantName"], e["networkName"])
-        nid = f"{key[0]}:{key[1]}"
-        if nid not in networks:
-            insp = master.inspect_network(*key)
-            networks[nid] = local_network(insp["Config"], insp["Oper"])
+class ClusterSync:
+    """Applies the cluster view to the datapath (peers, other hosts' endpoints, ARP mode)
+    whenever it changes, once the agent has resynced."""
+
+    def __init__(self, view: ClusterView, agent: DatapathAgent, host: str) -> None:
+        self.view = view
+        self.agent = agent
+        self.host = host
+        self._poke = threading.Event()
+        self._last: Any = None
+        self._thread = threading.Thread(target=self._run, name="cluster-sync", daemon=True)
+
+    def start(self) -> ClusterSync:
+        self._thread.start()
+        return self
+
+    def poke(self) -> None:
+        self._poke.set()
+
+    def snapshot(self) -> tuple[dict[str, str], list[Any], str]:
+        eps = list(self.view.endpoints.values().values())
+        return (
+            peers(self.host, self.view.hosts.values(), self.view.vteps.values(), eps),
+            remote_endpoints(self.host, eps),
+            self.view.arp_mode(),
+        )
+
+    def _run(self) -> None:
+        while True:
+            self._poke.wait()
+            self._poke.clear()
+            threading.Event().wait(0.05)  # coalesce a burst of events into one pass
+            if not self.agent._ready.is_set():
+                continue  # resync applies the first view itself
+            try:
+                current = self.snapshot()
+                if current != self._last:
+                    self.agent.set_cluster(*current)
+                    self._last = current
+            except Exception:
+                log.exception("applying the cluster state to the datapath failed; retrying")
+                threading.Event().wait(1.0)
+                self._poke.set()
+
+
+def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]:
+    """After a (re)start: this host's endpoints and the cluster, reconciled with the switch."""
+    records = view.networks.values()
+    nets: dict[str, LocalNetwork] = {}
+    for rec in records.values():
+        net = local_network(rec["config"], rec["pktTag"], rec.get("encap", ""))
+        nets[net.id] = net
+    all_eps = list(view.endpoints.values().values())
+    mine = [e for e in all_eps if e.get("host") == host]
+    local_eps = [
+        LocalEndpoint(
+            id=e["endpointID"],
+            network_id=f"{e.get('tenantName') or 'default'}:{e['networkName']}",
+            mac=e["macAddress"],
+            ipv4=e.get("ipAddress", ""),
+            ipv6=e.get("ipv6Address", ""),
+        )
+        for e in mine
+    ]
+    used = {e.network_id for e in local_eps}
     return agent.resync(
-        networks.values(),
-        [
-            LocalEndpoint(
-                id=e["endpointID"],
-                network_id=f"{e['tenantName']}:{e['networkName']}",
-                mac=e["macAddress"],
-                ipv4=e.get("ipAddress", ""),
-                ipv6=e.get("ipv6Address", ""),
-            )
-            for e in endpoints
-        ],
+        [n for nid, n in nets.items() if nid in used],
+        local_eps,
+        peers=peers(host, view.hosts.values(), view.vteps.values(), all_eps),
+        remote_endpoints=remote_endpoints(host, all_eps),
+        arp_mode=view.arp_mode(),
     )
+
+
+def fresh_cluster_networks(store: Store) -> list[ClusterNetwork]:
+    """Every cluster network, read now (not from a mirror that may lag)."""
+    return [cluster_network(json.loads(kv.value)) for kv in store.range(keys.NETWORKS).kvs]
 
 
 def _clear_stale_socket(path: str) -> None:
@@ -142,41 +222,112 @@ def _clear_stale_socket(path: str) -> None:
         os.unlink(path)
 
 
+def _underlay(args: Any, ovs: Ovs, datapath_type: str) -> Underlay | None:
+    if not args.vtep_ip:
+        return None
+    if datapath_type == "netdev":
+        return ensure_userspace_tunneling(ovs, args.vtep_ip, args.underlay_bridge)
+    return discover(args.vtep_ip)
+
+
+def _link_mtu(ifname: str) -> int:
+    with open(f"/sys/class/net/{ifname}/mtu") as f:
+        return int(f.read())
+
+
 def run(args: Any) -> None:
     """Start everything; serve until SIGINT/SIGTERM, then exit (os-ken threads need os._exit)."""
+    store = open_store(
+        split_endpoints(args.etcd_endpoints) or None,
+        args.data_dir,
+        ca_cert=args.etcd_ca or None,
+        cert=args.etcd_cert or None,
+        key=args.etcd_key or None,
+    )
     master = MasterClient(args.netmaster)
     _clear_stale_socket(args.socket)
     controller = FlowController(listen_host="127.0.0.1", listen_port=args.of_port)
     controller.start()
     ovs = Ovs(args.ovsdb)
-    agent = DatapathAgent(
-        AgentConfig(bridge=args.bridge, controller=f"tcp:127.0.0.1:{args.of_port}", mtu=args.mtu),
-        ovs,
-        controller,
-        Iptables(),
+    datapath_type = detect_datapath_type()
+    underlay = _underlay(args, ovs, datapath_type)
+    if args.vlan_if and not os.path.exists(f"/sys/class/net/{args.vlan_if}"):
+        raise SystemExit(f"netplugin: --vlan-if {args.vlan_if}: no such interface")
+    config = AgentConfig(
+        bridge=args.bridge,
+        controller=f"tcp:127.0.0.1:{args.of_port}",
+        datapath_type=datapath_type,
+        mtu=args.mtu,
+        uplink_mtu=underlay.mtu if underlay else 1500,
+        vlan_mtu=_link_mtu(args.vlan_if) if args.vlan_if else 1500,
+        vlan_uplink=args.vlan_if,
+        tunnels=underlay is not None,
     )
+    agent = DatapathAgent(config, ovs, controller, Iptables())
     controller.on_connect = agent.switch_connected
     agent.start()
+
+    docker = LocalDocker(args.docker_host)
+    docker_sync = DockerSync(docker.client, lambda: fresh_cluster_networks(store))
+    cluster_sync: ClusterSync | None = None
+
+    def changed() -> None:
+        if cluster_sync is not None:
+            cluster_sync.poke()
+        docker_sync.poke()
+
+    view = ClusterView(store, changed)
+    cluster_sync = ClusterSync(view, agent, args.host)
+    registration = HostRegistration(
+        store,
+        HostInfo(
+            host=args.host,
+            vtep_ip=args.vtep_ip,
+            ctrl_ip=args.ctrl_ip,
+            datapath=datapath_type,
+            uplink_mtu=config.uplink_mtu,
+            vlan_if=args.vlan_if,
+        ),
+        args.host_ttl,
+    )
+
     driver = Driver(
         master,
         AgentDatapath(agent, master),
         host=args.host,
         mtu=args.mtu,
-        docker_name=docker_namer(args.docker_host),
+        docker_name=docker.name,
+        docker_options=docker.options,
     )
     app = create_app(driver)
     server = make_server(f"unix://{args.socket}", 0, app, threaded=True)
     os.chmod(args.socket, 0o600)
+    view.start()
+    registration.start()
+    cluster_sync.start()
+    docker_sync.start()
 
     def resync_forever() -> None:
-        # The master may start after us (make run starts both): retry until it answers.
+        # The store may be unreachable at first: the mirrors retry until they have read it.
+        while not view.wait_synced(10):
+            log.warning("still waiting to read the cluster state; the datapath is unchanged")
+        # A store netmaster never used (a wrong --data-dir or --etcd-endpoints) would look
+        # like a cluster without endpoints, and resync would unplug every container here.
+        while not view.globals.values():
+            log.error(
+                "the cluster store has no netmaster state: is it the one netmaster uses "
+                "(--data-dir %s, --etcd-endpoints %r)? The datapath is unchanged",
+                args.data_dir,
+                args.etcd_endpoints,
+            )
+            threading.Event().wait(5)
         delay = 0.5
         while True:
             try:
-                log.info("resynced with netmaster: %s", resync(agent, master, args.host))
+                log.info("resynced with the cluster: %s", resync(agent, view, args.host))
+                cluster_sync.poke()
+                docker_sync.poke()
                 return
-            except MasterError as e:
-                log.warning("resync with netmaster failed (%s); retrying", e)
             except Exception:
                 log.exception("resync failed; retrying")
             threading.Event().wait(delay)
@@ -190,13 +341,24 @@ def run(args: Any) -> None:
 
     signal.signal(signal.SIGINT, shutdown)
     signal.signal(signal.SIGTERM, shutdown)
-    log.info("netplugin serving %s (host %s, bridge %s)", args.socket, args.host, args.bridge)
+    log.info(
+        "netplugin serving %s (host %s, bridge %s, datapath %s, VTEP %s)",
+        args.socket,
+        args.host,
+        args.bridge,
+        datapath_type,
+        f"{underlay.vtep_ip} on {underlay.device}, MTU {underlay.mtu}" if underlay else "none",
+    )
     try:
         server.serve_forever()
     finally:
         with contextlib.suppress(OSError):
             os.unlink(args.socket)
+        docker_sync.stop()
+        registration.stop()
+        view.stop()
         controller.stop()
         ovs.close()
+        store.close()
         logging.shutdown()
         os._exit(0)

@@ -135,9 +135,13 @@ class Driver:
         host: str = "",
         mtu: int = 1450,
         docker_name: Callable[[str], str | None] | None = None,
+        docker_options: Callable[[str], dict[str, str] | None] | None = None,
     ) -> None:
         # Docker's CreateNetwork carries no name: docker_name(network_id) asks dockerd later.
         self.docker_name = docker_name
+        # The -o options dockerd keeps for a network: after a restart they tell which cluster
+        # network a docker network on this host stands for.
+        self.docker_options = docker_options
         self._naming = threading.Lock()
         self.master = master
         self.datapath = datapath
@@ -148,9 +152,24 @@ class Driver:
 
     # --- networks ---
     def _ref(self, network_id: str) -> NetworkRef:
-        """Docker's NetworkID -> master network; after a restart, recover it from the master."""
+        """Docker's NetworkID -> master network; after a restart, recover it from dockerd's
+        options of the network (networks mirrored from the cluster) or from the master."""
         ref = self._networks.get(network_id)
         if ref is not None:
+            return ref
+        opts = None
+        if self.docker_options is not None:
+            try:
+                opts = self.docker_options(network_id)
+            except Exception as e:  # dockerd busy: the master scan below still works
+                log.debug("network %s: docker options lookup failed: %s", network_id, e)
+        if opts and opts.get("network"):
+            ref = NetworkRef(
+                str(opts.get("tenant") or "default"),
+                str(opts["network"]),
+                str(opts.get("group") or ""),
+            )
+            self._networks[network_id] = ref
             return ref
         for n in self.master.list_networks():
             if n.get("dockerNetworkID") == network_id:
@@ -168,9 +187,25 @@ class Driver:
         generic = opts.get(GENERIC) or {}
         if not isinstance(generic, dict):
             raise DriverError(f"option {GENERIC} must be a map of -o options")
-        # Docker does not pass the network name in CreateNetwork.
-        name = str(generic.get("name") or generic.get("network") or req.NetworkID[:12])
         tenant = str(generic.get("tenant") or "default")
+        if generic.get("network"):
+            # `-o network=NAME`: this docker network stands for an existing cluster network
+            # (every host's agent creates one so): nothing to create, only to remember.
+            ref = NetworkRef(tenant, str(generic["network"]), str(generic.get("group") or ""))
+            try:
+                self.master.get_network(ref.tenant, ref.name)
+            except MasterError as e:
+                if e.status == 404:
+                    raise DriverError(
+                        f"network {ref.tenant}:{ref.name} does not exist in netmaster; "
+                        "create it first (netctl net create)",
+                        404,
+                    ) from None
+                raise
+            self._networks[req.NetworkID] = ref
+            return {}
+        # Docker does not pass the network name in CreateNetwork.
+        name = str(generic.get("name") or req.NetworkID[:12])
         network: dict[str, Any] = {
             "tenantName": tenant,
             "networkName": name,
@@ -378,8 +413,31 @@ class Driver:
         if req.SubPool and not req.Pool:
             raise DriverError("a sub-pool (--ip-range) needs a pool (--subnet)")
         space = opts.get("tenant") or "default"
+        if opts.get("network"):
+            return self._network_pool(space, opts["network"], req)
         got = self.master.request_pool(space, req.Pool, req.SubPool, req.V6, dict(opts))
         return {"PoolID": got["poolID"], "Pool": got["pool"], "Data": got.get("data") or {}}
+
+    def _network_pool(self, tenant: str, name: str, req: s.RequestPool) -> dict[str, Any]:
+        """`--ipam-opt network=NAME`: the pool the cluster network already has."""
+        try:
+            insp = self.master.inspect_network(tenant, name)
+        except MasterError as e:
+            if e.status == 404:
+                raise DriverError(
+                    f"network {tenant}:{name} does not exist in netmaster; create it first", 404
+                ) from None
+            raise
+        config, oper = insp["Config"], insp["Oper"]
+        pool_id = oper.get("ipv6Pool" if req.V6 else "ipv4Pool") or ""
+        subnet = config.get("ipv6Subnet" if req.V6 else "subnet") or ""
+        if not pool_id or (req.Pool and req.Pool != subnet):
+            family = "IPv6" if req.V6 else "IPv4"
+            raise DriverError(
+                f"network {tenant}:{name} has {family} subnet {subnet or 'none'}, "
+                f"not {req.Pool or 'a default one'}"
+            )
+        return {"PoolID": pool_id, "Pool": subnet, "Data": {}}
 
     def release_pool(self, req: s.ReleasePool) -> dict[str, Any]:
         try:

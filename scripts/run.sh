@@ -32,7 +32,7 @@ for _ in $(seq 100); do
 done
 
 if [ "${NETMASTER_ONLY:-}" = "" ]; then
-  "$BIN/netplugin" --netmaster "http://$LISTEN" ${NETPLUGIN_ARGS:-} &
+  "$BIN/netplugin" --netmaster "http://$LISTEN" --data-dir "$DATA_DIR" ${NETPLUGIN_ARGS:-} &
   pids+=($!)
 fi
 

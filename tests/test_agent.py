@@ -10,6 +10,7 @@ import datapath.agent as agent_mod
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.hostnat import DNAT_CHAIN, PortMapping, dnat_rules
 from datapath.ovs import PortInfo
+from datapath.pipeline import RemoteEndpointState, TunnelState
 from datapath.veth import veth_names
 
 
@@ -91,7 +92,8 @@ def world(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(agent_mod, "isolate_host_end", isolated.append)
     monkeypatch.setattr(DatapathAgent, "_address_gateway", lambda self, net: None)
     ovs, ctl, ipt = FakeOvs(), FakeController(), FakeIptables()
-    agent = DatapathAgent(AgentConfig(datapath_type="netdev"), ovs, ctl, ipt)  # type: ignore[arg-type]
+    config = AgentConfig(datapath_type="netdev", tunnels=True)
+    agent = DatapathAgent(config, ovs, ctl, ipt)  # type: ignore[arg-type]
     agent.ready_timeout = 0.1
     return {
         "agent": agent,
@@ -109,7 +111,7 @@ EP = LocalEndpoint(id="ab" * 32, network_id="default:n1", mac="02:42:0a:01:00:02
 
 def test_nothing_changes_before_the_first_resync(world: dict[str, Any]) -> None:
     agent = world["agent"]
-    with pytest.raises(RuntimeError, match="not resynced"):
+    with pytest.raises(RuntimeError, match="not read the cluster state"):
         agent.create_endpoint_port(EP)
     assert world["ctl"].pushed == [] and world["ovs"].ports == {}
 
@@ -162,7 +164,13 @@ def test_resync_adopts_live_ports_collects_stale_ones_and_keeps_published_ports(
     published = PortMapping("tcp", "", 8080, EP.ipv4, 80)
     ipt.chains[DNAT_CHAIN] = dnat_rules([published, PortMapping("tcp", "", 9090, "10.9.9.9", 80)])
     result = agent.resync([NET], [EP])
-    assert result == {"endpoints": 1, "missing": 0, "removed": 4}
+    assert result == {
+        "endpoints": 1,
+        "missing": 0,
+        "removed": 4,
+        "tunnels": 0,
+        "remote_endpoints": 0,
+    }
     assert set(ovs.ports) == {live_host, "npgw7", "uplink"}
     assert links == {live_host, "vc" + live_host[2:]}
     assert agent.desired().endpoints[0].ofport == 31  # adopted, not recreated
@@ -189,3 +197,55 @@ def test_switch_reconnect_readdresses_gateways_only_after_resync(
     addressed.clear()
     agent.switch_connected()  # e.g. ovs-vswitchd restarted and made npgw7 anew
     assert addressed == [NET.id]
+
+
+R1 = RemoteEndpointState("r1", NET.id, "h2", "02:42:0a:01:00:09", "10.1.0.9")
+R_ELSEWHERE = RemoteEndpointState("r2", "default:other", "h3", "02:42:0a:02:00:09", "10.2.0.9")
+
+
+def test_tunnels_follow_the_peers(world: dict[str, Any]) -> None:
+    agent, ovs = world["agent"], world["ovs"]
+    agent.resync([NET], [], peers={"h2": "192.168.50.2", "h3": "192.168.50.3"})
+    assert {n: i.external_ids for n, i in ovs.ports.items() if n.startswith("vx")} == {
+        "vxc0a83202": {"netplugin-tunnel": "h2"},
+        "vxc0a83203": {"netplugin-tunnel": "h3"},
+    }
+    kept = ovs.ports["vxc0a83202"].ofport
+    agent.set_cluster({"h2": "192.168.50.2", "h4": "192.168.50.4"}, [R1, R_ELSEWHERE])
+    assert sorted(n for n in ovs.ports if n.startswith("vx")) == ["vxc0a83202", "vxc0a83204"]
+    assert ovs.ports["vxc0a83202"].ofport == kept  # an existing tunnel is never recreated
+    desired = agent.desired()
+    assert {t.host for t in desired.tunnels} == {"h2", "h4"}
+    # Only endpoints of networks on this host cost flows here.
+    assert [r.id for r in desired.remote_endpoints] == ["r1"]
+
+
+def test_restart_before_the_cluster_is_known_keeps_tunnels(world: dict[str, Any]) -> None:
+    agent, ovs = world["agent"], world["ovs"]
+    ovs.ports["vxc0a83202"] = PortInfo(40, {"netplugin-tunnel": "h2"})
+    agent.resync([NET], [], peers=None)
+    assert "vxc0a83202" in ovs.ports
+    assert agent.desired().tunnels == [TunnelState("h2", 40)]
+
+
+def test_no_vtep_means_no_tunnels(world: dict[str, Any]) -> None:
+    agent, ovs = world["agent"], world["ovs"]
+    agent.config.tunnels = False
+    agent.resync([NET], [], peers={"h2": "192.168.50.2"})
+    assert not [n for n in ovs.ports if n.startswith("vx")]
+
+
+def test_mtu_from_the_uplink_and_the_encapsulation() -> None:
+    cfg = AgentConfig(uplink_mtu=1500, vlan_mtu=9000, tunnels=True)
+    assert (cfg.mtu_for("vxlan"), cfg.mtu_for("vlan")) == (1450, 9000)
+    assert AgentConfig(uplink_mtu=1460, tunnels=True).mtu_for("vxlan") == 1410  # a cloud
+    assert AgentConfig(uplink_mtu=1500).mtu_for("vxlan") == 1500  # one host: no overlay
+    assert AgentConfig(mtu=1400, tunnels=True).mtu_for("vxlan") == 1400  # configured
+
+
+def test_a_vlan_and_a_vxlan_network_may_share_a_tag() -> None:
+    vx = LocalNetwork(id="default:a", tag=100, encap="vxlan")
+    vl = LocalNetwork(id="default:b", tag=100, encap="vlan")
+    assert vx.segment != vl.segment
+    assert vx.gateway_port != vl.gateway_port and vx.gateway_mac != vl.gateway_mac
+    assert max(len(vx.gateway_port), len(LocalNetwork("x", 4094, encap="vlan").gateway_port)) <= 15
