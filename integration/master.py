@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -28,9 +29,13 @@ class MasterProcess:
         etcd_endpoints: str = "",
         port: int | None = None,
         extra: list[str] | None = None,
+        host: str = "127.0.0.1",
+        netns: str | None = None,
     ) -> None:
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.host = host
+        self.netns = netns  # a network namespace (the test's own) to run it in
+        self.url = f"http://{host}:{self.port}"
         self.data_dir = data_dir
         self.etcd_endpoints = etcd_endpoints
         self.extra = extra or []
@@ -39,10 +44,12 @@ class MasterProcess:
 
     def start(self, timeout: float = 20.0) -> MasterProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
         cmd = [
+            *prefix,
             str(VENV_BIN / "netmaster"),
             "--listen-url",
-            f"127.0.0.1:{self.port}",
+            f"{self.host}:{self.port}",
             "--data-dir",
             str(self.data_dir),
             "--etcd-endpoints",
@@ -84,7 +91,7 @@ class MasterProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) != 0:
+                if s.connect_ex((self.host, self.port)) != 0:
                     break
             time.sleep(0.1)
         return code
@@ -92,5 +99,43 @@ class MasterProcess:
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
 
+    def worker_pids(self) -> list[int]:
+        """The gunicorn workers: the processes whose parent is this master's arbiter."""
+        if self.proc is None:
+            return []
+        return children(self.proc.pid)
+
+    def kill_all(self) -> None:
+        """kill -9 the arbiter and its workers at once, as a machine dying would.
+
+        (After a kill -9 of the arbiter alone, its workers notice and exit gracefully.)
+        """
+        if self.proc is None:
+            return
+        workers = self.worker_pids()
+        os.kill(self.proc.pid, signal.SIGKILL)
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.stop(signal.SIGKILL)
+
     def api(self, method: str, path: str, **kw: object) -> requests.Response:
         return requests.request(method, f"{self.url}/api/v1/{path.lstrip('/')}", timeout=30, **kw)  # type: ignore[arg-type]
+
+
+def children(pid: int) -> list[int]:
+    """The PIDs whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses: fields follow the last ")".
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
