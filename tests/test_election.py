@@ -450,3 +450,16 @@ def test_standalone_app_has_no_leader(tmp_path: Path) -> None:
         assert r.status_code == 200 and r.json["self"]["role"] == "standalone"
     finally:
         store.close()
+
+
+def test_flags_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from master.cli import parser
+
+    args = parser().parse_args([])
+    assert (args.leader_ttl, args.host_reclaim_grace) == (10, 1800.0)
+    monkeypatch.setenv("NETMASTER_LEADER_TTL", "4")
+    monkeypatch.setenv("NETMASTER_HOST_RECLAIM_GRACE", "0")
+    args = parser().parse_args([])
+    assert (args.leader_ttl, args.host_reclaim_grace) == (4, 0.0)
+    args = parser().parse_args(["--leader-ttl", "7", "--host-reclaim-grace", "90"])
+    assert (args.leader_ttl, args.host_reclaim_grace) == (7, 90.0)
