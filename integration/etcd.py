@@ -54,8 +54,12 @@ class EtcdServer:
         binary: str = ETCD_BINARY,
         name: str = "test",
         tls: tuple[str, str, str] | None = None,
+        host: str = "127.0.0.1",
+        netns: str | None = None,
     ) -> None:
         self.binary = binary
+        self.host = host  # the address it serves on
+        self.netns = netns  # a network namespace (the test's own) to run it in
         self.name = name
         self.tls = tls
         self._own_dir = base_dir is None
@@ -63,14 +67,15 @@ class EtcdServer:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir = self.base_dir / "data"
         self.log_path = self.base_dir / "etcd.log"
-        self.client_port = free_port()
-        self.peer_port = free_port()
+        # A namespace of the test's own is empty: etcd's usual ports are free there.
+        self.client_port = free_port() if netns is None else 2379
+        self.peer_port = free_port() if netns is None else 2380
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
         scheme = "https" if self.tls else "http"
-        return f"{scheme}://127.0.0.1:{self.client_port}"
+        return f"{scheme}://{self.host}:{self.client_port}"
 
     @property
     def pid(self) -> int | None:
@@ -83,8 +88,10 @@ class EtcdServer:
         """Start etcd and wait until it serves requests."""
         if self.running():
             return
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        peer = f"http://{self.host}:{self.peer_port}"
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
         cmd = [
+            *prefix,
             self.binary,
             "--name", self.name,
             "--data-dir", str(self.data_dir),

@@ -983,8 +983,10 @@ class ClusterState:
                     obj, f"owner {req.owner} already holds an address in pool {prev['pool']}"
                 )
             prec = _load(pkv)
-            if req.kind == "gateway" and prec.get("gateway") and not req.address:
-                return f"{prec['gateway']}/{spec.network.prefixlen}"
+            gateway = prec.get("gateway")
+            if req.kind == "gateway" and gateway and req.address in ("", gateway):
+                # The network's own gateway (every host's docker network of it asks for it).
+                return f"{gateway}/{spec.network.prefixlen}"
             compares: list[Compare] = [_absent(keys.owner(req.owner))]
             claims: list[tuple[str, IPAddr]] = []
             try:

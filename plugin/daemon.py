@@ -28,7 +28,7 @@ from .app import create_app
 from .cluster import ClusterView, HostInfo, HostRegistration, peers, remote_endpoints
 from .docker_sync import ClusterNetwork, DockerSync, cluster_network
 from .driver import Driver, PortBinding
-from .master_client import MasterClient
+from .master_client import MasterClient, leader_url_from_store
 
 log = logging.getLogger("netplugin")
 
@@ -231,8 +231,14 @@ def _underlay(args: Any, ovs: Ovs, datapath_type: str) -> Underlay | None:
 
 
 def _link_mtu(ifname: str) -> int:
-    with open(f"/sys/class/net/{ifname}/mtu") as f:
-        return int(f.read())
+    """The MTU of an interface (netlink: /sys may show another network namespace's)."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ip:
+        found = ip.link_lookup(ifname=ifname)
+        if not found:
+            raise SystemExit(f"netplugin: --vlan-if {ifname}: no such interface")
+        return int(ip.get_links(found[0])[0].get("mtu"))
 
 
 def run(args: Any) -> None:
@@ -244,15 +250,14 @@ def run(args: Any) -> None:
         cert=args.etcd_cert or None,
         key=args.etcd_key or None,
     )
-    master = MasterClient(args.netmaster)
+    # Calls follow the leader the masters elected, and ride out a failover.
+    master = MasterClient(args.netmaster, leader=leader_url_from_store(store))
     _clear_stale_socket(args.socket)
     controller = FlowController(listen_host="127.0.0.1", listen_port=args.of_port)
     controller.start()
     ovs = Ovs(args.ovsdb)
     datapath_type = detect_datapath_type()
     underlay = _underlay(args, ovs, datapath_type)
-    if args.vlan_if and not os.path.exists(f"/sys/class/net/{args.vlan_if}"):
-        raise SystemExit(f"netplugin: --vlan-if {args.vlan_if}: no such interface")
     config = AgentConfig(
         bridge=args.bridge,
         controller=f"tcp:127.0.0.1:{args.of_port}",

@@ -1,0 +1,429 @@
+"""A simulated cluster on one machine: hosts are network namespaces.
+
+Layout (everything named with this run's tag, removed by stop()):
+
+    root namespace: underlay bridge UL (192.168.77.254/24: the test's own client address)
+                    and VLAN bridge VL (no address: it carries tagged frames between hosts)
+    control namespace: etcd and the masters on 192.168.77.100, its eth0 on UL
+    host i (i = 1..n), one namespace each:
+        eth1 on UL with 192.168.77.i   the VTEP address (moved onto OVS by userspace tunneling)
+        eth2 on VL                     the VLAN uplink (--vlan-if)
+        its own ovsdb-server and userspace ovs-vswitchd
+        a private mount namespace (its own /run/docker/plugins) holding its own dockerd and
+        its own netplugin agent; the test talks to that dockerd through its socket
+
+Docker's FORWARD policy DROP and br_netfilter would drop IPv4 bridged between the hosts, so
+the two bridges get ACCEPT rules while the lab runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from .etcd import EtcdServer
+from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, read_pid
+from .master import MasterProcess
+from .ovs import OvsInstance
+
+BIN = Path(sys.executable).parent
+SUBNET = "192.168.77"
+CONTROL_IP = f"{SUBNET}.100"
+CLIENT_IP = f"{SUBNET}.254"
+
+
+def sh(*cmd: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr or res.stdout}")
+    return res
+
+
+def _stop(
+    proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, timeout: float = 20
+) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout}s")
+        time.sleep(interval)
+
+
+@dataclass
+class SimHost:
+    """One simulated host: namespace, OVS, dockerd and netplugin agent."""
+
+    index: int
+    tag: str
+    workdir: Path
+    ovs: OvsInstance = field(init=False)
+    holder: subprocess.Popen[bytes] | None = None
+    dockerd: subprocess.Popen[bytes] | None = None
+    agent: subprocess.Popen[bytes] | None = None
+    agent_extra: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.ovs = OvsInstance(f"{self.tag}h{self.index}", self.workdir / "ovs")
+
+    @property
+    def name(self) -> str:
+        return f"h{self.index}"
+
+    @property
+    def netns(self) -> str:
+        return self.ovs.netns
+
+    @property
+    def vtep_ip(self) -> str:
+        return f"{SUBNET}.{self.index}"
+
+    @property
+    def docker_sock(self) -> Path:
+        return self.workdir / "docker.sock"
+
+    @property
+    def agent_log(self) -> Path:
+        return self.workdir / "netplugin.log"
+
+    def docker(self, *args: str, check: bool = True, timeout: float = 90) -> str:
+        """The docker CLI against this host's dockerd."""
+        return sh(
+            "docker", "-H", f"unix://{self.docker_sock}", *args, check=check, timeout=timeout
+        ).stdout
+
+    def docker_res(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+        return sh("docker", "-H", f"unix://{self.docker_sock}", *args, check=False, timeout=timeout)
+
+    def ns(self, *cmd: str, check: bool = True) -> str:
+        return sh("ip", "netns", "exec", self.netns, *cmd, check=check).stdout
+
+    def _in_host(self, cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+        """Start cmd in this host's network and mount namespaces."""
+        assert self.holder is not None
+        with open(log, "ab") as out:
+            return subprocess.Popen(
+                ["nsenter", "-t", str(self.holder.pid), "--mount", "--net", *cmd],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def start_namespaces(self, underlay: str, vlan_bridge: str) -> None:
+        self.ovs.start()
+        for ifname, bridge in (("eth1", underlay), ("eth2", vlan_bridge)):
+            peer = f"{self.tag}{self.index}{ifname[-1]}"
+            sh(
+                "ip",
+                "link",
+                "add",
+                peer,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                ifname,
+                "netns",
+                self.netns,
+            )
+            sh("ip", "link", "set", peer, "master", bridge, "up")
+            self.ns("ip", "link", "set", ifname, "up")
+        self.ns("ip", "addr", "add", f"{self.vtep_ip}/24", "dev", "eth1")
+        # A private mount namespace inside the host's network namespace, kept by a holder
+        # process: its own /run/docker/plugins for its dockerd and its agent.
+        self.holder = subprocess.Popen(
+            [
+                "nsenter",
+                f"--net=/var/run/netns/{self.netns}",
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                "mount -t tmpfs netplugin-plugins /run/docker/plugins && exec sleep infinity",
+            ],
+            start_new_session=True,
+        )
+        wait_for(
+            lambda: "netplugin-plugins" in Path(f"/proc/{self.holder.pid}/mounts").read_text(),  # type: ignore[union-attr]
+            10,
+            f"{self.name}: private /run/docker/plugins",
+            interval=0.05,
+        )
+
+    def start_dockerd(self) -> None:
+        data = self.workdir / "docker"
+        self.dockerd = self._in_host(
+            [
+                "dockerd",
+                "--data-root",
+                str(data / "data"),
+                "--exec-root",
+                str(data / "exec"),
+                "-H",
+                f"unix://{self.docker_sock}",
+                "--pidfile",
+                str(data / "docker.pid"),
+                "--bridge",
+                "none",
+            ],
+            self.workdir / "dockerd.log",
+        )
+        wait_for(
+            lambda: self.docker_res("info").returncode == 0,
+            90,
+            f"{self.name}: dockerd answering",
+            interval=0.3,
+        )
+
+    def load_image(self, image: str = BUSYBOX_IMAGE) -> None:
+        ensure_test_image(image)
+        saved = self.workdir.parent / "image.tar"
+        if not saved.exists():
+            sh("docker", "save", "-o", str(saved), image, timeout=120)
+        self.docker("load", "-i", str(saved), timeout=120)
+
+    def agent_command(self, etcd: str, master: str) -> list[str]:
+        return [
+            str(BIN / "netplugin"),
+            "--host", self.name,
+            "--netmaster", master,
+            "--etcd-endpoints", etcd,
+            "--vtep-ip", self.vtep_ip,
+            "--vlan-if", "eth2",
+            "--ovsdb", self.ovs.db_target,
+            "--docker-host", f"unix://{self.docker_sock}",
+            "--host-ttl", "3",
+            "--log-level", "info",
+            *self.agent_extra,
+        ]  # fmt: skip
+
+    def start_agent(self, etcd: str, master: str, timeout: float = 30) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NETPLUGIN_")}
+        assert self.holder is not None
+        with open(self.agent_log, "ab") as out:
+            self.agent = subprocess.Popen(
+                [
+                    "nsenter",
+                    "-t",
+                    str(self.holder.pid),
+                    "--mount",
+                    "--net",
+                    *self.agent_command(etcd, master),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        sock = f"/proc/{self.holder.pid}/root/run/docker/plugins/netplugin.sock"
+        wait_for(
+            lambda: self._agent_alive() and os.path.exists(sock),
+            timeout,
+            f"{self.name}: netplugin serving",
+        )
+
+    def _agent_alive(self) -> bool:
+        if self.agent is None or self.agent.poll() is not None:
+            raise RuntimeError(f"{self.name}: netplugin exited:\n{self.log_tail()}")
+        return True
+
+    def stop_agent(self, sig: int = signal.SIGTERM) -> None:
+        _stop(self.agent, sig)
+        self.agent = None
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.agent_log.read_text().splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def ovs_ports(self, bridge: str = "netplugin") -> list[str]:
+        return self.ovs.vsctl("list-ports", bridge).split()
+
+    def tunnels(self) -> set[str]:
+        return {p for p in self.ovs_ports() if p.startswith("vx")}
+
+    def stop(self) -> None:
+        # Containers first (their endpoints), while the agent still answers dockerd.
+        if self.dockerd is not None and self.dockerd.poll() is None:
+            ids = self.docker_res("ps", "-aq").stdout.split()
+            if ids:
+                self.docker_res("rm", "-f", *ids)
+        self.stop_agent()
+        _stop(self.dockerd, timeout=60)
+        self.dockerd = None
+        containerd = read_pid(self.workdir / "docker" / "exec" / "containerd" / "containerd.pid")
+        if containerd is not None:
+            os.kill(containerd, signal.SIGTERM)
+        _stop(self.holder, signal.SIGKILL)
+        self.holder = None
+        self.ovs.stop()
+
+
+class Cluster:
+    """etcd, two masters and ``n`` hosts with their own OVS, dockerd and agent."""
+
+    def __init__(self, workdir: Path, hosts: int = 3, masters: int = 2) -> None:
+        self.tag = f"np{os.getpid() % 10000}"
+        self.workdir = workdir
+        self.underlay = f"{self.tag}ul"
+        self.vlan_bridge = f"{self.tag}vl"
+        self.control_ns = f"{self.tag}ctl"
+        self.etcd = EtcdServer(workdir / "etcd", host=CONTROL_IP, netns=self.control_ns)
+        self.masters = [
+            MasterProcess(
+                workdir / f"master{i}",
+                etcd_endpoints=self.etcd.endpoint,
+                port=9990 + i,
+                host=CONTROL_IP,
+                netns=self.control_ns,
+                extra=["--leader-ttl", "3"],
+            )
+            for i in range(masters)
+        ]
+        self.hosts = [SimHost(i + 1, self.tag, workdir / f"h{i + 1}") for i in range(hosts)]
+        self._rules: list[list[str]] = []
+
+    @property
+    def master_url(self) -> str:
+        """A running master's URL (any works: followers forward to the leader)."""
+        return next((m.url for m in self.masters if m.proc is not None), self.masters[0].url)
+
+    def start(self) -> Cluster:
+        try:
+            self._start_network()
+            self.etcd.start()
+            for m in self.masters:
+                m.start()
+            for h in self.hosts:
+                h.start_namespaces(self.underlay, self.vlan_bridge)
+                h.start_dockerd()
+                h.load_image()
+            for h in self.hosts:
+                h.start_agent(self.etcd.endpoint, self.master_url)
+            self.wait_tunnels()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_network(self) -> None:
+        for br in (self.underlay, self.vlan_bridge):
+            sh("ip", "link", "add", br, "type", "bridge")
+            sh("ip", "link", "set", br, "up")
+            rule = ["FORWARD", "-i", br, "-o", br, "-j", "ACCEPT"]
+            sh("iptables", "-I", *rule)
+            self._rules.append(rule)
+        sh("ip", "addr", "add", f"{CLIENT_IP}/24", "dev", self.underlay)
+        sh("ip", "netns", "add", self.control_ns)
+        peer = f"{self.tag}c"
+        sh(
+            "ip",
+            "link",
+            "add",
+            peer,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            self.control_ns,
+        )
+        sh("ip", "link", "set", peer, "master", self.underlay, "up")
+        for cmd in (
+            ["ip", "link", "set", "lo", "up"],
+            ["ip", "link", "set", "eth0", "up"],
+            ["ip", "addr", "add", f"{CONTROL_IP}/24", "dev", "eth0"],
+            # A real wire carries finished checksums; a veth passes the kernel's partial
+            # ones, which the hosts' userspace OVS (AF_PACKET) then delivers unfinished.
+            ["ethtool", "-K", "eth0", "tx", "off"],
+        ):
+            sh("ip", "netns", "exec", self.control_ns, *cmd)
+
+    def wait_tunnels(self, timeout: float = 30) -> None:
+        """Every host has a tunnel to every other one."""
+        for h in self.hosts:
+            wait_for(
+                lambda h=h: len(h.tunnels()) == len(self.hosts) - 1,
+                timeout,
+                f"{h.name}: tunnels to its {len(self.hosts) - 1} peers ({h.tunnels()})",
+            )
+
+    def is_leader(self, master: MasterProcess) -> bool:
+        """Whether ``master`` leads (it says so itself)."""
+        try:
+            info = requests.get(f"{master.url}/api/v1/leader", timeout=5).json()
+        except (requests.RequestException, ValueError):
+            return False
+        return bool(info.get("self", {}).get("role") == "leader")
+
+    def api(self, method: str, path: str, **kw: Any) -> requests.Response:
+        return requests.request(
+            method, f"{self.master_url}/api/v1/{path.lstrip('/')}", timeout=30, **kw
+        )
+
+    def netctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return sh(str(BIN / "netctl"), "--netmaster", self.master_url, *args, check=check)
+
+    def run(self, host: SimHost, name: str, net: str, *extra: str) -> str:
+        host.docker(
+            "run", "-d", "--label", TEST_LABEL, "--name", name, "--net", net, *extra,
+            BUSYBOX_IMAGE, "sleep", "3600",
+        )  # fmt: skip
+        return name
+
+    @staticmethod
+    def ip_of(host: SimHost, container: str) -> str:
+        nets = json.loads(
+            host.docker("inspect", "-f", "{{json .NetworkSettings.Networks}}", container)
+        )
+        return str(next(iter(nets.values()))["IPAddress"])
+
+    @staticmethod
+    def ping(host: SimHost, container: str, target: str, count: int = 2) -> bool:
+        res = host.docker_res("exec", container, "ping", "-c", str(count), "-W", "2", target)
+        return res.returncode == 0
+
+    def stop(self) -> None:
+        for h in self.hosts:
+            try:
+                h.stop()
+            except Exception as e:  # keep tearing down the rest
+                print(f"multihost: stopping {h.name}: {e}", file=sys.stderr)
+        for m in self.masters:
+            m.stop()
+        self.etcd.stop()
+        sh("ip", "netns", "del", self.control_ns, check=False)
+        for br in (self.underlay, self.vlan_bridge):
+            sh("ip", "link", "del", br, check=False)
+        for rule in self._rules:
+            sh("iptables", "-D", *rule, check=False)
+        self._rules.clear()

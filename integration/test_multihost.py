@@ -1,0 +1,213 @@
+"""Several hosts (network namespaces) with their own OVS, dockerd and netplugin agent, one
+etcd and two masters: the real docker CLI on each host, real packets between them."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from .etcd import require_etcd
+from .host import BUSYBOX_IMAGE, TEST_LABEL
+from .multihost import Cluster, SimHost, wait_for
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    require_etcd()
+    c = Cluster(tmp_path_factory.mktemp("multihost")).start()
+    yield c
+    c.stop()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:6]}"
+
+
+def wait_docker_network(host: SimHost, name: str, timeout: float = 20) -> None:
+    wait_for(
+        lambda: name in host.docker("network", "ls", "--format", "{{.Name}}").split(),
+        timeout,
+        f"{host.name}: docker network {name}",
+    )
+
+
+def test_containers_on_different_hosts_ping_over_vxlan(cluster: Cluster) -> None:
+    h1, h2, _ = cluster.hosts
+    net = unique("vx")
+    cluster.netctl("net", "create", "-s", "10.61.0.0/24", "-g", "10.61.0.1", net)
+    for h in cluster.hosts:
+        wait_docker_network(h, net)
+    a, b = cluster.run(h1, unique("a"), net), cluster.run(h2, unique("b"), net)
+    assert cluster.ping(h1, a, cluster.ip_of(h2, b))
+    assert cluster.ping(h2, b, cluster.ip_of(h1, a))
+    mtu = h1.docker("exec", a, "cat", "/sys/class/net/eth0/mtu").strip()
+    assert mtu == "1450"  # the uplink's 1500 minus VXLAN's 50
+    assert cluster.ping(h1, a, "10.61.0.1")  # each host's own gateway
+
+
+def test_vlan_network_across_hosts(cluster: Cluster) -> None:
+    h1, _, h3 = cluster.hosts
+    net = unique("vl")
+    cluster.netctl("net", "create", "-e", "vlan", "-p", "300", "-s", "10.62.0.0/24", net)
+    for h in (h1, h3):
+        wait_docker_network(h, net)
+    a, c = cluster.run(h1, unique("a"), net), cluster.run(h3, unique("c"), net)
+    assert cluster.ping(h1, a, cluster.ip_of(h3, c))
+    # Over the VLAN uplink, tagged 300, at the uplink's full MTU.
+    assert h1.docker("exec", a, "cat", "/sys/class/net/eth0/mtu").strip() == "1500"
+    flows = h1.ovs.ofctl("dump-flows", "netplugin")
+    assert "dl_vlan=300" in flows and "push_vlan" in flows
+
+
+def test_networks_stay_isolated_across_hosts(cluster: Cluster) -> None:
+    h1, h2, _ = cluster.hosts
+    n1, n2, n3 = unique("iso"), unique("iso"), unique("iso")
+    cluster.netctl("net", "create", "-s", "10.63.0.0/24", n1)
+    cluster.netctl("net", "create", "-s", "10.64.0.0/24", n2)
+    cluster.netctl("net", "create", "-e", "vlan", "-p", "301", "-s", "10.65.0.0/24", n3)
+    for h in (h1, h2):
+        for n in (n1, n2, n3):
+            wait_docker_network(h, n)
+    a = cluster.run(h1, unique("a"), n1)
+    b, c, d = (cluster.run(h2, unique(x), n) for x, n in (("b", n1), ("c", n2), ("d", n3)))
+    assert cluster.ping(h1, a, cluster.ip_of(h2, b))
+    for other in (c, d):
+        assert not cluster.ping(h1, a, cluster.ip_of(h2, other), count=1)
+        assert not cluster.ping(h2, other, cluster.ip_of(h1, a), count=1)
+
+
+def test_network_made_with_docker_on_one_host_is_usable_on_another(cluster: Cluster) -> None:
+    h1, h2, h3 = cluster.hosts
+    net = unique("dk")
+    h1.docker(
+        "network", "create", "-d", "netplugin", "--ipam-driver", "netplugin",
+        "--subnet", "10.66.0.0/24", net,
+    )  # fmt: skip
+    wait_docker_network(h3, net)
+    a, c = cluster.run(h1, unique("a"), net), cluster.run(h3, unique("c"), net)
+    assert cluster.ping(h3, c, cluster.ip_of(h1, a))
+    assert cluster.ip_of(h1, a) != cluster.ip_of(h3, c)  # one pool for all hosts
+    # Deleting while containers run is refused, naming the hosts that have them.
+    res = cluster.netctl("net", "rm", net, check=False)
+    assert res.returncode != 0 and "h1" in res.stderr and "h3" in res.stderr, res.stderr
+    for h, ctr in ((h1, a), (h3, c)):
+        h.docker("rm", "-f", ctr)
+    # docker network rm on any host removes it everywhere.
+    h2.docker("network", "rm", net)
+    for h in cluster.hosts:
+        wait_for(
+            lambda h=h: net not in h.docker("network", "ls", "--format", "{{.Name}}").split(),
+            20,
+            f"{h.name}: docker network {net} removed",
+        )
+    assert cluster.api("GET", f"networks/default:{net}").status_code == 404
+
+
+def test_peer_leave_and_join_change_the_tunnels(cluster: Cluster) -> None:
+    h1, h2, h3 = cluster.hosts
+    for ctr in h3.docker("ps", "-q").split():  # a host with endpoints keeps its tunnel
+        h3.docker("rm", "-f", ctr)
+    h3.stop_agent()
+    gone = f"vx{bytes(int(o) for o in h3.vtep_ip.split('.')).hex()}"
+    for h in (h1, h2):
+        wait_for(lambda h=h: gone not in h.tunnels(), 20, f"{h.name}: tunnel to h3 removed")
+    h3.start_agent(cluster.etcd.endpoint, cluster.master_url)
+    cluster.wait_tunnels()
+    assert gone in h1.tunnels() and gone in h2.tunnels()
+
+
+def test_agent_kill9_and_restart_keep_cross_host_traffic(cluster: Cluster) -> None:
+    h1, h2, _ = cluster.hosts
+    net = unique("k9")
+    cluster.netctl("net", "create", "-s", "10.67.0.0/24", net)
+    for h in (h1, h2):
+        wait_docker_network(h, net)
+    a, b = cluster.run(h1, unique("a"), net), cluster.run(h2, unique("b"), net)
+    target = cluster.ip_of(h2, b)
+    assert cluster.ping(h1, a, target)
+    pinger = subprocess.Popen(
+        ["docker", "-H", f"unix://{h1.docker_sock}", "exec", a,
+         "ping", "-i", "0.2", "-c", "75", "-W", "1", target],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    time.sleep(1)
+    h2.stop_agent(signal.SIGKILL)
+    time.sleep(5)  # longer than the host TTL: h2 drops out of the live hosts
+    h2.start_agent(cluster.etcd.endpoint, cluster.master_url)
+    out, _ = pinger.communicate(timeout=60)
+    m = re.search(r"(\d+) packets transmitted, (\d+) packets received", out)
+    assert m, out
+    assert int(m.group(1)) - int(m.group(2)) <= 1, out  # the datapath never stopped
+    c = cluster.run(h2, unique("c"), net)  # and the restarted agent serves again
+    assert cluster.ping(h1, a, cluster.ip_of(h2, c))
+
+
+def test_etcd_restart_is_ridden_out(cluster: Cluster) -> None:
+    h1, h2, _ = cluster.hosts
+    net = unique("et")
+    cluster.netctl("net", "create", "-s", "10.68.0.0/24", net)
+    for h in (h1, h2):
+        wait_docker_network(h, net)
+    a, b = cluster.run(h1, unique("a"), net), cluster.run(h2, unique("b"), net)
+    cluster.etcd.restart(down_for=3)
+    assert cluster.ping(h1, a, cluster.ip_of(h2, b))  # the datapath never depended on it
+    # Watches resumed: a network made after the restart reaches every host's docker, and
+    # new containers on it talk across hosts.
+    after = unique("et")
+    wait_for(
+        lambda: (
+            cluster.netctl("net", "create", "-s", "10.69.0.0/24", after, check=False).returncode
+            == 0
+        ),
+        30,
+        "netctl net create after the etcd restart",
+        interval=1,
+    )
+    for h in (h1, h2):
+        wait_docker_network(h, after, timeout=40)
+    c, d = cluster.run(h1, unique("c"), after), cluster.run(h2, unique("d"), after)
+    assert cluster.ping(h1, c, cluster.ip_of(h2, d))
+
+
+def test_master_failover_during_docker_runs(cluster: Cluster) -> None:
+    h1, h2, _ = cluster.hosts
+    net = unique("fo")
+    cluster.netctl("net", "create", "-s", "10.70.0.0/24", net)
+    for h in (h1, h2):
+        wait_docker_network(h, net)
+    leader = next(m for m in cluster.masters if cluster.is_leader(m))
+    results: list[subprocess.CompletedProcess[str]] = []
+
+    def runs(host: SimHost) -> None:
+        for _ in range(4):
+            results.append(
+                host.docker_res(
+                    "run", "-d", "--label", TEST_LABEL, "--net", net, BUSYBOX_IMAGE, "sleep", "600"
+                )
+            )
+
+    threads = [threading.Thread(target=runs, args=(h,)) for h in (h1, h2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    leader.kill()
+    for t in threads:
+        t.join(120)
+    try:
+        assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
+        insp = cluster.api("GET", f"inspect/networks/default:{net}").json()
+        addrs = [e["ipAddress"] for e in insp["Oper"]["endpoints"]]
+        assert len(addrs) == 8 and len(set(addrs)) == 8  # none lost, none twice
+    finally:
+        leader.start()
