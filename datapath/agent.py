@@ -311,6 +311,11 @@ class DatapathAgent:
 
     # --- networks ---
 
+    @property
+    def ready(self) -> bool:
+        """True once resync has adopted the state: changes are allowed."""
+        return self._ready.is_set()
+
     def has_endpoint(self, endpoint_id: str) -> bool:
         return endpoint_id in self._state.endpoints
 

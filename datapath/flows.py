@@ -183,7 +183,9 @@ def canonical_actions(actions: Iterable[Action]) -> tuple[Action, ...]:
         elif kind == "pop_vlan":
             apply.append(("pop_vlan",))
         elif kind == "move":
-            apply.append(("move", str(action[1]), str(action[2]), int(action[3])))
+            # OVS reports the fields by their NXM names ("eth_src_nxm"): same field.
+            src, dst = (str(f).removesuffix("_nxm") for f in action[1:3])
+            apply.append(("move", src, dst, int(action[3])))
         elif kind in _TRAILING:
             if kind in trailing:
                 raise ValueError(f"{kind} given twice in one flow")

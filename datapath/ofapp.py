@@ -526,7 +526,12 @@ class FlowController:
         started = time.monotonic()
         actual = self._read_flows(dp)
         flow_diff = diff(desired, actual)
-        n_replaced = len(replaced(flow_diff, actual))
+        changed = replaced(flow_diff, actual)
+        n_replaced = len(changed)
+        if changed and log.isEnabledFor(logging.DEBUG):
+            have = {f.identity: f for f in actual}
+            for f in changed:
+                log.debug("replacing flow\n  switch: %s\n  wanted: %s", have[f.identity], f)
         with self._lock:
             self._flow_mods.clear()
             self._flow_mod_errors.clear()

@@ -18,8 +18,10 @@ the two bridges get ACCEPT rules while the lab runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -287,6 +289,37 @@ class SimHost:
         self.ovs.stop()
 
 
+_LAB_NETNS = re.compile(r"^np\d+(h\d+|ctl)$")
+_LAB_LINK = re.compile(r"^np\d+(ul|vl)$")
+
+
+def sweep_stale_labs(tag: str) -> list[str]:
+    """Remove what a killed run of another tag left: its namespaces (and the processes
+    in them), bridges and FORWARD rules. A leftover bridge holding CLIENT_IP would steal
+    this run's traffic."""
+    removed = []
+    for line in sh("ip", "netns", "list").stdout.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        if _LAB_NETNS.match(name) and not name.startswith(tag):
+            for pid in sh("ip", "netns", "pids", name, check=False).stdout.split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            sh("ip", "netns", "del", name, check=False)
+            removed.append(f"netns {name}")
+    for line in sh("ip", "-o", "link", "show", "type", "bridge").stdout.splitlines():
+        name = line.split(":")[1].strip()
+        if _LAB_LINK.match(name) and not name.startswith(tag):
+            sh("ip", "link", "del", name, check=False)
+            removed.append(f"bridge {name}")
+    for rule in sh("iptables", "-S", "FORWARD").stdout.splitlines():
+        parts = rule.split()
+        stale = len(parts) > 3 and _LAB_LINK.match(parts[3]) and not parts[3].startswith(tag)
+        if stale and parts[:2] == ["-A", "FORWARD"]:
+            sh("iptables", "-D", *parts[1:], check=False)
+            removed.append(f"rule {rule}")
+    return removed
+
+
 class Cluster:
     """etcd, two masters and ``n`` hosts with their own OVS, dockerd and agent."""
 
@@ -317,6 +350,8 @@ class Cluster:
         return next((m.url for m in self.masters if m.proc is not None), self.masters[0].url)
 
     def start(self) -> Cluster:
+        for what in sweep_stale_labs(self.tag):
+            print(f"multihost: removed a killed run's {what}", file=sys.stderr)
         try:
             self._start_network()
             self.etcd.start()
@@ -367,6 +402,10 @@ class Cluster:
             ["ethtool", "-K", "eth0", "tx", "off"],
         ):
             sh("ip", "netns", "exec", self.control_ns, *cmd)
+
+    def underlay_port(self, host: SimHost) -> str:
+        """The root-namespace end of a host's underlay link: down = host cut off."""
+        return f"{self.tag}{host.index}1"
 
     def wait_tunnels(self, timeout: float = 30) -> None:
         """Every host has a tunnel to every other one."""

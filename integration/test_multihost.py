@@ -16,7 +16,7 @@ import pytest
 
 from .etcd import require_etcd
 from .host import BUSYBOX_IMAGE, TEST_LABEL
-from .multihost import Cluster, SimHost, wait_for
+from .multihost import Cluster, SimHost, sh, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
@@ -211,3 +211,48 @@ def test_master_failover_during_docker_runs(cluster: Cluster) -> None:
         assert len(addrs) == 8 and len(set(addrs)) == 8  # none lost, none twice
     finally:
         leader.start()
+
+
+def docker_networks(host: SimHost) -> list[str]:
+    return host.docker("network", "ls", "--format", "{{.Name}}").split()
+
+
+def test_restarted_agent_reconciles_its_docker_both_ways(cluster: Cluster) -> None:
+    _, h2, _ = cluster.hosts
+    old, new = unique("rc"), unique("rc")
+    cluster.netctl("net", "create", "-s", "10.71.0.0/24", old)
+    wait_docker_network(h2, old)
+    h2.stop_agent()
+    cluster.netctl("net", "rm", old)
+    cluster.netctl("net", "create", "-s", "10.72.0.0/24", new)
+    h2.docker("network", "create", "--label", TEST_LABEL, "-d", "bridge", "theirs")
+    try:
+        h2.start_agent(cluster.etcd.endpoint, cluster.master_url)
+        wait_docker_network(h2, new)
+        wait_for(lambda: old not in docker_networks(h2), 20, f"h2: stale {old} removed")
+        assert "theirs" in docker_networks(h2)  # another driver's network is left alone
+    finally:
+        h2.docker_res("network", "rm", "theirs")
+
+
+def test_a_healed_partition_converges(cluster: Cluster) -> None:
+    h1, _, h3 = cluster.hosts
+    kept, dropped, made = unique("pt"), unique("pt"), unique("pt")
+    cluster.netctl("net", "create", "-s", "10.73.0.0/24", kept)
+    cluster.netctl("net", "create", "-s", "10.74.0.0/24", dropped)
+    for n in (kept, dropped):
+        wait_docker_network(h3, n)
+    cut = cluster.underlay_port(h3)
+    sh("ip", "link", "set", cut, "down")
+    try:
+        time.sleep(5)  # past h3's TTL: the others drop it
+        wait_for(lambda: len(h1.tunnels()) == 1, 20, "h1: tunnel to h3 gone")
+        cluster.netctl("net", "rm", dropped)
+        cluster.netctl("net", "create", "-s", "10.75.0.0/24", made)
+    finally:
+        sh("ip", "link", "set", cut, "up")
+    cluster.wait_tunnels(timeout=40)
+    wait_docker_network(h3, made, timeout=40)
+    wait_for(lambda: dropped not in docker_networks(h3), 40, f"h3: {dropped} removed")
+    a, c = cluster.run(h1, unique("a"), made), cluster.run(h3, unique("c"), made)
+    assert cluster.ping(h3, c, cluster.ip_of(h1, a))

@@ -166,7 +166,7 @@ class ClusterSync:
             self._poke.wait()
             self._poke.clear()
             threading.Event().wait(0.05)  # coalesce a burst of events into one pass
-            if not self.agent._ready.is_set():
+            if not self.agent.ready:
                 continue  # resync applies the first view itself
             try:
                 current = self.snapshot()

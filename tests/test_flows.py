@@ -619,6 +619,18 @@ def test_every_compiled_flow_survives_the_wire() -> None:
         assert back == f
 
 
+def test_a_move_read_back_by_its_nxm_names_is_the_same_flow() -> None:
+    wanted = flow(2, 100, [("move", "eth_src", "eth_dst", 48), ("output", 0xFFFFFFF8)])
+    inst = ofp_parser.OFPInstructionActions(
+        ofp.OFPIT_APPLY_ACTIONS,
+        [
+            ofp_parser.NXActionRegMove(src_field="eth_src_nxm", dst_field="eth_dst_nxm", n_bits=48),
+            ofp_parser.OFPActionOutput(0xFFFFFFF8),
+        ],
+    )
+    assert from_ofp_flow(2, 100, COOKIE, ofp_parser.OFPMatch(), [inst]) == wanted
+
+
 def test_strict_delete_matches_any_output_and_the_exact_cookie() -> None:
     dp = ofproto_protocol.ProtocolDesc(ofp.OFP_VERSION)
     mod = flow_mod(dp, F3, ofp.OFPFC_DELETE_STRICT)
