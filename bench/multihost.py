@@ -18,7 +18,7 @@ from typing import Any
 import requests_unixsocket
 
 from integration.host import IPERF_IMAGE, TEST_LABEL
-from integration.multihost import Cluster, SimHost, sh, wait_for
+from integration.multihost import Cluster, SimHost, sh, veth_into, wait_for
 
 BASELINE_NET = "192.168.78"  # the kernel VXLAN's own underlay
 
@@ -69,23 +69,8 @@ def kernel_vxlan_gbps(cluster: Cluster, seconds: int) -> float:
     hosts = ((h1, 1, 2), (h2, 2, 1))
     try:
         for h, me, peer in hosts:
-            root_end = f"{cluster.tag}k{me}"
-            sh(
-                "ip",
-                "link",
-                "add",
-                root_end,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "kb",
-                "netns",
-                h.netns,
-            )
-            sh("ip", "link", "set", root_end, "master", cluster.vlan_bridge, "up")
+            veth_into(h.netns, "kb", f"{cluster.tag}k{me}", cluster.vlan_bridge)
             h.ns("ip", "addr", "add", f"{BASELINE_NET}.{me}/24", "dev", "kb")
-            h.ns("ip", "link", "set", "kb", "up")
             h.ns(
                 "ip", "link", "add", "kvx", "type", "vxlan", "id", "4242", "dstport", "4790",
                 "local", f"{BASELINE_NET}.{me}", "remote", f"{BASELINE_NET}.{peer}", "dev", "kb",

@@ -35,7 +35,7 @@ import requests
 from .etcd import EtcdServer
 from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, read_pid
 from .master import MasterProcess
-from .ovs import OvsInstance
+from .ovs import OvsInstance, stop_pid
 
 BIN = Path(sys.executable).parent
 SUBNET = "192.168.77"
@@ -50,19 +50,6 @@ def sh(*cmd: str, check: bool = True, timeout: float = 60) -> subprocess.Complet
     return res
 
 
-def _stop(
-    proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, timeout: float = 20
-) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -72,6 +59,13 @@ def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} within {timeout}s")
         time.sleep(interval)
+
+
+def veth_into(netns: str, ns_end: str, root_end: str, bridge: str) -> None:
+    """A veth whose ``ns_end`` is in ``netns`` and whose ``root_end`` is on ``bridge``."""
+    sh("ip", "link", "add", root_end, "type", "veth", "peer", "name", ns_end, "netns", netns)
+    sh("ip", "link", "set", root_end, "master", bridge, "up")
+    sh("ip", "netns", "exec", netns, "ip", "link", "set", ns_end, "up")
 
 
 @dataclass
@@ -138,22 +132,7 @@ class SimHost:
     def start_namespaces(self, underlay: str, vlan_bridge: str) -> None:
         self.ovs.start()
         for ifname, bridge in (("eth1", underlay), ("eth2", vlan_bridge)):
-            peer = f"{self.tag}{self.index}{ifname[-1]}"
-            sh(
-                "ip",
-                "link",
-                "add",
-                peer,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                ifname,
-                "netns",
-                self.netns,
-            )
-            sh("ip", "link", "set", peer, "master", bridge, "up")
-            self.ns("ip", "link", "set", ifname, "up")
+            veth_into(self.netns, ifname, f"{self.tag}{self.index}{ifname[-1]}", bridge)
         self.ns("ip", "addr", "add", f"{self.vtep_ip}/24", "dev", "eth1")
         # A private mount namespace inside the host's network namespace, kept by a holder
         # process: its own /run/docker/plugins for its dockerd and its agent.
@@ -205,7 +184,7 @@ class SimHost:
 
     def load_image(self, image: str = BUSYBOX_IMAGE) -> None:
         ensure_test_image(image)
-        saved = self.workdir.parent / "image.tar"
+        saved = self.workdir.parent / f"{image.replace('/', '_')}.tar"
         if not saved.exists():
             sh("docker", "save", "-o", str(saved), image, timeout=120)
         self.docker("load", "-i", str(saved), timeout=120)
@@ -257,7 +236,7 @@ class SimHost:
         return True
 
     def stop_agent(self, sig: int = signal.SIGTERM) -> None:
-        _stop(self.agent, sig)
+        stop_pid(self.agent, sig)
         self.agent = None
 
     def log_tail(self, n: int = 40) -> str:
@@ -279,12 +258,12 @@ class SimHost:
             if ids:
                 self.docker_res("rm", "-f", *ids)
         self.stop_agent()
-        _stop(self.dockerd, timeout=60)
+        stop_pid(self.dockerd, timeout=60)
         self.dockerd = None
         containerd = read_pid(self.workdir / "docker" / "exec" / "containerd" / "containerd.pid")
         if containerd is not None:
             os.kill(containerd, signal.SIGTERM)
-        _stop(self.holder, signal.SIGKILL)
+        stop_pid(self.holder, signal.SIGKILL)
         self.holder = None
         self.ovs.stop()
 
@@ -378,24 +357,9 @@ class Cluster:
             self._rules.append(rule)
         sh("ip", "addr", "add", f"{CLIENT_IP}/24", "dev", self.underlay)
         sh("ip", "netns", "add", self.control_ns)
-        peer = f"{self.tag}c"
-        sh(
-            "ip",
-            "link",
-            "add",
-            peer,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            self.control_ns,
-        )
-        sh("ip", "link", "set", peer, "master", self.underlay, "up")
+        veth_into(self.control_ns, "eth0", f"{self.tag}c", self.underlay)
         for cmd in (
             ["ip", "link", "set", "lo", "up"],
-            ["ip", "link", "set", "eth0", "up"],
             ["ip", "addr", "add", f"{CONTROL_IP}/24", "dev", "eth0"],
             # A real wire carries finished checksums; a veth passes the kernel's partial
             # ones, which the hosts' userspace OVS (AF_PACKET) then delivers unfinished.

@@ -32,10 +32,13 @@ def run(*cmd: str, check: bool = True, timeout: float = 30) -> str:
     return proc.stdout
 
 
-def _stop_pid(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
+def stop_pid(
+    proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, timeout: float = 10.0
+) -> None:
+    """Stop a process we started, by its PID: ``sig``, then SIGKILL after ``timeout``."""
     if proc is None or proc.poll() is not None:
         return
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -118,7 +121,7 @@ class OvsInstance:
 
     def stop_vswitchd(self) -> None:
         """Stop ovs-vswitchd by PID; the database and namespace stay."""
-        _stop_pid(self._vswitchd)
+        stop_pid(self._vswitchd)
         self._vswitchd = None
 
     def _spawn(self, binary: str, *args: str) -> subprocess.Popen[bytes]:
@@ -134,9 +137,9 @@ class OvsInstance:
 
     def stop(self) -> None:
         """Stop both daemons by PID and delete the namespace (and anything left inside it)."""
-        _stop_pid(self._vswitchd)
+        stop_pid(self._vswitchd)
         self._vswitchd = None
-        _stop_pid(self._ovsdb)
+        stop_pid(self._ovsdb)
         self._ovsdb = None
         if self._netns_created:
             run("ip", "netns", "del", self.netns, check=False)
@@ -216,7 +219,7 @@ class ControllerProcess:
 
     def stop(self) -> None:
         """Stop it by PID (SIGTERM, then SIGKILL)."""
-        _stop_pid(self.proc)
+        stop_pid(self.proc)
         self.proc = None
 
     def status(self) -> dict[str, Any]:

@@ -33,6 +33,15 @@ def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:6]}"
 
 
+def network(cluster: Cluster, prefix: str, subnet: str, on: list[SimHost], *opts: str) -> str:
+    """A network made with netctl, once it is in the docker of every host of ``on``."""
+    name = unique(prefix)
+    cluster.netctl("net", "create", *opts, "-s", subnet, name)
+    for h in on:
+        wait_docker_network(h, name)
+    return name
+
+
 def wait_docker_network(host: SimHost, name: str, timeout: float = 20) -> None:
     wait_for(
         lambda: name in host.docker("network", "ls", "--format", "{{.Name}}").split(),
@@ -43,10 +52,7 @@ def wait_docker_network(host: SimHost, name: str, timeout: float = 20) -> None:
 
 def test_containers_on_different_hosts_ping_over_vxlan(cluster: Cluster) -> None:
     h1, h2, _ = cluster.hosts
-    net = unique("vx")
-    cluster.netctl("net", "create", "-s", "10.61.0.0/24", "-g", "10.61.0.1", net)
-    for h in cluster.hosts:
-        wait_docker_network(h, net)
+    net = network(cluster, "vx", "10.61.0.0/24", cluster.hosts, "-g", "10.61.0.1")
     a, b = cluster.run(h1, unique("a"), net), cluster.run(h2, unique("b"), net)
     assert cluster.ping(h1, a, cluster.ip_of(h2, b))
     assert cluster.ping(h2, b, cluster.ip_of(h1, a))
@@ -57,10 +63,7 @@ def test_containers_on_different_hosts_ping_over_vxlan(cluster: Cluster) -> None
 
 def test_vlan_network_across_hosts(cluster: Cluster) -> None:
     h1, _, h3 = cluster.hosts
-    net = unique("vl")
-    cluster.netctl("net", "create", "-e", "vlan", "-p", "300", "-s", "10.62.0.0/24", net)
-    for h in (h1, h3):
-        wait_docker_network(h, net)
+    net = network(cluster, "vl", "10.62.0.0/24", [h1, h3], "-e", "vlan", "-p", "300")
     a, c = cluster.run(h1, unique("a"), net), cluster.run(h3, unique("c"), net)
     assert cluster.ping(h1, a, cluster.ip_of(h3, c))
     # Over the VLAN uplink, tagged 300, at the uplink's full MTU.
@@ -71,13 +74,9 @@ def test_vlan_network_across_hosts(cluster: Cluster) -> None:
 
 def test_networks_stay_isolated_across_hosts(cluster: Cluster) -> None:
     h1, h2, _ = cluster.hosts
-    n1, n2, n3 = unique("iso"), unique("iso"), unique("iso")
-    cluster.netctl("net", "create", "-s", "10.63.0.0/24", n1)
-    cluster.netctl("net", "create", "-s", "10.64.0.0/24", n2)
-    cluster.netctl("net", "create", "-e", "vlan", "-p", "301", "-s", "10.65.0.0/24", n3)
-    for h in (h1, h2):
-        for n in (n1, n2, n3):
-            wait_docker_network(h, n)
+    n1 = network(cluster, "iso", "10.63.0.0/24", [h1, h2])
+    n2 = network(cluster, "iso", "10.64.0.0/24", [h1, h2])
+    n3 = network(cluster, "iso", "10.65.0.0/24", [h1, h2], "-e", "vlan", "-p", "301")
     a = cluster.run(h1, unique("a"), n1)
     b, c, d = (cluster.run(h2, unique(x), n) for x, n in (("b", n1), ("c", n2), ("d", n3)))
     assert cluster.ping(h1, a, cluster.ip_of(h2, b))
@@ -128,10 +127,7 @@ def test_peer_leave_and_join_change_the_tunnels(cluster: Cluster) -> None:
 
 def test_agent_kill9_and_restart_keep_cross_host_traffic(cluster: Cluster) -> None:
     h1, h2, _ = cluster.hosts
-    net = unique("k9")
-    cluster.netctl("net", "create", "-s", "10.67.0.0/24", net)
-    for h in (h1, h2):
-        wait_docker_network(h, net)
+    net = network(cluster, "k9", "10.67.0.0/24", [h1, h2])
     a, b = cluster.run(h1, unique("a"), net), cluster.run(h2, unique("b"), net)
     target = cluster.ip_of(h2, b)
     assert cluster.ping(h1, a, target)
@@ -155,10 +151,7 @@ def test_agent_kill9_and_restart_keep_cross_host_traffic(cluster: Cluster) -> No
 
 def test_etcd_restart_is_ridden_out(cluster: Cluster) -> None:
     h1, h2, _ = cluster.hosts
-    net = unique("et")
-    cluster.netctl("net", "create", "-s", "10.68.0.0/24", net)
-    for h in (h1, h2):
-        wait_docker_network(h, net)
+    net = network(cluster, "et", "10.68.0.0/24", [h1, h2])
     a, b = cluster.run(h1, unique("a"), net), cluster.run(h2, unique("b"), net)
     cluster.etcd.restart(down_for=3)
     assert cluster.ping(h1, a, cluster.ip_of(h2, b))  # the datapath never depended on it
@@ -182,10 +175,7 @@ def test_etcd_restart_is_ridden_out(cluster: Cluster) -> None:
 
 def test_master_failover_during_docker_runs(cluster: Cluster) -> None:
     h1, h2, _ = cluster.hosts
-    net = unique("fo")
-    cluster.netctl("net", "create", "-s", "10.70.0.0/24", net)
-    for h in (h1, h2):
-        wait_docker_network(h, net)
+    net = network(cluster, "fo", "10.70.0.0/24", [h1, h2])
     leader = next(m for m in cluster.masters if cluster.is_leader(m))
     results: list[subprocess.CompletedProcess[str]] = []
 
@@ -219,11 +209,10 @@ def docker_networks(host: SimHost) -> list[str]:
 
 def test_restarted_agent_reconciles_its_docker_both_ways(cluster: Cluster) -> None:
     _, h2, _ = cluster.hosts
-    old, new = unique("rc"), unique("rc")
-    cluster.netctl("net", "create", "-s", "10.71.0.0/24", old)
-    wait_docker_network(h2, old)
+    old = network(cluster, "rc", "10.71.0.0/24", [h2])
     h2.stop_agent()
     cluster.netctl("net", "rm", old)
+    new = unique("rc")
     cluster.netctl("net", "create", "-s", "10.72.0.0/24", new)
     h2.docker("network", "create", "--label", TEST_LABEL, "-d", "bridge", "theirs")
     try:
@@ -237,11 +226,7 @@ def test_restarted_agent_reconciles_its_docker_both_ways(cluster: Cluster) -> No
 
 def test_a_healed_partition_converges(cluster: Cluster) -> None:
     h1, _, h3 = cluster.hosts
-    kept, dropped, made = unique("pt"), unique("pt"), unique("pt")
-    cluster.netctl("net", "create", "-s", "10.73.0.0/24", kept)
-    cluster.netctl("net", "create", "-s", "10.74.0.0/24", dropped)
-    for n in (kept, dropped):
-        wait_docker_network(h3, n)
+    dropped, made = network(cluster, "pt", "10.74.0.0/24", [h3]), unique("pt")
     cut = cluster.underlay_port(h3)
     sh("ip", "link", "set", cut, "down")
     try:

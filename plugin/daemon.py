@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -165,7 +166,7 @@ class ClusterSync:
         while True:
             self._poke.wait()
             self._poke.clear()
-            threading.Event().wait(0.05)  # coalesce a burst of events into one pass
+            time.sleep(0.05)  # coalesce a burst of events into one pass
             if not self.agent.ready:
                 continue  # resync applies the first view itself
             try:
@@ -175,7 +176,7 @@ class ClusterSync:
                     self._last = current
             except Exception:
                 log.exception("applying the cluster state to the datapath failed; retrying")
-                threading.Event().wait(1.0)
+                time.sleep(1.0)
                 self._poke.set()
 
 
@@ -325,7 +326,7 @@ def run(args: Any) -> None:
                 args.data_dir,
                 args.etcd_endpoints,
             )
-            threading.Event().wait(5)
+            time.sleep(5)
         delay = 0.5
         while True:
             try:
@@ -335,7 +336,7 @@ def run(args: Any) -> None:
                 return
             except Exception:
                 log.exception("resync failed; retrying")
-            threading.Event().wait(delay)
+            time.sleep(delay)
             delay = min(delay * 2, 10)
 
     threading.Thread(target=resync_forever, name="resync", daemon=True).start()

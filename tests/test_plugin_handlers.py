@@ -91,6 +91,11 @@ class FakeMaster:
         self._check()
         return list(self.networks.values())
 
+    def inspect_network(self, tenant: str, name: str) -> dict[str, Any]:
+        n = self.get_network(tenant, name)
+        pool = f"{n['tenantName']}:{n['subnet']}" if n.get("subnet") else ""
+        return {"Config": n, "Oper": {"pktTag": 1, "ipv4Pool": pool, "ipv6Pool": ""}}
+
     def rename_network(self, tenant: str, name: str, new_name: str) -> dict[str, Any]:
         self._check()
         net = self.networks.pop(f"{tenant}:{name}")
@@ -545,3 +550,82 @@ def test_port_publishing(client: FlaskClient, datapath: FakeDatapath) -> None:
         {**ids, "Options": {"com.docker.network.portmap": bad}},
     )
     assert r.status_code == 400 and "-p HOSTPORT:80" in r.get_json()["Err"]
+
+
+MIRROR_OPTS = {"tenant": "blue", "network": "web"}
+
+
+def test_a_cluster_network_joins_docker_on_another_host(
+    client: FlaskClient, master: FakeMaster
+) -> None:
+    master.create_network(
+        {"tenantName": "blue", "networkName": "web", "subnet": "10.7.0.0/24", "gateway": "10.7.0.1"}
+    )
+    pool = call(
+        client,
+        "IpamDriver.RequestPool",
+        {
+            "AddressSpace": "",
+            "Pool": "10.7.0.0/24",
+            "SubPool": "",
+            "Options": MIRROR_OPTS,
+            "V6": False,
+        },
+    ).get_json()
+    assert pool == {"PoolID": "blue:10.7.0.0/24", "Pool": "10.7.0.0/24", "Data": {}}
+    before = dict(master.networks)
+    r = call(
+        client,
+        "NetworkDriver.CreateNetwork",
+        {
+            "NetworkID": NID,
+            "Options": {"com.docker.network.generic": MIRROR_OPTS},
+            "IPv4Data": [{"AddressSpace": "", "Pool": "10.7.0.0/24", "Gateway": "10.7.0.1/24"}],
+            "IPv6Data": [],
+        },
+    )
+    assert r.status_code == 200, r.get_json()
+    assert master.networks == before  # joined, nothing created
+    r = create_endpoint(client, {"Address": "10.7.0.9/24"})
+    assert r.status_code == 200, r.get_json()
+    assert (master.endpoints[EID]["tenantName"], master.endpoints[EID]["networkName"]) == (
+        "blue",
+        "web",
+    )
+
+
+def test_joining_a_network_the_cluster_does_not_have_is_refused(client: FlaskClient) -> None:
+    r = call(
+        client,
+        "IpamDriver.RequestPool",
+        {
+            "AddressSpace": "",
+            "Pool": "10.7.0.0/24",
+            "SubPool": "",
+            "Options": MIRROR_OPTS,
+            "V6": False,
+        },
+    )
+    assert r.status_code == 404 and "network blue:web does not exist" in r.get_json()["Error"]
+    r = call(
+        client,
+        "NetworkDriver.CreateNetwork",
+        {
+            "NetworkID": NID,
+            "Options": {"com.docker.network.generic": MIRROR_OPTS},
+            "IPv4Data": [],
+            "IPv6Data": [],
+        },
+    )
+    assert r.status_code == 404 and "blue:web" in r.get_json()["Err"]
+
+
+def test_restarted_plugin_finds_a_joined_network_through_dockers_options(
+    master: FakeMaster, datapath: FakeDatapath
+) -> None:
+    master.create_network({"tenantName": "blue", "networkName": "web", "subnet": "10.7.0.0/24"})
+    driver = Driver(master, datapath, host="h1", docker_options={NID: dict(MIRROR_OPTS)}.get)  # type: ignore[arg-type]
+    client = create_app(driver).test_client()  # a fresh driver: nothing in memory
+    r = create_endpoint(client, {"Address": "10.7.0.9/24"})
+    assert r.status_code == 200, r.get_json()
+    assert master.endpoints[EID]["networkName"] == "web"

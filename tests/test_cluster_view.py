@@ -1,0 +1,101 @@
+"""The agent's view of the cluster: peers, other hosts' endpoints, mirrors and registration."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from datapath.pipeline import RemoteEndpointState
+from master import keys
+from plugin.cluster import HostInfo, HostRegistration, PrefixMirror, peers, remote_endpoints
+from store.embedded import EmbeddedStore
+
+
+def ep(eid: str, host: str, net: str = "n1", tenant: str = "default", **kw: str) -> dict:
+    return {
+        "endpointID": eid,
+        "host": host,
+        "tenantName": tenant,
+        "networkName": net,
+        "macAddress": kw.get("mac", "02:42:0a:00:00:02"),
+        "ipAddress": kw.get("ip", "10.0.0.2"),
+        "ipv6Address": kw.get("ipv6", ""),
+    }
+
+
+def test_peers_are_live_hosts_and_hosts_that_still_have_endpoints() -> None:
+    live = {"h1": {"vtepIP": "192.168.1.1"}, "h2": {"vtepIP": "192.168.1.2"}, "h4": {}}
+    vteps = {"h3": {"vtepIP": "192.168.1.3"}, "h5": {"vtepIP": "192.168.1.5"}}
+    eps = [ep("a", "h3"), ep("b", "h1"), ep("c", "h6")]
+    # h3's agent is down but its containers run: it keeps its tunnel, at its last VTEP.
+    # h4 has no VTEP; h5 is gone with no endpoint; h6 never told its VTEP.
+    assert peers("h1", live, vteps, eps) == {"h2": "192.168.1.2", "h3": "192.168.1.3"}
+
+
+def test_remote_endpoints_are_the_other_hosts_ones() -> None:
+    eps = [
+        ep("a", "h2", ip="10.0.0.5", ipv6="fd00::5"),
+        ep("b", "h1"),
+        ep("c", "", ip="10.0.0.7"),  # made through the API, on no host
+        ep("d", "h3", net="web", tenant="blue", ip=""),
+    ]
+    assert remote_endpoints("h1", eps) == [
+        RemoteEndpointState("a", "default:n1", "h2", "02:42:0a:00:00:02", "10.0.0.5", "fd00::5"),
+        RemoteEndpointState("d", "blue:web", "h3", "02:42:0a:00:00:02", None, None),
+    ]
+
+
+def _wait(predicate, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_mirror_follows_puts_and_deletes_after_its_first_read(tmp_path: Path) -> None:
+    with EmbeddedStore(str(tmp_path / "state.db")) as store:
+        store.put(keys.host("h1"), b'{"host": "h1"}')
+        changes = threading.Event()
+        mirror = PrefixMirror(store, keys.HOSTS, changes.set).start()
+        try:
+            assert mirror.synced.wait(5)
+            assert mirror.values() == {"h1": {"host": "h1"}}
+            store.put(keys.host("h2"), b'{"host": "h2"}')
+            store.delete(keys.host("h1"))
+            assert _wait(lambda: mirror.values() == {"h2": {"host": "h2"}})
+            assert changes.is_set()
+        finally:
+            mirror.stop()
+
+
+def test_registration_lives_on_a_lease_and_stop_removes_it(tmp_path: Path) -> None:
+    with EmbeddedStore(str(tmp_path / "state.db")) as store:
+        info = HostInfo("h1", vtep_ip="192.168.1.1", datapath="netdev", uplink_mtu=1500)
+        reg = HostRegistration(store, info, ttl=2).start()
+        assert reg.registered.wait(5)
+        kv = store.get(keys.host("h1"))
+        assert kv is not None and kv.lease and json.loads(kv.value)["vtepIP"] == "192.168.1.1"
+        reg.stop()
+        assert store.get(keys.host("h1")) is None  # gone at once, not after the TTL
+        # The VTEP stays: peers keep a tunnel while this host still has endpoints.
+        vtep = store.get(keys.vtep("h1"))
+        assert vtep is not None and not vtep.lease
+
+
+def test_registration_comes_back_when_its_lease_is_lost(tmp_path: Path) -> None:
+    with EmbeddedStore(str(tmp_path / "state.db")) as store:
+        reg = HostRegistration(store, HostInfo("h1"), ttl=1).start()
+        try:
+            assert reg.registered.wait(5)
+            first = store.get(keys.host("h1"))
+            assert first is not None
+            store.lease_revoke(first.lease)  # e.g. etcd expired it during an outage
+            assert _wait(
+                lambda: (kv := store.get(keys.host("h1"))) is not None and kv.lease != first.lease
+            )
+        finally:
+            reg.stop()
