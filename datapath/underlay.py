@@ -101,7 +101,7 @@ def ensure_userspace_tunneling(
         isolate_host_end(nic)  # frames on it are OVS's now, not the host stack's
         idx = wait_link(ip, bridge)
         ip.link("set", index=idx, mtu=mtu, state="up")
-        ip.addr("add", index=idx, address=vtep_ip, prefixlen=addr.prefixlen)
+        ip.addr("replace", index=idx, address=vtep_ip, prefixlen=addr.prefixlen)
         ip.addr("del", index=nic_index, address=vtep_ip, prefixlen=addr.prefixlen)
         for r in routes:
             dst = r.get_attr("RTA_DST")

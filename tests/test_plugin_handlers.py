@@ -555,23 +555,19 @@ def test_port_publishing(client: FlaskClient, datapath: FakeDatapath) -> None:
 MIRROR_OPTS = {"tenant": "blue", "network": "web"}
 
 
+def request_mirror_pool(client: FlaskClient) -> Any:
+    """RequestPool as the agent's docker network of cluster network blue:web makes it."""
+    body = {"AddressSpace": "", "Pool": "10.7.0.0/24", "SubPool": "", "V6": False}
+    return call(client, "IpamDriver.RequestPool", {**body, "Options": MIRROR_OPTS})
+
+
 def test_a_cluster_network_joins_docker_on_another_host(
     client: FlaskClient, master: FakeMaster
 ) -> None:
     master.create_network(
         {"tenantName": "blue", "networkName": "web", "subnet": "10.7.0.0/24", "gateway": "10.7.0.1"}
     )
-    pool = call(
-        client,
-        "IpamDriver.RequestPool",
-        {
-            "AddressSpace": "",
-            "Pool": "10.7.0.0/24",
-            "SubPool": "",
-            "Options": MIRROR_OPTS,
-            "V6": False,
-        },
-    ).get_json()
+    pool = request_mirror_pool(client).get_json()
     assert pool == {"PoolID": "blue:10.7.0.0/24", "Pool": "10.7.0.0/24", "Data": {}}
     before = dict(master.networks)
     r = call(
@@ -595,17 +591,7 @@ def test_a_cluster_network_joins_docker_on_another_host(
 
 
 def test_joining_a_network_the_cluster_does_not_have_is_refused(client: FlaskClient) -> None:
-    r = call(
-        client,
-        "IpamDriver.RequestPool",
-        {
-            "AddressSpace": "",
-            "Pool": "10.7.0.0/24",
-            "SubPool": "",
-            "Options": MIRROR_OPTS,
-            "V6": False,
-        },
-    )
+    r = request_mirror_pool(client)
     assert r.status_code == 404 and "network blue:web does not exist" in r.get_json()["Error"]
     r = call(
         client,
