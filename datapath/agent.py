@@ -132,9 +132,7 @@ class _State:
     networks: dict[str, LocalNetwork] = field(default_factory=dict)
     endpoints: dict[str, LocalEndpoint] = field(default_factory=dict)
     gateway_ofports: dict[str, int] = field(default_factory=dict)
-    # Other hosts: their VTEPs (None until the cluster view is known), tunnel ports by host,
-    # and their endpoints.
-    peers: dict[str, str] | None = None
+    # Other hosts: tunnel ports by host, and their endpoints.
     tunnels: dict[str, int] = field(default_factory=dict)
     remote_endpoints: tuple[RemoteEndpointState, ...] = ()
     uplink_ofport: int | None = None
@@ -292,7 +290,6 @@ class DatapathAgent:
             if EXT_TUNNEL in info.external_ids and name not in wanted:
                 self.ovs.del_port(self.config.bridge, name)
                 log.info("tunnel %s to host %s removed", name, info.external_ids[EXT_TUNNEL])
-        self._state.peers = dict(peers)
         self._state.tunnels = tunnels
 
     def switch_connected(self) -> None:
@@ -426,17 +423,6 @@ class DatapathAgent:
             return {}
         host, _ = veth_names(endpoint_id)
         return {"hostInterface": host, "ofport": ep.ofport, "mac": ep.mac, "network": ep.network_id}
-
-    def status(self) -> dict[str, object]:
-        """What this host's datapath holds, for logs and inspection."""
-        s = self._state
-        return {
-            "networks": sorted(s.networks),
-            "endpoints": len(s.endpoints),
-            "tunnels": dict(sorted(s.tunnels.items())),
-            "remoteEndpoints": len(s.remote_endpoints),
-            "uplinkOfport": s.uplink_ofport,
-        }
 
     # --- desired state -> switch and kernel ---
 

@@ -33,7 +33,6 @@ class Underlay:
     vtep_ip: str
     device: str
     mtu: int
-    moved_from: str = ""  # the interface a userspace-tunneling bridge took over
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,7 @@ def ensure_userspace_tunneling(
         addr = _find_address(ip, vtep_ip)
         if addr.device == bridge:
             mtu = int(_link_attr(ip, addr.index, "mtu"))
-            return Underlay(vtep_ip, bridge, mtu, _underlay_port(ovs, bridge))
+            return Underlay(vtep_ip, bridge, mtu)
         nic, nic_index = addr.device, addr.index
         mac = _link_attr(ip, nic_index, "address")
         mtu = int(_link_attr(ip, nic_index, "mtu"))
@@ -110,8 +109,4 @@ def ensure_userspace_tunneling(
                 ip.route("replace", **spec, gateway=r.get_attr("RTA_GATEWAY"), oif=idx)
             except Exception as e:  # keep going: the VTEP subnet itself is already there
                 log.warning("route %s via %s not moved to %s: %s", spec, nic, bridge, e)
-        return Underlay(vtep_ip, bridge, mtu, nic)
-
-
-def _underlay_port(ovs: Ovs, bridge: str) -> str:
-    return next(iter(ovs.list_ports(bridge)), "")
+        return Underlay(vtep_ip, bridge, mtu)

@@ -221,6 +221,11 @@ def peers(
     return out
 
 
+def network_id(endpoint: Mapping[str, Any]) -> str:
+    """TENANT:NAME of an endpoint record's network."""
+    return f"{endpoint.get('tenantName') or 'default'}:{endpoint['networkName']}"
+
+
 def remote_endpoints(me: str, endpoints: Iterable[Mapping[str, Any]]) -> list[RemoteEndpointState]:
     """The endpoints of other hosts, as the datapath wants them."""
     out = []
@@ -231,7 +236,7 @@ def remote_endpoints(me: str, endpoints: Iterable[Mapping[str, Any]]) -> list[Re
         out.append(
             RemoteEndpointState(
                 id=str(ep["endpointID"]),
-                network_id=f"{ep.get('tenantName') or 'default'}:{ep['networkName']}",
+                network_id=network_id(ep),
                 host=host,
                 mac=str(ep["macAddress"]),
                 ipv4=ep.get("ipAddress") or None,

@@ -21,12 +21,20 @@ from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwo
 from datapath.hostnat import Iptables, PortMapping
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
+from datapath.pipeline import RemoteEndpointState
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
 from master import keys
 from store import Store, open_store
 
 from .app import create_app
-from .cluster import ClusterView, HostInfo, HostRegistration, peers, remote_endpoints
+from .cluster import (
+    ClusterView,
+    HostInfo,
+    HostRegistration,
+    network_id,
+    peers,
+    remote_endpoints,
+)
 from .docker_sync import ClusterNetwork, DockerSync, cluster_network
 from .driver import Driver, PortBinding
 from .master_client import MasterClient, leader_url_from_store
@@ -154,14 +162,6 @@ class ClusterSync:
     def poke(self) -> None:
         self._poke.set()
 
-    def snapshot(self) -> tuple[dict[str, str], list[Any], str]:
-        eps = list(self.view.endpoints.values().values())
-        return (
-            peers(self.host, self.view.hosts.values(), self.view.vteps.values(), eps),
-            remote_endpoints(self.host, eps),
-            self.view.arp_mode(),
-        )
-
     def _run(self) -> None:
         while True:
             self._poke.wait()
@@ -170,7 +170,7 @@ class ClusterSync:
             if not self.agent.ready:
                 continue  # resync applies the first view itself
             try:
-                current = self.snapshot()
+                current = other_hosts(self.view, self.host, self.view.endpoints.values())
                 if current != self._last:
                     self.agent.set_cluster(*current)
                     self._last = current
@@ -180,6 +180,18 @@ class ClusterSync:
                 self._poke.set()
 
 
+def other_hosts(
+    view: ClusterView, host: str, endpoints: Mapping[str, Mapping[str, Any]]
+) -> tuple[dict[str, str], list[RemoteEndpointState], str]:
+    """(peers, their endpoints, ARP mode): what the datapath needs of the other hosts."""
+    eps = list(endpoints.values())
+    return (
+        peers(host, view.hosts.values(), view.vteps.values(), eps),
+        remote_endpoints(host, eps),
+        view.arp_mode(),
+    )
+
+
 def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]:
     """After a (re)start: this host's endpoints and the cluster, reconciled with the switch."""
     records = view.networks.values()
@@ -187,12 +199,12 @@ def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]
     for rec in records.values():
         net = local_network(rec["config"], rec["pktTag"], rec.get("encap", ""))
         nets[net.id] = net
-    all_eps = list(view.endpoints.values().values())
-    mine = [e for e in all_eps if e.get("host") == host]
+    endpoints = view.endpoints.values()
+    mine = [e for e in endpoints.values() if e.get("host") == host]
     local_eps = [
         LocalEndpoint(
             id=e["endpointID"],
-            network_id=f"{e.get('tenantName') or 'default'}:{e['networkName']}",
+            network_id=network_id(e),
             mac=e["macAddress"],
             ipv4=e.get("ipAddress", ""),
             ipv6=e.get("ipv6Address", ""),
@@ -200,12 +212,13 @@ def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]
         for e in mine
     ]
     used = {e.network_id for e in local_eps}
+    peer_vteps, remotes, arp_mode = other_hosts(view, host, endpoints)
     return agent.resync(
         [n for nid, n in nets.items() if nid in used],
         local_eps,
-        peers=peers(host, view.hosts.values(), view.vteps.values(), all_eps),
-        remote_endpoints=remote_endpoints(host, all_eps),
-        arp_mode=view.arp_mode(),
+        peers=peer_vteps,
+        remote_endpoints=remotes,
+        arp_mode=arp_mode,
     )
 
 

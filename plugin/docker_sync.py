@@ -146,7 +146,6 @@ class DockerSync:
         self.interval = interval
         self._poke = threading.Event()
         self._stop = threading.Event()
-        self.passes = 0
         self._thread = threading.Thread(target=self._run, name="docker-sync", daemon=True)
 
     def start(self) -> DockerSync:
@@ -209,5 +208,4 @@ class DockerSync:
                 log.info("docker network %s removed: its cluster network is gone", d.name)
             except Exception as e:
                 log.warning("docker network %s: cannot remove it: %s", d.name, e)
-        self.passes += 1
         return made, gone

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -111,6 +111,16 @@ class LocalEndpoint:
     ipv6: str
 
 
+def option_ref(opts: Mapping[str, Any]) -> NetworkRef | None:
+    """`network=NAME` (with `tenant=`, `group=`) in -o or --ipam-opt options: the cluster
+    network a docker network stands for."""
+    if not opts.get("network"):
+        return None
+    return NetworkRef(
+        str(opts.get("tenant") or "default"), str(opts["network"]), str(opts.get("group") or "")
+    )
+
+
 def strip_len(cidr: str) -> str:
     """ "10.5.0.1/24" -> "10.5.0.1"; a bare address passes through."""
     return cidr.split("/", 1)[0] if cidr else ""
@@ -163,12 +173,8 @@ class Driver:
                 opts = self.docker_options(network_id)
             except Exception as e:  # dockerd busy: the master scan below still works
                 log.debug("network %s: docker options lookup failed: %s", network_id, e)
-        if opts and opts.get("network"):
-            ref = NetworkRef(
-                str(opts.get("tenant") or "default"),
-                str(opts["network"]),
-                str(opts.get("group") or ""),
-            )
+        ref = option_ref(opts or {})
+        if ref is not None:
             self._networks[network_id] = ref
             return ref
         for n in self.master.list_networks():
@@ -188,20 +194,11 @@ class Driver:
         if not isinstance(generic, dict):
             raise DriverError(f"option {GENERIC} must be a map of -o options")
         tenant = str(generic.get("tenant") or "default")
-        if generic.get("network"):
-            # `-o network=NAME`: this docker network stands for an existing cluster network
-            # (every host's agent creates one so): nothing to create, only to remember.
-            ref = NetworkRef(tenant, str(generic["network"]), str(generic.get("group") or ""))
-            try:
-                self.master.get_network(ref.tenant, ref.name)
-            except MasterError as e:
-                if e.status == 404:
-                    raise DriverError(
-                        f"network {ref.tenant}:{ref.name} does not exist in netmaster; "
-                        "create it first (netctl net create)",
-                        404,
-                    ) from None
-                raise
+        ref = option_ref(generic)
+        if ref is not None:
+            # This docker network stands for an existing cluster network (every host's agent
+            # creates one so): nothing to create, only to remember.
+            self._cluster_network(ref.tenant, ref.name)
             self._networks[req.NetworkID] = ref
             return {}
         # Docker does not pass the network name in CreateNetwork.
@@ -418,16 +415,22 @@ class Driver:
         got = self.master.request_pool(space, req.Pool, req.SubPool, req.V6, dict(opts))
         return {"PoolID": got["poolID"], "Pool": got["pool"], "Data": got.get("data") or {}}
 
-    def _network_pool(self, tenant: str, name: str, req: s.RequestPool) -> dict[str, Any]:
-        """`--ipam-opt network=NAME`: the pool the cluster network already has."""
+    def _cluster_network(self, tenant: str, name: str) -> dict[str, Any]:
+        """An existing cluster network's config and oper state, or a clear refusal."""
         try:
-            insp = self.master.inspect_network(tenant, name)
+            return self.master.inspect_network(tenant, name)
         except MasterError as e:
             if e.status == 404:
                 raise DriverError(
-                    f"network {tenant}:{name} does not exist in netmaster; create it first", 404
+                    f"network {tenant}:{name} does not exist in netmaster; "
+                    "create it first (netctl net create)",
+                    404,
                 ) from None
             raise
+
+    def _network_pool(self, tenant: str, name: str, req: s.RequestPool) -> dict[str, Any]:
+        """`--ipam-opt network=NAME`: the pool the cluster network already has."""
+        insp = self._cluster_network(tenant, name)
         config, oper = insp["Config"], insp["Oper"]
         pool_id = oper.get("ipv6Pool" if req.V6 else "ipv4Pool") or ""
         subnet = config.get("ipv6Subnet" if req.V6 else "subnet") or ""
