@@ -74,7 +74,7 @@ def raw_cas_rate(etcd_endpoints: list[str] | None, clients: int, total: int) -> 
 
 def service_rate(etcd_endpoints: list[str] | None, total: int) -> float:
     """The allocation path in-process (ClusterState, no HTTP): what the REST layer adds on top."""
-    from master.models import EndpointRequest, Network
+    from common.models import EndpointRequest, Network
     from master.service import ClusterState
 
     with tempfile.TemporaryDirectory() as d:

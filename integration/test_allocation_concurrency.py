@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from master.models import EndpointRequest, Network
+from common.models import EndpointRequest, Network
 from master.service import ClusterState
 from store import open_store
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import pytest
 import requests
 
-from master import keys
+from common import keys
 from plugin.master_client import MasterClient, MasterError, leader_url_from_store
 from store import Store, open_store
 

@@ -15,12 +15,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from common import keys
 from ipam import Allocator, PoolSpec, parse_network
 from ipam.errors import AddressInUse, PoolExhausted
 from ipam.parse import parse_range
 from store import KV, Store
-
-from . import keys
 
 IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
 

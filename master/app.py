@@ -10,16 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import requests
-import urllib3
 from flask import Flask, Response, request
 from pydantic import BaseModel
 from requests.adapters import HTTPAdapter
 from werkzeug.exceptions import HTTPException
 
-from . import __version__
-from .election import FORWARDED_BY, SERVED_BY, Elector, forward_target
-from .errors import ApiError, BadRequest, Unavailable
-from .models import (
+from common.http import never_sent, short_reason
+from common.models import (
     AddressRelease,
     AddressRequest,
     Endpoint,
@@ -29,9 +26,13 @@ from .models import (
     Network,
     PoolRequest,
     Tenant,
-    parse_body,
 )
+
+from . import __version__
+from .election import FORWARDED_BY, SERVED_BY, Elector, forward_target
+from .errors import ApiError, BadRequest, Unavailable
 from .service import ClusterState
+from .validate import parse_body
 
 API = "/api/v1"
 
@@ -89,18 +90,6 @@ _FORWARD_REQUEST_HEADERS = ("Content-Type", "Accept", "User-Agent")
 _FORWARD_ANSWER_HEADERS = ("Content-Type", SERVED_BY)
 
 
-def _never_sent(e: requests.RequestException) -> bool:
-    """Whether the request certainly never reached the server (connecting failed)."""
-    if isinstance(e, requests.ConnectTimeout):
-        return True
-    if isinstance(e, requests.ConnectionError) and e.args:
-        reason = getattr(e.args[0], "reason", None)
-        return isinstance(
-            reason, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError
-        )
-    return False
-
-
 def forward_session(pool_size: int = 64) -> requests.Session:
     """The HTTP session a follower forwards with: no proxy from the environment, no retries."""
     session = requests.Session()
@@ -133,7 +122,7 @@ class Forwarder:
             return self._send(target)
         except requests.RequestException as e:
             error = e
-            if _never_sent(e):
+            if never_sent(e):
                 # The leader may have just gone: look again once, synchronously.
                 fresh = forward_target(request.path, False, self.elector.step(), self.self_url)
                 if fresh is None:
@@ -146,7 +135,7 @@ class Forwarder:
                         error = e2
         raise Unavailable(
             f"netmaster leader {target}",
-            f"unreachable from {self.self_url or 'this master'} ({_short(error)}); "
+            f"unreachable from {self.self_url or 'this master'} ({short_reason(error)}); "
             "retry the request",
         )
 
@@ -176,22 +165,6 @@ def _request_uri() -> str:
         return str(raw)
     query = request.query_string.decode("latin-1")
     return urllib.parse.quote(request.path) + (f"?{query}" if query else "")
-
-
-def _short(e: BaseException) -> str:
-    """The operating system's reason under a requests error ("Connection refused"), if any."""
-    todo: list[BaseException] = [e]
-    seen: set[int] = set()
-    while todo:
-        x = todo.pop(0)
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, OSError) and x.strerror:
-            return x.strerror
-        nxt = [getattr(x, "reason", None), x.__cause__, x.__context__, *x.args]
-        todo += [n for n in nxt if isinstance(n, BaseException)]
-    return str(e)
 
 
 def create_app(

@@ -109,12 +109,12 @@ def build_app(args: Any) -> Any:
     shared by the workers of one master) and runs the reclaim loop, which acts only while
     this very worker holds the leader lease.
     """
+    from common.models import GlobalSettings
     from store import StoreError, open_store
 
     from .app import create_app
     from .election import Elector, new_master_id
     from .errors import ApiError
-    from .models import GlobalSettings
     from .reclaim import Reclaimer
     from .service import ClusterState
 

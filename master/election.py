@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import logging
 import os
 import secrets
@@ -27,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from store import KV, Compare, Lease, LeaseNotFound, Put, Store, StoreError
-
-from . import keys
+from common import keys
+from common.records import LeaderRecord, encode_leader, parse_leader
+from store import Compare, Lease, LeaseNotFound, Put, Store, StoreError
 
 log = logging.getLogger("netmaster.election")
 
@@ -48,43 +47,6 @@ LEADER_PATH = "/api/v1/leader"
 def new_master_id() -> str:
     """A unique id for one master (gunicorn arbiter): host, pid and a random part."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderRecord:
-    """The value of keys.LEADER, plus the lease and revision it was read with."""
-
-    id: str
-    url: str
-    since: str
-    lease: int = 0
-    mod_revision: int = 0
-
-    def to_json(self) -> dict[str, str]:
-        return {"id": self.id, "url": self.url, "since": self.since}
-
-
-def parse_leader(kv: KV | None) -> LeaderRecord | None:
-    """The leader record in ``kv``; a malformed value still counts as a record (with no URL)."""
-    if kv is None:
-        return None
-    try:
-        data: Any = json.loads(kv.value)
-    except (ValueError, UnicodeDecodeError):
-        data = {}
-    if not isinstance(data, dict):
-        data = {}
-    return LeaderRecord(
-        id=str(data.get("id") or ""),
-        url=str(data.get("url") or ""),
-        since=str(data.get("since") or ""),
-        lease=kv.lease,
-        mod_revision=kv.mod_revision,
-    )
-
-
-def encode_leader(master_id: str, url: str, since: str) -> bytes:
-    return json.dumps({"id": master_id, "url": url, "since": since}, sort_keys=True).encode()
 
 
 @dataclass(frozen=True, slots=True)

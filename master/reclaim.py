@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from common import keys
+from common.models import Endpoint
 from store import StoreError
 
-from . import keys
 from .errors import ApiError, NotFound
-from .models import Endpoint
 from .service import ClusterState
 
 log = logging.getLogger("netmaster.reclaim")

@@ -13,16 +13,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ipam import next_free_pool, parse_address, parse_network
-from ipam.defaults import DEFAULT_V4_POOLS, DEFAULT_V6_POOLS
-from ipam.errors import AddressInUse, IpamError, PoolExhausted
-from ipam.parse import usable_bounds
-from store import KV, Compare, Delete, Op, Put, Store, StoreError, StoreUnavailable
-
-from . import keys
-from .addresses import IPAddr, PoolCache, pool_spec
-from .errors import BadRequest, Conflict, NotFound, Unavailable
-from .models import (
+from common import keys, owners
+from common.models import (
     AddressRelease,
     AddressRequest,
     Endpoint,
@@ -32,8 +24,19 @@ from .models import (
     Network,
     PoolRequest,
     Tenant,
-    check_name,
     docker_name,
+)
+from common.records import AllocRecord
+from ipam import next_free_pool, parse_address, parse_network
+from ipam.defaults import DEFAULT_V4_POOLS, DEFAULT_V6_POOLS
+from ipam.errors import AddressInUse, IpamError, PoolExhausted
+from ipam.parse import usable_bounds
+from store import KV, Compare, Delete, Op, Put, Store, StoreError, StoreUnavailable
+
+from .addresses import IPAddr, PoolCache, pool_spec
+from .errors import BadRequest, Conflict, NotFound, Unavailable
+from .validate import (
+    check_name,
     normalize_group,
     normalize_network,
     tag_range,
@@ -405,7 +408,9 @@ class ClusterState:
                         )
                 ops.append(Put(keys.pool(pid), _json(pool_rec)))
                 if gateway:
-                    ops.append(Put(keys.alloc(pid, gateway), _json({"owner": "gateway"})))
+                    ops.append(
+                        Put(keys.alloc(pid, gateway), AllocRecord(owners.NETWORK_GATEWAY).encode())
+                    )
                 record[f"ipv{version}Pool"] = pid
             compares.append(_untouched_since(keys.POOLS + net.tenantName + ":", prev))
             ops.append(Put(keys.network(net.tenantName, net.networkName), _json(record)))
@@ -700,7 +705,7 @@ class ClusterState:
                 compares.append(_unchanged(gkv))
                 if group.ipPool:
                     within = _pool_bounds(group.ipPool)
-            owner = _json({"owner": f"ep:{req.endpointID}", "network": net.id})
+            owner = AllocRecord(owners.endpoint(req.endpointID), network=net.id).encode()
             wanted = [
                 (rec.get("ipv4Pool"), req.ipAddress, within, "ipAddress"),
                 (rec.get("ipv6Pool"), req.ipv6Address, None, "ipv6Address"),
@@ -726,7 +731,14 @@ class ClusterState:
                             ops.append(Delete(keys.owner(prev_owner)))
                     else:
                         addr = self._claim(
-                            obj, pid, static, rng, compares, claims, fresh, f"ep:{req.endpointID}"
+                            obj,
+                            pid,
+                            static,
+                            rng,
+                            compares,
+                            claims,
+                            fresh,
+                            owners.endpoint(req.endpointID),
                         )
                     ops.append(Put(keys.alloc(pid, str(addr)), owner))
                     result[field] = str(addr)
@@ -755,7 +767,10 @@ class ClusterState:
             if res.succeeded:
                 return ep, True
             self._settle_claims(
-                obj, claims, {pid: static for pid, static, _, _ in wanted}, f"ep:{req.endpointID}"
+                obj,
+                claims,
+                {pid: static for pid, static, _, _ in wanted},
+                owners.endpoint(req.endpointID),
             )
             raise _Retry
 
@@ -772,7 +787,7 @@ class ClusterState:
         if akv is None:
             return None
         who = _load(akv).get("owner", "")
-        if not who or who == "gateway" or who.startswith("ep:"):
+        if not owners.is_request(who):
             return None
         return akv, who
 
@@ -882,7 +897,7 @@ class ClusterState:
                 if not pid or not addr:
                     continue
                 akv = self._get(keys.alloc(pid, addr))
-                if akv is not None and _load(akv).get("owner") == f"ep:{endpoint_id}":
+                if akv is not None and _load(akv).get("owner") == owners.endpoint(endpoint_id):
                     compares.append(_unchanged(akv))
                     ops.append(Delete(akv.key))
                     released.append((pid, ipaddress.ip_address(addr)))
@@ -1021,11 +1036,9 @@ class ClusterState:
                 return False
             rec = _load(akv)
             ops: list[Op] = [Delete(akv.key)]
-            if rec.get("owner", "").startswith("ep:"):
-                raise Conflict(
-                    obj, f"it belongs to endpoint {rec['owner'][3:]}; delete the endpoint"
-                )
-            if rec.get("owner") == "gateway":
+            if (holder := owners.endpoint_of(rec.get("owner", ""))) is not None:
+                raise Conflict(obj, f"it belongs to endpoint {holder}; delete the endpoint")
+            if rec.get("owner") == owners.NETWORK_GATEWAY:
                 return False  # the network's gateway lives as long as the network
             okey = keys.owner(rec["owner"])
             if self._get(okey) is not None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
 import requests
+
+from common.http import os_reason
 
 API = "/api/v1"
 DEFAULT_URL = "http://127.0.0.1:9999"
@@ -42,27 +43,6 @@ def key(tenant: str, name: str) -> str:
 
 def _quote(part: str) -> str:
     return quote(part, safe=":")
-
-
-def _os_reason(exc: BaseException) -> str | None:
-    """The readable OS-level cause buried in a requests/urllib3 exception chain, if any."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        e = todo.pop(0)
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(e, socket.gaierror):
-            return f"cannot resolve host: {e.strerror or e}"
-        if isinstance(e, OSError) and e.strerror:
-            return e.strerror[:1].lower() + e.strerror[1:]
-        nxt = [getattr(e, "reason", None), e.__cause__, e.__context__]
-        nxt += [a for a in e.args if isinstance(a, BaseException)]
-        todo += [n for n in nxt if isinstance(n, BaseException)]
-    return None
 
 
 class MasterClient:
@@ -103,7 +83,7 @@ class MasterClient:
                 f"netmaster at {self.base_url} did not answer within {self.timeout:g}s"
             ) from None
         except requests.ConnectionError as e:
-            reason = _os_reason(e) or str(e)
+            reason = os_reason(e) or str(e)
             raise MasterError(f"cannot reach netmaster at {self.base_url}: {reason}") from None
         except requests.RequestException as e:
             raise MasterError(f"request to netmaster at {self.base_url} failed: {e}") from None

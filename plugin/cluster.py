@@ -13,11 +13,11 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from common import keys
+from common.records import HostRecord
 from datapath.pipeline import RemoteEndpointState
-from master import keys
 from store import KV, Compacted, Lease, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -92,33 +92,11 @@ class PrefixMirror:
                 delay = min(delay * 2, 10.0)
 
 
-@dataclass(frozen=True)
-class HostInfo:
-    """What a host publishes about itself."""
-
-    host: str
-    vtep_ip: str = ""
-    ctrl_ip: str = ""
-    datapath: str = ""
-    uplink_mtu: int = 0
-    vlan_if: str = ""
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "vtepIP": self.vtep_ip,
-            "ctrlIP": self.ctrl_ip,
-            "datapath": self.datapath,
-            "uplinkMTU": self.uplink_mtu,
-            "vlanIf": self.vlan_if,
-        }
-
-
 class HostRegistration:
     """Keeps keys.host(name) alive under a lease, registering again if the lease is lost
     (an etcd outage longer than the TTL); revoking it on stop removes the host at once."""
 
-    def __init__(self, store: Store, info: HostInfo, ttl: int) -> None:
+    def __init__(self, store: Store, info: HostRecord, ttl: int) -> None:
         self.store = store
         self.info = info
         self.ttl = ttl
@@ -141,7 +119,7 @@ class HostRegistration:
                 log.warning("host %s: could not revoke its lease: %s", self.info.host, e)
 
     def _run(self) -> None:
-        value = json.dumps(self.info.record()).encode()
+        value = self.info.encode()
         delay = 0.5
         while not self._stop.is_set():
             try:

@@ -16,20 +16,20 @@ from typing import Any
 
 from werkzeug.serving import make_server
 
+from common import keys
 from common.flags import split_endpoints
+from common.records import HostRecord
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.hostnat import Iptables, PortMapping
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
 from datapath.pipeline import RemoteEndpointState
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
-from master import keys
 from store import Store, open_store
 
 from .app import create_app
 from .cluster import (
     ClusterView,
-    HostInfo,
     HostRegistration,
     network_id,
     peers,
@@ -299,7 +299,7 @@ def run(args: Any) -> None:
     cluster_sync = ClusterSync(view, agent, args.host)
     registration = HostRegistration(
         store,
-        HostInfo(
+        HostRecord(
             host=args.host,
             vtep_ip=args.vtep_ip,
             ctrl_ip=args.ctrl_ip,

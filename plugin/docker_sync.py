@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from master.models import docker_name
+from common.models import docker_name
 
 log = logging.getLogger(__name__)
 

@@ -7,12 +7,12 @@ import ipaddress
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from master.models import NAME_RE
+from common import owners
+from common.models import NAME_RE
 
 from . import schemas as s
 from .master_client import MasterClient, MasterError
@@ -457,13 +457,13 @@ class Driver:
         # The owner makes a retried request get the same address: derive it from what
         # identifies the request, and fall back to a fresh one only when nothing does.
         if kind:
-            owner = f"gw:{req.PoolID}:{address}"
+            owner = owners.docker_gateway(req.PoolID, address)
         elif address:
-            owner = f"addr:{req.PoolID}:{address}"
+            owner = owners.docker_static(req.PoolID, address)
         elif opts.get(MAC_OPTION):
-            owner = f"mac:{req.PoolID}:{opts[MAC_OPTION]}"
+            owner = owners.docker_mac(req.PoolID, opts[MAC_OPTION])
         else:
-            owner = f"req:{uuid.uuid4()}"
+            owner = owners.docker_anonymous()
         got = self.master.request_address(req.PoolID, address, owner, kind)
         if not got:
             raise DriverError(f"netmaster returned no address from pool {req.PoolID}", 500)

@@ -8,8 +8,8 @@ from typing import Any
 
 import requests
 
-from master import keys
-from master.election import parse_leader
+from common import keys
+from common.records import parse_leader
 from store import Store, StoreError
 
 API = "/api/v1"

@@ -26,9 +26,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import requests
-import urllib3
 from requests.adapters import HTTPAdapter
 
+from common.http import never_sent
 from store.base import (
     KV,
     Compacted,
@@ -126,18 +126,6 @@ def _parse_endpoint(endpoint: str, tls: bool) -> tuple[str, str, int]:
     return u.scheme, u.hostname, u.port or 2379
 
 
-def _never_sent(e: requests.RequestException) -> bool:
-    """Whether the request certainly never reached the server (connecting failed)."""
-    if isinstance(e, requests.exceptions.ConnectTimeout | requests.exceptions.SSLError):
-        return True
-    if isinstance(e, requests.exceptions.ConnectionError) and e.args:
-        reason = getattr(e.args[0], "reason", None)
-        return isinstance(
-            reason, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError
-        )
-    return False
-
-
 def _error(resp: requests.Response) -> StoreError:
     """Map an etcd gateway error answer to a store exception."""
     try:
@@ -224,7 +212,7 @@ class EtcdStore(Store):
                     timeout=(self._connect_timeout, self._timeout),
                 )
             except requests.RequestException as e:
-                if not idempotent and not _never_sent(e):
+                if not idempotent and not never_sent(e):
                     raise StoreUnavailable(
                         f"etcd at {client.base_url} failed during {path}; outcome unknown: {e}"
                     ) from e

@@ -7,9 +7,10 @@ import threading
 import time
 from pathlib import Path
 
+from common import keys
+from common.records import HostRecord
 from datapath.pipeline import RemoteEndpointState
-from master import keys
-from plugin.cluster import HostInfo, HostRegistration, PrefixMirror, peers, remote_endpoints
+from plugin.cluster import HostRegistration, PrefixMirror, peers, remote_endpoints
 from store.embedded import EmbeddedStore
 
 
@@ -74,7 +75,7 @@ def test_mirror_follows_puts_and_deletes_after_its_first_read(tmp_path: Path) ->
 
 def test_registration_lives_on_a_lease_and_stop_removes_it(tmp_path: Path) -> None:
     with EmbeddedStore(str(tmp_path / "state.db")) as store:
-        info = HostInfo("h1", vtep_ip="192.168.1.1", datapath="netdev", uplink_mtu=1500)
+        info = HostRecord("h1", vtep_ip="192.168.1.1", datapath="netdev", uplink_mtu=1500)
         reg = HostRegistration(store, info, ttl=2).start()
         assert reg.registered.wait(5)
         kv = store.get(keys.host("h1"))
@@ -88,7 +89,7 @@ def test_registration_lives_on_a_lease_and_stop_removes_it(tmp_path: Path) -> No
 
 def test_registration_comes_back_when_its_lease_is_lost(tmp_path: Path) -> None:
     with EmbeddedStore(str(tmp_path / "state.db")) as store:
-        reg = HostRegistration(store, HostInfo("h1"), ttl=1).start()
+        reg = HostRegistration(store, HostRecord("h1"), ttl=1).start()
         try:
             assert reg.registered.wait(5)
             first = store.get(keys.host("h1"))

@@ -14,7 +14,8 @@ import pytest
 import requests
 from flask import Flask
 
-from master import keys
+from common import keys
+from common.records import LeaderRecord, parse_leader
 from master.app import create_app
 from master.cli import control_url, unreachable_host
 from master.election import (
@@ -22,11 +23,9 @@ from master.election import (
     FORWARDED_BY,
     SERVED_BY,
     Elector,
-    LeaderRecord,
     View,
     decide,
     forward_target,
-    parse_leader,
 )
 from master.service import ClusterState
 from store import KV, Lease, Store, StoreUnavailable

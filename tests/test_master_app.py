@@ -90,7 +90,7 @@ def test_network_update_without_endpoints_rewrites_pool(
 
 
 def test_threads_never_share_an_address(state: ClusterState) -> None:
-    from master.models import EndpointRequest, Network
+    from common.models import EndpointRequest, Network
 
     state.put_network(Network(networkName="n", subnet="10.3.0.0/24"))
 
@@ -116,7 +116,7 @@ def test_openapi_covers_every_route(client: FlaskClient) -> None:
 
 
 def test_retry_with_static_address_is_idempotent(state: ClusterState) -> None:
-    from master.models import EndpointRequest, Network
+    from common.models import EndpointRequest, Network
 
     state.put_network(Network(networkName="n", subnet="10.4.0.0/24", ipv6Subnet="fd00:4::/64"))
     req = EndpointRequest(endpointID="s1", networkName="n", ipAddress="10.4.0.9")
@@ -129,7 +129,7 @@ def test_retry_with_static_address_is_idempotent(state: ClusterState) -> None:
 
 
 def test_stale_cached_network_is_reread(state: ClusterState) -> None:
-    from master.models import EndpointRequest, Network
+    from common.models import EndpointRequest, Network
 
     state.put_network(Network(networkName="n", subnet="10.5.0.0/24"))
     state.create_endpoint(EndpointRequest(endpointID="a", networkName="n"))
@@ -144,8 +144,8 @@ def test_stale_cached_network_is_reread(state: ClusterState) -> None:
 
 
 def test_endpoint_adopts_the_address_docker_requested(state: ClusterState) -> None:
+    from common.models import AddressRelease, AddressRequest, EndpointRequest, Network, PoolRequest
     from master.errors import Conflict
-    from master.models import AddressRelease, AddressRequest, EndpointRequest, Network, PoolRequest
 
     pool = state.request_pool(PoolRequest(pool="10.8.0.0/24"))
     gw = state.request_address(AddressRequest(poolID=pool["poolID"], owner="gw", kind="gateway"))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import requests
 
-from master import keys
+from common import keys
 from plugin.master_client import MasterClient, MasterError, leader_url_from_store
 from store.embedded import EmbeddedStore
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from master.errors import BadRequest
-from master.models import (
+from common.models import (
     EndpointGroup,
     EndpointRequest,
     GlobalSettings,
     Network,
     Tenant,
     docker_name,
+)
+from master.errors import BadRequest
+from master.validate import (
     normalize_group,
     normalize_network,
     parse_body,

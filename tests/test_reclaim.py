@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from master import keys
+from common import keys
+from common.models import Endpoint, EndpointRequest, Network
 from master.errors import Conflict
-from master.models import Endpoint, EndpointRequest, Network
 from master.reclaim import Reclaimer, default_interval, plan_reclaim
 from master.service import ClusterState
 from store import open_store

@@ -1,0 +1,54 @@
+"""Who holds an address: the owner names written in AllocRecord.owner and keys.owner().
+
+Three kinds of holder, one spelling each:
+- the network's own gateway address, held for as long as the network exists;
+- an endpoint, which holds its addresses until it is deleted;
+- a plain address request (Docker's RequestAddress), idempotent by its owner name: the
+  driver derives the name from what identifies the request, so a retry gets the same
+  address. Such an address may be adopted by the endpoint Docker creates next.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+NETWORK_GATEWAY = "gateway"
+_ENDPOINT = "ep:"
+
+
+def endpoint(endpoint_id: str) -> str:
+    """The owner name of an endpoint's addresses."""
+    return _ENDPOINT + endpoint_id
+
+
+def endpoint_of(owner: str) -> str | None:
+    """The endpoint ID an owner name stands for, or None if it is not an endpoint."""
+    return owner[len(_ENDPOINT) :] if owner.startswith(_ENDPOINT) else None
+
+
+def is_request(owner: str) -> bool:
+    """Whether ``owner`` is a plain address request (neither an endpoint nor a gateway)."""
+    return bool(owner) and owner != NETWORK_GATEWAY and endpoint_of(owner) is None
+
+
+# --- plain address requests, as the Docker driver names them ---
+
+
+def docker_gateway(pool_id: str, address: str) -> str:
+    """Docker asking for a network's gateway address."""
+    return f"gw:{pool_id}:{address}"
+
+
+def docker_static(pool_id: str, address: str) -> str:
+    """Docker asking for one given address (--ip, --aux-address)."""
+    return f"addr:{pool_id}:{address}"
+
+
+def docker_mac(pool_id: str, mac: str) -> str:
+    """Docker asking for any address for an interface with a known MAC."""
+    return f"mac:{pool_id}:{mac}"
+
+
+def docker_anonymous() -> str:
+    """Docker asking for any address with nothing to identify the request: a fresh name."""
+    return f"req:{uuid.uuid4()}"

@@ -1,0 +1,124 @@
+"""The cluster schema: records round-trip, read what earlier versions wrote, refuse garbage."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from common import owners
+from common.models import Endpoint, EndpointGroup, GlobalSettings, Network, Tenant
+from common.records import (
+    AllocRecord,
+    ConfigRecord,
+    HostRecord,
+    NetworkRecord,
+    OwnerRecord,
+    PoolRecord,
+    RecordError,
+    decode_config,
+    decode_endpoint,
+    encode,
+    encode_config,
+    encode_endpoint,
+    parse_leader,
+)
+from store import KV
+
+
+def test_encoding_is_canonical() -> None:
+    assert encode({"b": 1, "a": [1, 2]}) == b'{"a":[1,2],"b":1}'
+
+
+def test_network_record_round_trip_and_fields() -> None:
+    config = Network(tenantName="t", networkName="n", subnet="10.1.0.0/24", gateway="10.1.0.1")
+    rec = NetworkRecord(config, "vxlan", 42, ipv4_pool="t:10.1.0.0/24")
+    assert NetworkRecord.decode(rec.encode()) == rec
+    assert rec.id == "t:n" and rec.pools == ("t:10.1.0.0/24",) and rec.pool(6) == ""
+    assert json.loads(rec.encode())["pktTag"] == 42
+
+
+def test_network_record_reads_the_stored_layout() -> None:
+    stored = {
+        "config": {"key": "default:a", "networkName": "a", "subnet": "10.0.0.0/24"},
+        "encap": "vlan",
+        "pktTag": 7,
+        "ipv4Pool": "default:10.0.0.0/24",
+        "ipv6Pool": "",
+    }
+    rec = NetworkRecord.decode(json.dumps(stored).encode())
+    assert (rec.encap, rec.pkt_tag, rec.ipv4_pool, rec.config.networkName) == (
+        "vlan",
+        7,
+        "default:10.0.0.0/24",
+        "a",
+    )
+
+
+@pytest.mark.parametrize("value", [b"[not json", b"[]", b'{"config": {"bogus": 1}}'])
+def test_network_record_refuses_garbage(value: bytes) -> None:
+    with pytest.raises(ValueError):
+        NetworkRecord.decode(value)
+
+
+def test_config_records_round_trip() -> None:
+    for obj in (
+        Tenant(tenantName="blue"),
+        EndpointGroup(groupName="g", networkName="n", policies=["p"]),
+        GlobalSettings(vlans="1-100"),
+    ):
+        value = encode_config(obj)
+        assert json.loads(value) == {"config": obj.dump()}
+        assert decode_config(type(obj), value) == obj
+    assert ConfigRecord.decode(Tenant, b'{"config":{"tenantName":"x"}}').config.id == "x"
+
+
+def test_endpoint_record_round_trip() -> None:
+    ep = Endpoint(endpointID="e1", tenantName="default", networkName="n", ipAddress="10.0.0.2")
+    assert decode_endpoint(encode_endpoint(ep)) == ep
+    assert ep.network_id == "default:n"
+
+
+def test_address_records() -> None:
+    pool = PoolRecord("10.0.0.0/24", range="10.0.0.128/25", network="default:n", name="x")
+    assert PoolRecord.decode(pool.encode()) == pool
+    with pytest.raises(RecordError, match="no cidr"):
+        PoolRecord.decode(b"{}")
+    # Empty fields are left out, as the control plane always wrote them.
+    assert AllocRecord(owners.NETWORK_GATEWAY).encode() == b'{"owner":"gateway"}'
+    ep = AllocRecord(owners.endpoint("e1"), network="default:n")
+    assert ep.encode() == b'{"network":"default:n","owner":"ep:e1"}'
+    assert AllocRecord.decode(ep.encode()) == ep
+    assert OwnerRecord.decode(OwnerRecord("p", "10.0.0.9").encode()) == OwnerRecord("p", "10.0.0.9")
+
+
+def test_host_record_uses_contiv_style_names() -> None:
+    host = HostRecord("h1", vtep_ip="192.168.1.1", datapath="netdev", uplink_mtu=1500)
+    assert json.loads(host.encode())["vtepIP"] == "192.168.1.1"
+    assert HostRecord.decode(host.encode()) == host
+    assert HostRecord.decode(b'{"host":"h2"}') == HostRecord("h2")
+
+
+def test_leader_record_keeps_lease_and_revision() -> None:
+    kv = KV("/netplugin/master/leader", b'{"id":"a","url":"u","since":"s"}', 3, 4, 1, lease=9)
+    rec = parse_leader(kv)
+    assert rec is not None and (rec.id, rec.url, rec.lease, rec.mod_revision) == ("a", "u", 9, 4)
+    assert json.loads(rec.encode()) == rec.to_json()
+
+
+def test_owner_names() -> None:
+    assert owners.endpoint_of(owners.endpoint("abc")) == "abc"
+    assert owners.endpoint_of(owners.NETWORK_GATEWAY) is None
+    assert not owners.is_request(owners.endpoint("abc"))
+    assert not owners.is_request(owners.NETWORK_GATEWAY)
+    assert not owners.is_request("")
+    for name in (
+        owners.docker_gateway("p", "10.0.0.1"),
+        owners.docker_static("p", "10.0.0.5"),
+        owners.docker_mac("p", "02:42:00:00:00:01"),
+        owners.docker_anonymous(),
+    ):
+        assert owners.is_request(name)
+    assert owners.docker_anonymous() != owners.docker_anonymous()
+    # Retries of one request name the same owner: that is what makes them idempotent.
+    assert owners.docker_static("p", "10.0.0.5") == owners.docker_static("p", "10.0.0.5")
