@@ -3,12 +3,12 @@
 Durability: ``synchronous=FULL`` fsyncs the WAL on every commit, so a committed write
 survives ``kill -9`` (and a power cut). Concurrency: every write is a ``BEGIN IMMEDIATE``
 transaction, which serialises writers across processes through SQLite's file locks;
-readers never block (WAL). Each thread gets its own connection.
+readers never block (WAL). Each thread gets its own connection. Watches read the events
+table (``store.embedded_watch``).
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import secrets
 import sqlite3
@@ -20,7 +20,6 @@ from contextlib import contextmanager
 
 from store.base import (
     KV,
-    Compacted,
     Compare,
     Delete,
     Event,
@@ -37,6 +36,7 @@ from store.base import (
     check_txn,
     prefix_end_bytes,
 )
+from store.embedded_watch import DELETE, PUT, Changes, EmbeddedWatch, events_since
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +73,8 @@ INSERT OR IGNORE INTO meta (name, value) VALUES ('revision', 1), ('compacted', 0
 COMMIT;
 """
 
-_PUT, _DELETE = 0, 1
 _COLUMN = {"create": "create_rev", "mod": "mod_rev", "version": "version", "value": "value"}
 _SQL_OP = {"==": "=", "!=": "!=", "<": "<", ">": ">"}
-_WATCH_BATCH_REVS = 1000
 
 
 def _range_sql(prefix: str) -> tuple[str, tuple[bytes, ...]]:
@@ -133,8 +131,7 @@ class EmbeddedStore(Store):
         self._conns_lock = threading.Lock()
         # Serialises this process's writers without spinning in SQLite's busy handler.
         self._wlock = threading.Lock()
-        self._changed = threading.Condition()
-        self._gen = 0
+        self._changes = Changes()
         self._closed = threading.Event()
         self._keepalives: weakref.WeakValueDictionary[int, Lease] = weakref.WeakValueDictionary()
         self._init_db()
@@ -200,9 +197,7 @@ class EmbeddedStore(Store):
                 if isinstance(e, sqlite3.Error):
                     raise StoreUnavailable(f"{self.path}: {e}") from e
                 raise
-        with self._changed:
-            self._gen += 1
-            self._changed.notify_all()
+        self._changes.committed()
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -319,7 +314,7 @@ class EmbeddedStore(Store):
                     " VALUES (?, ?, ?, ?, ?, ?)",
                     (key, value, create, rev, version, op.lease),
                 )
-                self._event(conn, rev, seq, key, _PUT, value, create, version, op.lease, prev)
+                self._event(conn, rev, seq, key, PUT, value, create, version, op.lease, prev)
                 seq += 1
             elif isinstance(op, Delete):
                 if op.prefix:
@@ -345,7 +340,7 @@ class EmbeddedStore(Store):
         if rows:
             conn.execute(f"DELETE FROM kv WHERE {clause}", params)
         for key, prev in rows:
-            self._event(conn, rev, seq, key, _DELETE, b"", 0, 0, 0, prev)
+            self._event(conn, rev, seq, key, DELETE, b"", 0, 0, 0, prev)
             seq += 1
         return seq
 
@@ -368,34 +363,13 @@ class EmbeddedStore(Store):
     def watch(self, prefix: str, start_revision: int) -> Watch:
         if start_revision <= 0:
             start_revision = self.revision() + 1
-        return _EmbeddedWatch(self, prefix, start_revision)
+        clause, params = _range_sql(prefix)
 
-    def _events_since(
-        self, clause: str, params: tuple[bytes, ...], start: int
-    ) -> tuple[list[Event], int, bool]:
-        """Events under the clause from ``start`` on, in a bounded batch of revisions.
+        def read(start: int) -> tuple[list[Event], int, bool]:
+            with self._read() as conn:
+                return events_since(conn, clause, params, start)
 
-        Returns the events, the next revision to read from, and whether that reached the
-        current revision.
-        """
-        with self._read() as conn:
-            rev = self._meta(conn, "revision")
-            compacted = self._meta(conn, "compacted")
-            if start <= compacted:
-                raise Compacted(compacted)
-            if start > rev:
-                return [], start, True
-            upper = min(rev, start + _WATCH_BATCH_REVS - 1)
-            rows = conn.execute(
-                "SELECT rev, key, type, value, create_rev, version, lease, prev FROM events"
-                f" WHERE rev BETWEEN ? AND ? AND {clause} ORDER BY rev, seq",
-                (start, upper, *params),
-            ).fetchall()
-        events = []
-        for r, key, typ, value, create, version, lease, prev in rows:
-            kv = KV(key.decode(), value, create, r, version, lease)
-            events.append(Event("put" if typ == _PUT else "delete", kv, prev))
-        return events, upper + 1, upper == rev
+        return EmbeddedWatch(read, start_revision, self._changes, self._closed, self._poll)
 
     # Leases.
 
@@ -482,8 +456,7 @@ class EmbeddedStore(Store):
         self._closed.set()
         for lease in list(self._keepalives.values()):
             lease.stop_keepalive()
-        with self._changed:
-            self._changed.notify_all()
+        self._changes.wake()
         if self._sweeper is not threading.current_thread():
             self._sweeper.join(timeout=self._busy_timeout)
         with self._conns_lock:
@@ -500,35 +473,3 @@ class EmbeddedStore(Store):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class _EmbeddedWatch(Watch):
-    """Reads the events table: woken at once by this process's writes, polls for others'."""
-
-    def __init__(self, store: EmbeddedStore, prefix: str, start_revision: int) -> None:
-        self._store = store
-        self._clause, self._params = _range_sql(prefix)
-        self._next = start_revision
-        self._pending: collections.deque[Event] = collections.deque()
-        self._cancelled = threading.Event()
-
-    def __iter__(self) -> Iterator[Event]:
-        store = self._store
-        while not (self._cancelled.is_set() or store._closed.is_set()):
-            if self._pending:
-                yield self._pending.popleft()
-                continue
-            seen = store._gen
-            events, self._next, caught_up = store._events_since(
-                self._clause, self._params, self._next
-            )
-            self._pending.extend(events)
-            if not events and caught_up:
-                with store._changed:
-                    if store._gen == seen and not self._cancelled.is_set():
-                        store._changed.wait(store._poll)
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-        with self._store._changed:
-            self._store._changed.notify_all()
