@@ -5,10 +5,15 @@ DATA_DIR  ?= /var/lib/netplugin
 LISTEN    ?= 127.0.0.1:9999
 PYTEST    ?= $(BIN)/pytest
 
-.PHONY: run test unit integration bench lint fmt deps clean
+.PHONY: run test unit integration bench lint fmt deps lock clean
 
+## make deps: the system packages, and a venv with the Python packages pinned in constraints.txt.
 deps:
 	@scripts/bootstrap.sh
+
+## make lock: pin every Python package afresh into constraints.txt (after editing pyproject.toml).
+lock:
+	@scripts/lock.sh
 
 ## make run: install what is missing, then run netplugin in the foreground (Ctrl-C stops it).
 run: deps

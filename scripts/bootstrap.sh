@@ -34,13 +34,17 @@ if ((${#missing[@]})); then
   rm -f /usr/sbin/policy-rc.d
 fi
 
+# The venv gets the versions pinned in constraints.txt (make lock writes it). The
+# stamp records what was installed: a change of the lock or of pyproject.toml reinstalls.
+lock=constraints.txt
 stamp="$VENV/.installed"
+want=$(cat pyproject.toml "$lock" | sha256sum | cut -d' ' -f1)
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "bootstrap: installing Python dependencies into $VENV"
-  "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -e '.[dev]'
-  touch "$stamp"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "bootstrap: installing the Python dependencies pinned in $lock into $VENV"
+  "$VENV/bin/pip" install -q -c "$lock" --upgrade pip setuptools
+  "$VENV/bin/pip" install -q -c "$lock" --build-constraint "$lock" -e '.[dev]'
+  echo "$want" >"$stamp"
 fi
