@@ -100,12 +100,17 @@ def _holds(op: str, a: int | bytes, b: int | bytes) -> bool:
 
 
 class _Conn:
-    """A thread's connection; weakly tracked, so it goes away with its thread."""
+    """A thread's connection; weakly tracked, so it goes away with its thread.
 
-    __slots__ = ("__weakref__", "conn")
+    Its thread holds ``lock`` while it runs statements, and close() takes it before closing
+    the connection: closing a connection under a running statement crashes the interpreter.
+    """
+
+    __slots__ = ("__weakref__", "conn", "lock")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        self.lock = threading.RLock()
 
 
 class EmbeddedStore(Store):
@@ -143,9 +148,19 @@ class EmbeddedStore(Store):
     # Connections and transactions.
 
     def _conn(self) -> sqlite3.Connection:
+        return self._holder().conn
+
+    @contextmanager
+    def _using(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, held so that close() cannot close it under a statement."""
+        holder = self._holder()
+        with holder.lock:
+            yield holder.conn
+
+    def _holder(self) -> _Conn:
         holder: _Conn | None = getattr(self._local, "conn", None)
         if holder is not None:
-            return holder.conn
+            return holder
         if self._closed.is_set():
             raise StoreError("store is closed")
         try:
@@ -162,7 +177,7 @@ class EmbeddedStore(Store):
         self._local.conn = holder
         with self._conns_lock:
             self._conns.add(holder)
-        return conn
+        return holder
 
     def _init_db(self) -> None:
         conn = self._conn()
@@ -179,8 +194,7 @@ class EmbeddedStore(Store):
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """A write transaction holding the db's write lock (across processes)."""
-        conn = self._conn()
-        with self._wlock:
+        with self._using() as conn, self._wlock:
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
@@ -202,15 +216,15 @@ class EmbeddedStore(Store):
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A read transaction: every statement inside sees one snapshot."""
-        conn = self._conn()
-        try:
-            conn.execute("BEGIN")
+        with self._using() as conn:
             try:
-                yield conn
-            finally:
-                conn.execute("COMMIT")
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"{self.path}: {e}") from e
+                conn.execute("BEGIN")
+                try:
+                    yield conn
+                finally:
+                    conn.execute("COMMIT")
+            except sqlite3.Error as e:
+                raise StoreUnavailable(f"{self.path}: {e}") from e
 
     @staticmethod
     def _meta(conn: sqlite3.Connection, name: str) -> int:
@@ -232,14 +246,11 @@ class EmbeddedStore(Store):
 
     def get(self, key: str) -> KV | None:
         try:
-            row = (
-                self._conn()
-                .execute(
+            with self._using() as conn:
+                row = conn.execute(
                     "SELECT key, value, create_rev, mod_rev, version, lease FROM kv WHERE key = ?",
                     (key.encode(),),
-                )
-                .fetchone()
-            )
+                ).fetchone()
         except sqlite3.Error as e:
             raise StoreUnavailable(f"{self.path}: {e}") from e
         return None if row is None else KV(row[0].decode(), *row[1:])
@@ -257,7 +268,8 @@ class EmbeddedStore(Store):
 
     def revision(self) -> int:
         try:
-            return self._meta(self._conn(), "revision")
+            with self._using() as conn:
+                return self._meta(conn, "revision")
         except sqlite3.Error as e:
             raise StoreUnavailable(f"{self.path}: {e}") from e
 
@@ -419,14 +431,12 @@ class EmbeddedStore(Store):
 
     def expire_leases(self) -> int:
         """Revoke every expired lease now (the sweeper does this periodically); returns how many."""
-        conn = self._conn()
         try:
-            if (
-                conn.execute(
+            with self._using() as conn:
+                expired = conn.execute(
                     "SELECT 1 FROM leases WHERE expires_at <= ? LIMIT 1", (time.time(),)
                 ).fetchone()
-                is None
-            ):
+            if expired is None:
                 return 0
         except sqlite3.Error as e:
             raise StoreUnavailable(f"{self.path}: {e}") from e
@@ -463,10 +473,11 @@ class EmbeddedStore(Store):
             conns = list(self._conns)
             self._conns.clear()
         for holder in conns:
-            try:
-                holder.conn.close()
-            except sqlite3.Error:
-                log.exception("closing a connection to %s failed", self.path)
+            with holder.lock:  # not under a statement of its thread
+                try:
+                    holder.conn.close()
+                except sqlite3.Error:
+                    log.exception("closing a connection to %s failed", self.path)
 
     def __enter__(self) -> EmbeddedStore:
         return self
