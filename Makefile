@@ -33,9 +33,13 @@ integration: deps
 bench: deps
 	$(BIN)/python -m bench
 
+## make lint: ruff, the direction of imports between packages (pyproject.toml's
+## [tool.importlinter]) and the module size limit (scripts/check_module_size.py).
 lint: deps
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/python scripts/check_module_size.py
 
 fmt: deps
 	$(BIN)/ruff format .
