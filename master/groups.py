@@ -60,8 +60,11 @@ class Groups:
                 if prev == g:
                     return g
                 if moves(prev, g):
-                    eps, _ = self.members(prev)
+                    eps, erev = self.members(prev)
                     check_change(prev, g, len(eps))
+                    # The guard holds in the txn too: no endpoint joined since it was read.
+                    endpoints = keys.endpoints_of(prev.tenantName, prev.networkName)
+                    compares.append(untouched_since(endpoints, erev))
                 compares.append(unchanged(old))
             else:
                 compares.append(absent(key))
