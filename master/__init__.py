@@ -1,3 +1,31 @@
-"""netplugin master: the cluster control plane and its REST API."""
+"""netplugin master: the cluster control plane and its REST API.
+
+One job per module:
+- app.py serves the REST API; cli.py starts netmaster; election.py and reclaim.py are
+  the leader's duties (HA).
+- service.py: ClusterState, the one entry point. Its methods only delegate to the family
+  modules below, which it composes.
+- txn.py: the compare-and-swap plumbing (retrying, commit, the compares, the hot cache).
+- validate.py: the rules for an object on its own (names, bodies, addressing, tag ranges).
+- decisions/: the rules against the cluster state, pure (no store): guards, plans (tags,
+  pools, addresses), the inspect views. One module per family, unit-tested in
+  tests/test_decisions_*.py.
+- The store side, one module per family: settings, tenants, networks, groups (the config
+  objects); endpoints and pools (allocation; Docker's pools and addresses), with
+  addresses.py (the PoolCache and an attempt's address claims); views (inspect). Each
+  operation reads, calls its decision, and commits with a compare for every fact the
+  decision relied on, so a refused request changes nothing.
+
+A new object kind (policy, rule, netprofile, service LB) goes:
+1. model, key and record in common/models.py, common/keys.py, common/records.py;
+2. its pure rules in decisions/<kind>.py (checks of the object alone may sit there too),
+   with tests/test_decisions_<kind>.py; a guard for objects that refer to it goes in
+   their family's decisions (a policy named by a group cannot go);
+3. its store module <kind>.py: a class over the TxnStore (and the families it refers to)
+   with list/get/put/delete, each one ``retrying`` attempt: read, decide, commit;
+4. its inspect view: the pure part in decisions/views.py, the reads in views.py;
+5. its one-line methods on ClusterState, and its routes in app.py.
+Keep every module under ~400 lines: split a family (or the views) before it grows past.
+"""
 
 __version__ = "0.1.0"

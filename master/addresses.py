@@ -10,24 +10,21 @@ up by reloading the pool when it looks exhausted or a static request looks taken
 from __future__ import annotations
 
 import ipaddress
-import json
 import threading
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from common import keys
-from ipam import Allocator, PoolSpec, parse_network
-from ipam.errors import AddressInUse, PoolExhausted
-from ipam.parse import parse_range
-from store import KV, Store
+from common.records import AllocRecord, PoolRecord
+from ipam import Allocator, parse_address
+from ipam.errors import AddressInUse, IpamError, PoolExhausted
+from store import KV, Compare, Store
+
+from .decisions.pools import pool_spec
+from .errors import BadRequest, Conflict
+from .txn import HotCache, Retry, TxnStore, absent, unchanged
 
 IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def pool_spec(pool_id: str, record: dict[str, Any]) -> PoolSpec:
-    network = parse_network(record["cidr"], "pool")
-    rng = parse_range(record["range"], network, "ip-range") if record.get("range") else None
-    return PoolSpec(name=record.get("name") or pool_id, network=network, range=rng)
 
 
 @dataclass
@@ -52,7 +49,7 @@ class PoolCache:
             return entry
 
     def _load(self, pool_id: str, pool_kv: KV) -> _Entry:
-        allocator = Allocator(pool_spec(pool_id, json.loads(pool_kv.value)))
+        allocator = Allocator(pool_spec(pool_id, PoolRecord.decode(pool_kv.value)))
         prefix = keys.allocs_of(pool_id)
         for kv in self._store.range(prefix).kvs:
             allocator.mark(ipaddress.ip_address(kv.key[len(prefix) :]))
@@ -123,3 +120,75 @@ class PoolCache:
     def forget(self, pool_id: str) -> None:
         with self._lock:
             self._entries.pop(pool_id, None)
+
+
+@dataclass
+class Claims:
+    """The addresses one txn attempt takes, held in the PoolCache until it commits or fails.
+
+    Each claim adds its compares (the pool unchanged, the address still free). After the
+    txn: ``settle`` if it failed, ``undo`` if it was never sent.
+    """
+
+    txn: TxnStore
+    hot: HotCache
+    cache: PoolCache
+    obj: str  # what is being allocated, for messages
+    requester: str = ""  # the owner name the addresses go to, if known
+    held: list[tuple[str, IPAddr]] = field(default_factory=list)
+
+    def claim(
+        self,
+        pool_id: str,
+        static: str,
+        within: tuple[int, int] | None,
+        compares: list[Compare],
+        fresh: bool = True,
+    ) -> IPAddr:
+        hit = self.hot.get(keys.pool(pool_id), fresh, lambda kv: None)
+        if hit is None:
+            raise Retry  # the network is being rewritten
+        pkv = hit[0]
+        try:
+            addr = parse_address(static, "address") if static else None
+            got = self.cache.claim(pool_id, pkv, addr, within)
+        except AddressInUse as e:
+            akv = self.txn.get(keys.alloc(pool_id, str(e.address)))
+            who = AllocRecord.decode(akv.value).owner if akv else "?"
+            if self.requester and who == self.requester:
+                raise Retry from None  # held by this very request's earlier attempt
+            raise Conflict(
+                self.obj, f"address {e.address} is already in use in pool {pool_id} (by {who})"
+            ) from None
+        except PoolExhausted as e:
+            raise Conflict(self.obj, str(e)) from None
+        except IpamError as e:
+            raise BadRequest(self.obj, str(e)) from None
+        self.held.append((pool_id, got))
+        compares += [unchanged(pkv), absent(keys.alloc(pool_id, str(got)))]
+        return got
+
+    def undo(self) -> None:
+        for pid, addr in self.held:
+            self.cache.unclaim(pid, addr)
+
+    def settle(self, statics: Mapping[str, str]) -> None:
+        """After a failed txn: keep claims another writer really took, drop the others.
+
+        ``statics``: the address asked for in each pool ("" for the next free one).
+        """
+        for pid, addr in self.held:
+            akv = self.txn.get(keys.alloc(pid, str(addr)))
+            if akv is None:
+                self.cache.unclaim(pid, addr)
+            elif not statics.get(pid):
+                # Another writer is allocating from this pool too: stepping past one address
+                # at a time would chase it; re-read what it took (one range read).
+                self.cache.refresh(pid)
+            else:
+                who = AllocRecord.decode(akv.value).owner
+                if who == self.requester:
+                    continue  # our own earlier attempt committed: the retry will find it
+                raise Conflict(
+                    self.obj, f"address {addr} is already in use in pool {pid} (by {who})"
+                )

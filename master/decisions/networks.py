@@ -1,0 +1,170 @@
+"""Networks against the cluster state: their tag, their pools, and when they may change."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.models import GlobalSettings, Network
+from common.records import NetworkRecord, PoolRecord
+from ipam import parse_network
+
+from ..errors import BadRequest, Conflict
+from ..validate import tag_range
+from .pools import pool_id_for
+
+
+def addressing(n: Network) -> tuple[Any, ...]:
+    """What endpoints depend on: changing any of it needs a network without endpoints."""
+    return (n.subnet, n.gateway, n.ipv6Subnet, n.ipv6Gateway, n.encap, n.pktTag)
+
+
+def check_readdress(net: Network, endpoints: int) -> None:
+    if endpoints:
+        raise Conflict(
+            f"network {net.id}",
+            f"subnet, gateway, encap and pkt-tag cannot change while {endpoints} endpoint(s) exist",
+        )
+
+
+def choose_tag(
+    net: Network,
+    settings: GlobalSettings,
+    used: Mapping[int, str],
+    previous: NetworkRecord | None = None,
+) -> int:
+    """The network's tag: its pkt-tag, or the first free one of the global range.
+
+    ``used`` maps the tags of the network's encap in use to their network's id. The tag
+    ``previous`` (the network's record being replaced) holds counts as free.
+    """
+    obj = f"network {net.id}"
+    lo, hi = tag_range(settings, net.encap)
+    if previous is not None and previous.encap == net.encap:
+        used = {t: n for t, n in used.items() if t != previous.pkt_tag}
+    if net.pktTag:
+        if not lo <= net.pktTag <= hi:
+            what = "vlans" if net.encap == "vlan" else "vxlans"
+            raise BadRequest(
+                obj, f"pkt-tag {net.pktTag} is outside the global {what} range {lo}-{hi}"
+            )
+        if net.pktTag in used and used[net.pktTag] != net.id:
+            raise Conflict(
+                obj,
+                f"{net.encap} pkt-tag {net.pktTag} is already used by network {used[net.pktTag]}",
+            )
+        return net.pktTag
+    tag = next((t for t in range(lo, hi + 1) if t not in used), 0)
+    if not tag:
+        raise Conflict(obj, f"no free {net.encap} tag left in range {lo}-{hi}")
+    return tag
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    """What writing a network (new, or with new addressing) puts into the store."""
+
+    record: NetworkRecord
+    new_tag: bool  # the tag key must be absent: it was not this network's before
+    pools: dict[int, tuple[str, PoolRecord]] = field(default_factory=dict)  # by IP version
+    adopted: list[str] = field(default_factory=list)  # docker's pools it takes over
+    stale: tuple[str, ...] = ()  # the pools of ``previous`` (deleted unless rewritten)
+
+
+def plan_pools(
+    net: Network, pools: Mapping[str, PoolRecord], previous: NetworkRecord | None = None
+) -> tuple[dict[int, tuple[str, PoolRecord]], list[str]]:
+    """The network's pools by IP version (pool id, record), and the docker pools it adopts.
+
+    ``pools`` are the pools of the network's tenant. A pool docker reserved (RequestPool)
+    for the very same subnet is adopted, with its sub-pool and the addresses already handed
+    out from it. Any other overlap is refused. The pools of ``previous`` do not count.
+    """
+    stale = set(previous.pools) if previous else set()
+    existing = [(pid, rec) for pid, rec in pools.items() if pid not in stale]
+    planned: dict[int, tuple[str, PoolRecord]] = {}
+    adopted: list[str] = []
+    for version, subnet, gateway in (
+        (4, net.subnet, net.gateway),
+        (6, net.ipv6Subnet, net.ipv6Gateway),
+    ):
+        if not subnet:
+            continue
+        network = parse_network(subnet)
+        rng = ""
+        for pid, rec in existing:
+            other = parse_network(rec.cidr)
+            if other == network and not rec.network:
+                rng = rec.range
+                adopted.append(pid)
+            elif other.version == network.version and other.overlaps(network):
+                raise Conflict(
+                    f"network {net.id}",
+                    f"subnet {network} overlaps {other} of network "
+                    f"{rec.network or 'a docker pool'} in tenant {net.tenantName}",
+                )
+        record = PoolRecord(str(network), range=rng, network=net.id, gateway=gateway, name=net.id)
+        planned[version] = (pool_id_for(net.tenantName, network), record)
+    return planned, adopted
+
+
+def plan_network(
+    net: Network,
+    settings: GlobalSettings,
+    tags: Mapping[int, str],
+    pools: Mapping[str, PoolRecord],
+    previous: NetworkRecord | None = None,
+) -> NetworkPlan:
+    """A network's record, tag and pools, replacing ``previous`` (its addressing changed).
+
+    ``tags``: the tags of its encap in use (tag -> network id); ``pools``: the pools of
+    its tenant (pool id -> record).
+    """
+    tag = choose_tag(net, settings, tags, previous)
+    planned, adopted = plan_pools(net, pools, previous)
+    v4, v6 = (planned[v][0] if v in planned else "" for v in (4, 6))
+    new_tag = previous is None or (previous.encap, previous.pkt_tag) != (net.encap, tag)
+    return NetworkPlan(
+        record=NetworkRecord(net, net.encap, tag, ipv4_pool=v4, ipv6_pool=v6),
+        new_tag=new_tag,
+        pools=planned,
+        adopted=adopted,
+        stale=previous.pools if previous else (),
+    )
+
+
+def check_deletable(net_id: str, endpoint_hosts: Sequence[str], groups: Sequence[str]) -> None:
+    """A network goes once it has no endpoints (on ``endpoint_hosts``, "" for no host) and no
+    endpoint group uses it (``groups``: their names)."""
+    if endpoint_hosts:
+        hosts = sorted({h or "?" for h in endpoint_hosts})
+        raise Conflict(
+            f"network {net_id}",
+            f"it still has {len(endpoint_hosts)} endpoint(s) on host(s) {', '.join(hosts)}; "
+            "remove the containers first",
+        )
+    if groups:
+        raise Conflict(
+            f"network {net_id}", f"endpoint group(s) {', '.join(groups)} use it; delete them first"
+        )
+
+
+def check_rename(net_id: str, new_id: str, taken: bool, endpoints: int) -> None:
+    """A network is renamed (docker names arrive after creation) only to a free name, and
+    only while it has no endpoints."""
+    if taken:
+        raise Conflict(f"network {net_id}", f"cannot rename: network {new_id} already exists")
+    if endpoints:
+        raise Conflict(f"network {net_id}", f"cannot rename while {endpoints} endpoint(s) exist")
+
+
+def renamed(rec: NetworkRecord, new_name: str) -> NetworkRecord:
+    return rec.with_config(rec.config.model_copy(update={"networkName": new_name}))
+
+
+def renamed_pool(pool: PoolRecord, network: NetworkRecord) -> PoolRecord:
+    """A network's pool follows its network's rename."""
+    return PoolRecord(
+        pool.cidr, pool.range, network=network.id, gateway=pool.gateway, name=network.id
+    )

@@ -1,0 +1,135 @@
+"""Docker's pools and addresses (RequestPool, RequestAddress, ReleaseAddress) against the
+cluster state: which pool a request gets, and which addresses may be handed out or freed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from common import owners
+from common.models import AddressRequest, PoolRequest
+from common.records import AllocRecord, OwnerRecord, PoolRecord
+from ipam import PoolSpec, next_free_pool, parse_network
+from ipam.defaults import DEFAULT_V4_POOLS, DEFAULT_V6_POOLS
+from ipam.errors import IpamError
+from ipam.parse import parse_range
+
+from ..errors import BadRequest, Conflict
+
+
+def pool_id_for(address_space: str, network: Any) -> str:
+    """Pool ids are ``<address space>:<cidr>``; the address space is the tenant."""
+    return f"{address_space}:{network}"
+
+
+def pool_spec(pool_id: str, record: PoolRecord) -> PoolSpec:
+    """What the allocator needs of a pool: its subnet and its sub-pool, if any."""
+    network = parse_network(record.cidr, "pool")
+    rng = parse_range(record.range, network, "ip-range") if record.range else None
+    return PoolSpec(name=record.name or pool_id, network=network, range=rng)
+
+
+def address_space(req: PoolRequest) -> str:
+    return req.addressSpace or "default"
+
+
+def request_obj(req: PoolRequest) -> str:
+    return f"pool request in address space {address_space(req)}"
+
+
+def check_pool_request(req: PoolRequest) -> None:
+    """What a pool request must say before any state is read."""
+    if req.subPool and not req.pool:
+        raise BadRequest(request_obj(req), "a sub-pool (--ip-range) needs a pool (--subnet)")
+
+
+@dataclass(frozen=True)
+class PoolGrant:
+    """The pool a request gets: ``record`` is the pool to create, None to share one."""
+
+    pool_id: str
+    pool: str  # the CIDR
+    record: PoolRecord | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"poolID": self.pool_id, "pool": self.pool, "data": {}}
+
+
+def plan_pool_request(
+    req: PoolRequest, space: Sequence[PoolRecord], everywhere: Sequence[PoolRecord] = ()
+) -> PoolGrant:
+    """The pool for ``req``, given the pools of its address space (``space``).
+
+    Without a pool in the request the first free default pool is chosen, avoiding every
+    pool of every space (``everywhere``): docker turns default pools into host routes. A
+    pool identical to an existing one shares it (the same sub-pool, or none asked for); a
+    pool overlapping another is refused.
+    """
+    obj = request_obj(req)
+    try:
+        if req.pool:
+            network = parse_network(req.pool, "pool", version=6 if req.v6 else None)
+        else:
+            used = [parse_network(p.cidr) for p in everywhere]
+            candidate = next_free_pool(used, DEFAULT_V6_POOLS if req.v6 else DEFAULT_V4_POOLS)
+            if candidate is None:
+                raise Conflict(obj, "no free default pool left; pass --subnet")
+            network = candidate
+        rng = ""
+        if req.subPool:
+            sub = parse_network(req.subPool, "sub-pool", version=network.version)
+            if not sub.subnet_of(network):  # type: ignore[arg-type]
+                raise BadRequest(obj, f"sub-pool {sub} is not inside pool {network}")
+            rng = str(sub)
+    except IpamError as e:
+        raise BadRequest(obj, str(e)) from None
+    pid = pool_id_for(address_space(req), network)
+    for rec in space:
+        if rec.cidr == str(network):
+            if rng and rec.range != rng:
+                raise Conflict(obj, f"pool {network} already exists with a different sub-pool")
+            return PoolGrant(pid, str(network), None)
+        other = parse_network(rec.cidr)
+        if other.version == network.version and other.overlaps(network):
+            raise Conflict(
+                obj,
+                f"pool {network} overlaps pool {other} of {rec.network or 'another network'}",
+            )
+    record = PoolRecord(cidr=str(network), range=rng, network="", gateway="", name=pid)
+    return PoolGrant(pid, str(network), record)
+
+
+# --- addresses ---
+
+
+def address_obj(req: AddressRequest) -> str:
+    return f"address request in pool {req.poolID}"
+
+
+def granted_before(req: AddressRequest, held: OwnerRecord, prefixlen: int) -> str:
+    """A retried request gets what its owner already holds: in the same pool only."""
+    if held.pool != req.poolID:
+        raise Conflict(
+            address_obj(req), f"owner {req.owner} already holds an address in pool {held.pool}"
+        )
+    return f"{held.address}/{prefixlen}"
+
+
+def network_gateway(req: AddressRequest, pool: PoolRecord, prefixlen: int) -> str | None:
+    """A gateway request for the network's own gateway gets it, without a new allocation:
+    every host's docker network of a cluster network asks for it."""
+    if req.kind == "gateway" and pool.gateway and req.address in ("", pool.gateway):
+        return f"{pool.gateway}/{prefixlen}"
+    return None
+
+
+def should_release(obj: str, held: AllocRecord) -> bool:
+    """Whether ReleaseAddress frees an allocated address.
+
+    An endpoint's address goes with its endpoint (refused here); the network's gateway
+    lives as long as the network (kept, and reported as not released).
+    """
+    if (endpoint := owners.endpoint_of(held.owner)) is not None:
+        raise Conflict(obj, f"it belongs to endpoint {endpoint}; delete the endpoint")
+    return held.owner != owners.NETWORK_GATEWAY

@@ -1,0 +1,109 @@
+"""The inspect views ({"Config", "Oper"}, as Contiv shows them), built from what was read."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from common.models import Endpoint, EndpointGroup, GlobalSettings, Tenant, docker_name
+from common.records import NetworkRecord
+from ipam.parse import Network, usable_bounds
+
+from ..validate import tag_range
+from .settings import TagUse
+
+
+def ranges(values: Iterable[int]) -> str:
+    """Compress sorted ints to "1-3,7" like Contiv's oper output."""
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and runs[-1][1] == v - 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in runs)
+
+
+def count(bounds: tuple[int, int]) -> int:
+    return bounds[1] - bounds[0] + 1
+
+
+def global_view(
+    settings: GlobalSettings, backend: str, networks: int, tags: Iterable[TagUse]
+) -> dict[str, Any]:
+    used: dict[str, list[int]] = {"vlan": [], "vxlan": []}
+    for use in tags:
+        used[use.encap].append(use.tag)
+    return {
+        "Config": settings.dump(),
+        "Oper": {
+            "clusterMode": backend,
+            "numNetworks": networks,
+            "vlansInUse": ranges(sorted(used["vlan"])),
+            "vxlansInUse": ranges(sorted(used["vxlan"])),
+            "freeVLANs": count(tag_range(settings, "vlan")) - len(used["vlan"]),
+            "freeVXLANs": count(tag_range(settings, "vxlan")) - len(used["vxlan"]),
+        },
+    }
+
+
+def tenant_view(
+    tenant: Tenant, networks: Sequence[str], groups: Sequence[str], endpoints: int
+) -> dict[str, Any]:
+    """``networks`` and ``groups``: the names of the tenant's networks and groups."""
+    return {
+        "Config": tenant.dump(),
+        "Oper": {
+            "networks": list(networks),
+            "endpointGroups": list(groups),
+            "numNetworks": len(networks),
+            "numEndpointGroups": len(groups),
+            "numEndpoints": endpoints,
+        },
+    }
+
+
+def pool_view(version: int, network: Network, allocated: Iterable[str]) -> dict[str, Any]:
+    """A network's addresses in use in its pool of IP ``version``, and what is left (IPv4)."""
+    addrs = sorted((ipaddress.ip_address(a) for a in allocated), key=int)
+    if version == 6:
+        return {
+            "allocatedIPv6Addresses": [str(a) for a in addrs],
+            "allocatedIPv6AddressesCount": len(addrs),
+        }
+    return {
+        "allocatedAddresses": [str(a) for a in addrs],
+        "allocatedAddressesCount": len(addrs),
+        "availableAddressesCount": count(usable_bounds(network)) - len(addrs),
+    }
+
+
+def network_view(
+    rec: NetworkRecord, endpoints: Sequence[Endpoint], pools: Iterable[dict[str, Any]]
+) -> dict[str, Any]:
+    """``pools``: the pool_view of each of the network's pools that exists."""
+    net = rec.config
+    oper: dict[str, Any] = {
+        "pktTag": rec.pkt_tag,
+        "dockerName": docker_name(net.tenantName, net.networkName),
+        "numEndpoints": len(endpoints),
+        "endpoints": [e.dump() for e in endpoints],
+        # Docker IPAM pool IDs: every host's docker network of it books from these.
+        "ipv4Pool": rec.ipv4_pool,
+        "ipv6Pool": rec.ipv6_pool,
+    }
+    for view in pools:
+        oper.update(view)
+    return {"Config": net.dump(), "Oper": oper}
+
+
+def group_view(group: EndpointGroup, members: Sequence[Endpoint]) -> dict[str, Any]:
+    return {
+        "Config": group.dump(),
+        "Oper": {
+            "dockerName": docker_name(group.tenantName, group.groupName),
+            "numEndpoints": len(members),
+            "endpoints": [e.dump() for e in members],
+        },
+    }

@@ -1,0 +1,179 @@
+"""Networks in the store: each with its tag key, its pools and its gateway addresses."""
+
+from __future__ import annotations
+
+from common import keys, owners
+from common.models import EndpointGroup, Network
+from common.records import (
+    AllocRecord,
+    NetworkRecord,
+    PoolRecord,
+    decode_config,
+    decode_endpoint,
+)
+from store import KV, Compare, Delete, Op, Put
+
+from .addresses import PoolCache
+from .decisions import groups as group_rules
+from .decisions.networks import (
+    addressing,
+    check_deletable,
+    check_readdress,
+    check_rename,
+    plan_network,
+    renamed,
+    renamed_pool,
+)
+from .errors import NotFound
+from .settings import Settings, tag_use
+from .tenants import Tenants
+from .txn import (
+    TxnStore,
+    absent,
+    none_under,
+    pool_id,
+    retrying,
+    unchanged,
+    untouched_since,
+)
+from .validate import check_name, normalize_network
+
+
+def teardown(rec: NetworkRecord) -> list[Op]:
+    """Deleting a network's tag, pools and their addresses."""
+    ops: list[Op] = [Delete(keys.tag(rec.encap, rec.pkt_tag))]
+    for pid in rec.pools:
+        ops += [Delete(keys.pool(pid)), Delete(keys.allocs_of(pid), prefix=True)]
+    return ops
+
+
+class Networks:
+    def __init__(
+        self, txn: TxnStore, tenants: Tenants, settings: Settings, pools: PoolCache
+    ) -> None:
+        self.txn = txn
+        self.tenants = tenants
+        self.settings = settings
+        self.pools = pools
+
+    def list(self, tenant: str | None = None) -> list[Network]:
+        kvs, _ = self.txn.range(keys.networks_of(tenant) if tenant else keys.NETWORKS)
+        return [NetworkRecord.decode(kv.value).config for kv in kvs]
+
+    def read(self, tenant: str, name: str) -> tuple[NetworkRecord, KV]:
+        kv = self.txn.get(keys.network(tenant, name))
+        if kv is None:
+            raise NotFound(f"network {tenant}:{name}")
+        return NetworkRecord.decode(kv.value), kv
+
+    def get(self, tenant: str, name: str) -> Network:
+        return self.read(tenant, name)[0].config
+
+    def put(self, net: Network) -> Network:
+        net = normalize_network(net)
+        key = keys.network(net.tenantName, net.networkName)
+
+        def attempt() -> Network:
+            tkv = self.tenants.require(net.tenantName)
+            g, gkv = self.settings.read()
+            compares: list[Compare] = [unchanged(tkv), unchanged(gkv)]
+            ops: list[Op] = []
+            old_kv = self.txn.get(key)
+            old = NetworkRecord.decode(old_kv.value) if old_kv else None
+            if old_kv is not None and old is not None:
+                if old.config == net:
+                    return net
+                compares.append(unchanged(old_kv))
+                if addressing(old.config) == addressing(net):
+                    ops.append(Put(key, old.with_config(net).encode()))
+                    self.txn.commit(compares, ops)
+                    return net
+                endpoints = keys.endpoints_of(net.tenantName, net.networkName)
+                check_readdress(net, len(self.txn.range(endpoints)[0]))
+                compares.append(none_under(endpoints))
+                ops += teardown(old)
+            else:
+                compares.append(absent(key))
+
+            tags = {
+                u.tag: u.network for u in map(tag_use, self.txn.range(keys.tags_of(net.encap))[0])
+            }
+            space = keys.POOLS + net.tenantName + ":"
+            pool_kvs, prev = self.txn.range(space)
+            by_id = {pool_id(kv): kv for kv in pool_kvs}
+            pools = {pid: PoolRecord.decode(kv.value) for pid, kv in by_id.items()}
+            plan = plan_network(net, g, tags, pools, old)
+
+            record = plan.record
+            if plan.new_tag:
+                compares.append(absent(keys.tag(record.encap, record.pkt_tag)))
+            ops.append(Put(keys.tag(record.encap, record.pkt_tag), net.id.encode()))
+            compares += [unchanged(by_id[pid]) for pid in plan.adopted]
+            for pid, pool in plan.pools.values():
+                ops.append(Put(keys.pool(pid), pool.encode()))
+                if pool.gateway:
+                    gateway = AllocRecord(owners.NETWORK_GATEWAY).encode()
+                    ops.append(Put(keys.alloc(pid, pool.gateway), gateway))
+            compares.append(untouched_since(space, prev))
+            ops.append(Put(key, record.encode()))
+            self.txn.commit(compares, self.txn.without_overlaps(ops))
+            for pid in plan.stale:
+                self.pools.forget(pid)
+            return net
+
+        return retrying(f"network {net.id}", attempt)
+
+    def rename(self, tenant: str, name: str, new_name: str) -> Network:
+        """Rename a network that has no endpoints yet (docker names arrive after creation)."""
+        check_name("network", new_name)
+
+        def attempt() -> Network:
+            rec, kv = self.read(tenant, name)
+            if new_name == name:
+                return rec.config
+            new_key = keys.network(tenant, new_name)
+            endpoints = keys.endpoints_of(tenant, name)
+            taken = self.txn.get(new_key) is not None
+            count = len(self.txn.range(endpoints)[0]) if not taken else 0
+            check_rename(rec.id, f"{tenant}:{new_name}", taken, count)
+            new = renamed(rec, new_name)
+            compares = [unchanged(kv), absent(new_key), none_under(endpoints)]
+            ops: list[Op] = [
+                Delete(kv.key),
+                Put(new_key, new.encode()),
+                Put(keys.tag(new.encap, new.pkt_tag), new.id.encode()),
+            ]
+            for pid in rec.pools:
+                pkv = self.txn.get(keys.pool(pid))
+                if pkv is not None:
+                    compares.append(unchanged(pkv))
+                    ops.append(
+                        Put(pkv.key, renamed_pool(PoolRecord.decode(pkv.value), new).encode())
+                    )
+            self.txn.commit(compares, ops)
+            return new.config
+
+        return retrying(f"network {tenant}:{name}", attempt)
+
+    def delete(self, tenant: str, name: str) -> None:
+        def attempt() -> None:
+            rec, kv = self.read(tenant, name)
+            endpoints = keys.endpoints_of(tenant, name)
+            eps, _ = self.txn.range(endpoints)
+            gkvs, grev = self.txn.range(keys.groups_of(tenant))
+            groups = [decode_config(EndpointGroup, g.value) for g in gkvs]
+            check_deletable(
+                rec.id,
+                [decode_endpoint(e.value).host for e in eps],
+                group_rules.using(name, groups),
+            )
+            compares = [
+                unchanged(kv),
+                none_under(endpoints),
+                untouched_since(keys.groups_of(tenant), grev),
+            ]
+            self.txn.commit(compares, [Delete(kv.key), *teardown(rec)])
+            for pid in rec.pools:
+                self.pools.forget(pid)
+
+        retrying(f"network {tenant}:{name}", attempt)

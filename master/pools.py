@@ -1,0 +1,133 @@
+"""Docker's pools and addresses in the store (RequestPool, RequestAddress and their
+releases): plain address requests, idempotent by owner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common import keys
+from common.models import AddressRelease, AddressRequest, PoolRequest
+from common.records import AllocRecord, OwnerRecord, PoolRecord
+from ipam import parse_address
+from ipam.errors import IpamError
+from store import Compare, Delete, Op, Put
+
+from .addresses import Claims, PoolCache
+from .decisions.pools import (
+    address_obj,
+    address_space,
+    check_pool_request,
+    granted_before,
+    network_gateway,
+    plan_pool_request,
+    pool_spec,
+    request_obj,
+    should_release,
+)
+from .errors import BadRequest, NotFound
+from .txn import HotCache, Retry, TxnStore, absent, retrying, unchanged, untouched_since
+
+
+class Pools:
+    def __init__(self, txn: TxnStore, hot: HotCache, pools: PoolCache) -> None:
+        self.txn = txn
+        self.hot = hot
+        self.pools = pools
+
+    def request_pool(self, req: PoolRequest) -> dict[str, Any]:
+        """Reserve a pool in an address space (a tenant); an existing identical pool is shared."""
+        check_pool_request(req)
+        space = keys.POOLS + address_space(req) + ":"
+
+        def attempt() -> dict[str, Any]:
+            kvs, rev = self.txn.range(space)
+            # Only a default pool (no --subnet) must avoid the pools of every space.
+            everywhere = self.txn.range(keys.POOLS)[0] if not req.pool else []
+            grant = plan_pool_request(
+                req,
+                [PoolRecord.decode(kv.value) for kv in kvs],
+                [PoolRecord.decode(kv.value) for kv in everywhere],
+            )
+            if grant.record is not None:
+                key = keys.pool(grant.pool_id)
+                self.txn.commit(
+                    [absent(key), untouched_since(space, rev)], [Put(key, grant.record.encode())]
+                )
+            return grant.to_json()
+
+        return retrying(request_obj(req), attempt)
+
+    def release_pool(self, pool_id: str) -> None:
+        obj = f"pool {pool_id}"
+
+        def attempt() -> None:
+            pkv = self.txn.get(keys.pool(pool_id))
+            if pkv is None:
+                raise NotFound(obj)
+            if PoolRecord.decode(pkv.value).network:
+                return  # owned by a network: released when the network is deleted
+            self.txn.commit(
+                [unchanged(pkv)], [Delete(pkv.key), Delete(keys.allocs_of(pool_id), prefix=True)]
+            )
+            self.pools.forget(pool_id)
+
+        retrying(obj, attempt)
+
+    def request_address(self, req: AddressRequest) -> str:
+        """Allocate one address; returns it as CIDR. Idempotent by ``owner``."""
+        obj = address_obj(req)
+
+        def attempt() -> str:
+            okv = self.txn.get(keys.owner(req.owner))
+            pkv = self.txn.get(keys.pool(req.poolID))
+            if pkv is None:
+                raise NotFound(f"pool {req.poolID}")
+            pool = PoolRecord.decode(pkv.value)
+            prefixlen = pool_spec(req.poolID, pool).network.prefixlen
+            if okv is not None:
+                return granted_before(req, OwnerRecord.decode(okv.value), prefixlen)
+            if (gateway := network_gateway(req, pool, prefixlen)) is not None:
+                return gateway
+            compares: list[Compare] = [absent(keys.owner(req.owner))]
+            claims = Claims(self.txn, self.hot, self.pools, obj)
+            try:
+                addr = claims.claim(req.poolID, req.address, None, compares)
+                ops: list[Op] = [
+                    Put(
+                        keys.alloc(req.poolID, str(addr)), AllocRecord(req.owner, req.kind).encode()
+                    ),
+                    Put(keys.owner(req.owner), OwnerRecord(req.poolID, str(addr)).encode()),
+                ]
+                res = self.txn.txn(compares, ops)
+            except BaseException:
+                claims.undo()
+                raise
+            if res.succeeded:
+                return f"{addr}/{prefixlen}"
+            claims.settle({req.poolID: req.address})
+            raise Retry
+
+        return retrying(obj, attempt)
+
+    def release_address(self, req: AddressRelease) -> bool:
+        obj = f"address {req.address} in pool {req.poolID}"
+        try:
+            addr = parse_address(req.address, "address")
+        except IpamError as e:
+            raise BadRequest(obj, str(e)) from None
+
+        def attempt() -> bool:
+            akv = self.txn.get(keys.alloc(req.poolID, str(addr)))
+            if akv is None:
+                return False
+            held = AllocRecord.decode(akv.value)
+            if not should_release(obj, held):
+                return False
+            ops: list[Op] = [Delete(akv.key)]
+            if self.txn.get(keys.owner(held.owner)) is not None:
+                ops.append(Delete(keys.owner(held.owner)))
+            self.txn.commit([unchanged(akv)], ops)
+            self.pools.released(req.poolID, addr)
+            return True
+
+        return retrying(obj, attempt)

@@ -1,0 +1,73 @@
+"""The global settings in the store, and the cluster's defaults."""
+
+from __future__ import annotations
+
+from common import keys
+from common.models import GlobalSettings, Tenant
+from common.records import decode_config, encode_config
+from store import KV, Compare, Op, Put
+
+from .decisions.settings import TagUse, check_fwd_mode_change, check_tag_ranges
+from .decisions.tenants import DEFAULT
+from .txn import TxnStore, absent, network_id, none_under, retrying, unchanged, untouched_since
+from .validate import validate_global
+
+
+def tag_use(kv: KV) -> TagUse:
+    """The tag a keys.tag entry holds, and for which network."""
+    encap, value = kv.key[len(keys.TAGS) :].split("/")
+    return TagUse(encap, int(value), kv.value.decode())
+
+
+class Settings:
+    def __init__(self, txn: TxnStore) -> None:
+        self.txn = txn
+
+    def ensure_defaults(self) -> None:
+        """Create the default tenant and the global settings if they are missing."""
+
+        def attempt() -> None:
+            ops: list[Op] = []
+            compares: list[Compare] = []
+            if self.txn.get(keys.GLOBAL) is None:
+                compares.append(absent(keys.GLOBAL))
+                ops.append(Put(keys.GLOBAL, encode_config(GlobalSettings())))
+            if self.txn.get(keys.tenant(DEFAULT)) is None:
+                compares.append(absent(keys.tenant(DEFAULT)))
+                ops.append(Put(keys.tenant(DEFAULT), encode_config(Tenant(tenantName=DEFAULT))))
+            if ops:
+                self.txn.commit(compares, ops)
+
+        retrying("cluster defaults", attempt)
+
+    def read(self) -> tuple[GlobalSettings, KV]:
+        kv = self.txn.get(keys.GLOBAL)
+        if kv is None:
+            self.ensure_defaults()
+            kv = self.txn.get(keys.GLOBAL)
+            assert kv is not None
+        return decode_config(GlobalSettings, kv.value), kv
+
+    def get(self) -> GlobalSettings:
+        return self.read()[0]
+
+    def tags(self) -> list[TagUse]:
+        return [tag_use(kv) for kv in self.txn.range(keys.TAGS)[0]]
+
+    def put(self, new: GlobalSettings) -> GlobalSettings:
+        validate_global(new)
+
+        def attempt() -> GlobalSettings:
+            old, gkv = self.read()
+            compares = [unchanged(gkv)]
+            if new.fwdMode != old.fwdMode:
+                nets, _ = self.txn.range(keys.NETWORKS)
+                check_fwd_mode_change(old, new, [network_id(kv) for kv in nets])
+                compares.append(none_under(keys.NETWORKS))
+            tags, rev = self.txn.range(keys.TAGS)
+            check_tag_ranges(new, map(tag_use, tags))
+            compares.append(untouched_since(keys.TAGS, rev))
+            self.txn.commit(compares, [Put(keys.GLOBAL, encode_config(new))])
+            return new
+
+        return retrying("global", attempt)

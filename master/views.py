@@ -1,0 +1,71 @@
+"""The inspect views: each reads what it shows, then builds it with decisions/views.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common import keys
+from common.records import PoolRecord, decode_endpoint
+from store import KV
+
+from .decisions.pools import pool_spec
+from .decisions.views import global_view, group_view, network_view, pool_view, tenant_view
+from .groups import Groups
+from .networks import Networks
+from .settings import Settings
+from .tenants import Tenants
+from .txn import TxnStore, tail
+
+
+def _address(kv: KV, pool_id: str) -> str:
+    return kv.key[len(keys.allocs_of(pool_id)) :]
+
+
+class Views:
+    def __init__(
+        self,
+        txn: TxnStore,
+        backend: str,
+        settings: Settings,
+        tenants: Tenants,
+        networks: Networks,
+        groups: Groups,
+    ) -> None:
+        self.txn = txn
+        self.backend = backend
+        self.settings = settings
+        self.tenants = tenants
+        self.networks = networks
+        self.groups = groups
+
+    def inspect_global(self) -> dict[str, Any]:
+        settings = self.settings.get()
+        tags = self.settings.tags()
+        nets, _ = self.txn.range(keys.NETWORKS)
+        return global_view(settings, self.backend, len(nets), tags)
+
+    def inspect_tenant(self, name: str) -> dict[str, Any]:
+        tenant = self.tenants.get(name)
+        nets, _ = self.txn.range(keys.networks_of(name))
+        groups, _ = self.txn.range(keys.groups_of(name))
+        eps, _ = self.txn.range(keys.ENDPOINTS + name + "/")
+        return tenant_view(tenant, [tail(k) for k in nets], [tail(k) for k in groups], len(eps))
+
+    def inspect_network(self, tenant: str, name: str) -> dict[str, Any]:
+        rec, _ = self.networks.read(tenant, name)
+        eps, _ = self.txn.range(keys.endpoints_of(tenant, name))
+        pools = []
+        for version, pid in ((4, rec.ipv4_pool), (6, rec.ipv6_pool)):
+            pkv = self.txn.get(keys.pool(pid)) if pid else None
+            if pkv is None:
+                continue
+            spec = pool_spec(pid, PoolRecord.decode(pkv.value))
+            allocs, _ = self.txn.range(keys.allocs_of(pid))
+            pools.append(pool_view(version, spec.network, (_address(a, pid) for a in allocs)))
+        endpoints = [decode_endpoint(e.value) for e in eps]
+        return network_view(rec, endpoints, pools)
+
+    def inspect_group(self, tenant: str, name: str) -> dict[str, Any]:
+        group = self.groups.get(tenant, name)
+        members, _ = self.groups.members(group)
+        return group_view(group, members)

@@ -1,0 +1,148 @@
+"""Docker's pools and addresses: which pool a request gets, which address is handed out or
+freed. Pure decisions, no store."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+import pytest
+
+from common import owners
+from common.models import AddressRequest, PoolRequest
+from common.records import AllocRecord, OwnerRecord, PoolRecord
+from ipam.defaults import DEFAULT_V4_POOLS
+from master.decisions.pools import (
+    PoolGrant,
+    check_pool_request,
+    granted_before,
+    network_gateway,
+    plan_pool_request,
+    pool_id_for,
+    pool_spec,
+    should_release,
+)
+from master.errors import BadRequest, Conflict
+
+
+def req(**kw: object) -> PoolRequest:
+    return PoolRequest.model_validate(kw)
+
+
+def test_a_pool_asked_for_is_created_in_its_address_space() -> None:
+    grant = plan_pool_request(req(addressSpace="blue", pool="10.1.0.0/16"), [])
+    assert grant == PoolGrant(
+        "blue:10.1.0.0/16", "10.1.0.0/16", PoolRecord("10.1.0.0/16", name="blue:10.1.0.0/16")
+    )
+    assert grant.to_json() == {"poolID": "blue:10.1.0.0/16", "pool": "10.1.0.0/16", "data": {}}
+    assert plan_pool_request(req(pool="10.1.0.0/16"), []).pool_id == "default:10.1.0.0/16"
+
+
+def test_a_sub_pool_needs_a_pool_and_must_lie_inside_it() -> None:
+    check_pool_request(req(pool="10.1.0.0/16", subPool="10.1.5.0/24"))
+    with pytest.raises(BadRequest) as e:
+        check_pool_request(req(subPool="10.1.5.0/24"))
+    assert str(e.value) == (
+        "pool request in address space default: a sub-pool (--ip-range) needs a pool (--subnet)"
+    )
+    grant = plan_pool_request(req(pool="10.1.0.0/16", subPool="10.1.5.0/24"), [])
+    assert grant.record is not None and grant.record.range == "10.1.5.0/24"
+    with pytest.raises(
+        BadRequest, match=re.escape("sub-pool 10.2.0.0/24 is not inside pool 10.1.0.0/16")
+    ):
+        plan_pool_request(req(pool="10.1.0.0/16", subPool="10.2.0.0/24"), [])
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"pool": "10.1.0.0/33"}, {"pool": "nonsense"}, {"pool": "10.1.0.0/16", "subPool": "x"}],
+)
+def test_bad_cidrs_are_bad_requests(fields: dict) -> None:
+    with pytest.raises(BadRequest, match="pool request in address space default"):
+        plan_pool_request(req(**fields), [])
+
+
+def test_the_default_pool_avoids_every_pool_of_every_space() -> None:
+    assert plan_pool_request(req(), [], []).pool == "10.200.0.0/24"
+    taken = [PoolRecord("10.200.0.0/24", network="t:a"), PoolRecord("10.200.1.0/25")]
+    grant = plan_pool_request(req(addressSpace="other"), [], taken)
+    assert grant == PoolGrant(
+        "other:10.200.2.0/24", "10.200.2.0/24", PoolRecord("10.200.2.0/24", name=grant.pool_id)
+    )
+    v6 = plan_pool_request(req(v6=True), [], taken)
+    assert ipaddress.ip_network(v6.pool).version == 6 and v6.pool_id == f"default:{v6.pool}"
+
+
+def test_no_default_pool_left() -> None:
+    full = [PoolRecord(cidr) for cidr, _ in DEFAULT_V4_POOLS]
+    with pytest.raises(Conflict) as e:
+        plan_pool_request(req(), [], full)
+    assert str(e.value) == (
+        "pool request in address space default: no free default pool left; pass --subnet"
+    )
+
+
+def test_an_identical_pool_is_shared() -> None:
+    mine = PoolRecord("10.1.0.0/16", range="10.1.5.0/24", network="default:web")
+    for fields in ({"pool": "10.1.0.0/16"}, {"pool": "10.1.0.0/16", "subPool": "10.1.5.0/24"}):
+        grant = plan_pool_request(req(**fields), [mine])
+        assert grant == PoolGrant("default:10.1.0.0/16", "10.1.0.0/16", None)
+    with pytest.raises(Conflict) as e:
+        plan_pool_request(req(pool="10.1.0.0/16", subPool="10.1.6.0/24"), [mine])
+    assert str(e.value) == (
+        "pool request in address space default: "
+        "pool 10.1.0.0/16 already exists with a different sub-pool"
+    )
+
+
+def test_an_overlapping_pool_is_refused() -> None:
+    web = PoolRecord("10.1.0.0/16", network="default:web")
+    with pytest.raises(
+        Conflict, match=re.escape("pool 10.1.2.0/24 overlaps pool 10.1.0.0/16 of default:web")
+    ):
+        plan_pool_request(req(pool="10.1.2.0/24"), [web])
+    with pytest.raises(Conflict, match=re.escape("overlaps pool 10.1.0.0/16 of another network")):
+        plan_pool_request(req(pool="10.0.0.0/8"), [PoolRecord("10.1.0.0/16")])
+    assert plan_pool_request(req(pool="10.2.0.0/16"), [web]).record is not None
+
+
+def test_pool_spec_reads_the_sub_pool() -> None:
+    spec = pool_spec("p", PoolRecord("10.1.0.0/16", range="10.1.5.0/24"))
+    assert spec.name == "p" and str(spec.network) == "10.1.0.0/16"
+    assert spec.range == (
+        int(ipaddress.ip_address("10.1.5.0")),
+        int(ipaddress.ip_address("10.1.5.255")),
+    )
+    assert pool_spec("p", PoolRecord("10.1.0.0/16", name="t:n")).name == "t:n"
+    assert pool_id_for("t", ipaddress.ip_network("10.1.0.0/16")) == "t:10.1.0.0/16"
+
+
+# --- addresses ---
+
+
+def test_a_retried_request_gets_what_its_owner_holds() -> None:
+    r = AddressRequest(poolID="p", owner="r1")
+    assert granted_before(r, OwnerRecord("p", "10.1.0.7"), 24) == "10.1.0.7/24"
+    with pytest.raises(Conflict) as e:
+        granted_before(r, OwnerRecord("q", "10.2.0.7"), 24)
+    assert str(e.value) == "address request in pool p: owner r1 already holds an address in pool q"
+
+
+def test_the_networks_own_gateway_is_granted_to_every_host() -> None:
+    pool = PoolRecord("10.1.0.0/24", network="t:n", gateway="10.1.0.1")
+    gw = AddressRequest(poolID="p", owner="gw-h1", kind="gateway")
+    assert network_gateway(gw, pool, 24) == "10.1.0.1/24"
+    assert network_gateway(gw.model_copy(update={"address": "10.1.0.1"}), pool, 24) == "10.1.0.1/24"
+    # Another address, another kind, or a pool without a gateway: an ordinary allocation.
+    assert network_gateway(gw.model_copy(update={"address": "10.1.0.9"}), pool, 24) is None
+    assert network_gateway(AddressRequest(poolID="p", owner="x"), pool, 24) is None
+    assert network_gateway(gw, PoolRecord("10.1.0.0/24"), 24) is None
+
+
+def test_release_refuses_an_endpoints_address_and_keeps_the_gateway() -> None:
+    obj = "address 10.1.0.5 in pool p"
+    with pytest.raises(Conflict) as e:
+        should_release(obj, AllocRecord(owners.endpoint("e1"), network="t:n"))
+    assert str(e.value) == f"{obj}: it belongs to endpoint e1; delete the endpoint"
+    assert should_release(obj, AllocRecord(owners.NETWORK_GATEWAY)) is False
+    assert should_release(obj, AllocRecord(owners.docker_static("p", "10.1.0.5"))) is True
