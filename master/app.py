@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import requests
 from flask import Flask, Response, request
 from pydantic import BaseModel
-from requests.adapters import HTTPAdapter
 from werkzeug.exceptions import HTTPException
 
-from common.http import never_sent, short_reason
 from common.models import (
     AddressRelease,
     AddressRequest,
@@ -29,8 +25,9 @@ from common.models import (
 )
 
 from . import __version__
-from .election import FORWARDED_BY, SERVED_BY, Elector, forward_target
-from .errors import ApiError, BadRequest, Unavailable
+from .election import Elector
+from .errors import ApiError, BadRequest
+from .forwarding import Forwarder, mark_served_by
 from .service import ClusterState
 from .validate import parse_body
 
@@ -83,88 +80,6 @@ def _with_key(body: dict[str, Any], obj: str, **fields: str) -> dict[str, Any]:
             raise BadRequest(obj, f"field {name!r} is {given!r} but the URL names {value!r}")
         body[name] = value
     return body
-
-
-# Request headers a follower passes on to the leader, and answer headers it passes back.
-_FORWARD_REQUEST_HEADERS = ("Content-Type", "Accept", "User-Agent")
-_FORWARD_ANSWER_HEADERS = ("Content-Type", SERVED_BY)
-
-
-def forward_session(pool_size: int = 64) -> requests.Session:
-    """The HTTP session a follower forwards with: no proxy from the environment, no retries."""
-    session = requests.Session()
-    session.trust_env = False
-    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
-
-
-class Forwarder:
-    """Forwards the current Flask request to the leader and relays its answer."""
-
-    def __init__(
-        self,
-        elector: Elector,
-        self_url: str,
-        session: Any = None,
-        connect_timeout: float = 2.0,
-        read_timeout: float = 55.0,  # below gunicorn's worker timeout (60 s)
-    ) -> None:
-        self.elector = elector
-        self.self_url = self_url
-        self.session = session if session is not None else forward_session()
-        self.timeout = (connect_timeout, read_timeout)
-
-    def __call__(self, target: str) -> Response | None:
-        """The leader's answer; None to serve here (no leader any more, or this master leads)."""
-        try:
-            return self._send(target)
-        except requests.RequestException as e:
-            error = e
-            if never_sent(e):
-                # The leader may have just gone: look again once, synchronously.
-                fresh = forward_target(request.path, False, self.elector.step(), self.self_url)
-                if fresh is None:
-                    return None
-                if fresh != target:
-                    target = fresh
-                    try:
-                        return self._send(target)
-                    except requests.RequestException as e2:
-                        error = e2
-        raise Unavailable(
-            f"netmaster leader {target}",
-            f"unreachable from {self.self_url or 'this master'} ({short_reason(error)}); "
-            "retry the request",
-        )
-
-    def _send(self, target: str) -> Response:
-        headers = {h: request.headers[h] for h in _FORWARD_REQUEST_HEADERS if h in request.headers}
-        headers[FORWARDED_BY] = self.self_url or "?"
-        resp = self.session.request(
-            request.method,
-            target + _request_uri(),
-            headers=headers,
-            data=request.get_data(cache=True),
-            timeout=self.timeout,
-            allow_redirects=False,
-        )
-        answer = Response(resp.content, status=resp.status_code)
-        for h in _FORWARD_ANSWER_HEADERS:
-            if h in resp.headers:
-                answer.headers[h] = resp.headers[h]
-        answer.headers[FORWARDED_BY] = self.self_url or "?"
-        return answer
-
-
-def _request_uri() -> str:
-    """The request's path and query as the client sent them (percent-escapes kept)."""
-    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI") or ""
-    if raw.startswith("/"):
-        return str(raw)
-    query = request.query_string.decode("latin-1")
-    return urllib.parse.quote(request.path) + (f"?{query}" if query else "")
 
 
 def create_app(
@@ -223,18 +138,11 @@ def create_app(
 
     @app.before_request
     def to_leader() -> Response | None:
-        if elector is None or forward is None:
-            return None
-        target = forward_target(
-            request.path, FORWARDED_BY in request.headers, elector.view(), self_url
-        )
-        return forward(target) if target is not None else None
+        return forward.to_leader() if forward is not None else None
 
     @app.after_request
     def served_by(resp: Response) -> Response:
-        if self_url and SERVED_BY not in resp.headers:
-            resp.headers[SERVED_BY] = self_url
-        return resp
+        return mark_served_by(resp, self_url)
 
     @route("/version", "GET", "Version of this master")
     def version() -> Response:
