@@ -9,7 +9,7 @@ import pytest
 import datapath.agent as agent_mod
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.hostnat import DNAT_CHAIN, PortMapping, dnat_rules
-from datapath.ovs import PortInfo
+from datapath.ovs import PortInfo, detect_datapath_type
 from datapath.pipeline import RemoteEndpointState, TunnelState
 from datapath.veth import veth_names
 
@@ -249,3 +249,12 @@ def test_a_vlan_and_a_vxlan_network_may_share_a_tag() -> None:
     assert vx.segment != vl.segment
     assert vx.gateway_port != vl.gateway_port and vx.gateway_mac != vl.gateway_mac
     assert max(len(vx.gateway_port), len(LocalNetwork("x", 4094, encap="vlan").gateway_port)) <= 15
+
+
+def test_datapath_type_is_system_only_with_the_kernel_module(tmp_path: Any) -> None:
+    assert detect_datapath_type(tmp_path) == "netdev"
+    (tmp_path / "class/net/ovs-system").mkdir(parents=True)
+    assert detect_datapath_type(tmp_path) == "system"
+    other = tmp_path / "other"
+    (other / "module/openvswitch").mkdir(parents=True)
+    assert detect_datapath_type(other) == "system"
