@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from datapath.flows import COOKIE, Flow, diff, flow, replaced
@@ -52,3 +54,27 @@ def test_diff_refuses_two_desired_flows_with_one_identity() -> None:
     other = flow(0, 10, [("goto", 2)], in_port=1)
     with pytest.raises(ValueError, match="one identity"):
         diff({F1, other}, set())
+
+
+def test_meters_groups_and_conntrack_are_canonical() -> None:
+    a = flow(0, 5, [("output", 3), ("meter", "7"), ("goto", 10)], in_port=3)
+    assert a.actions == (("meter", 7), ("output", 3), ("goto", 10))  # the meter comes first
+    assert flow(30, 5, [("ct", 1, "9", "40")]).actions == (("ct", True, 9, 40),)
+    assert flow(30, 5, [("ct", 0, 9, None)]).actions == (("ct", False, 9, None),)
+    assert flow(30, 5, [("ct", False, 0, 0)]).actions == (("ct", False, 0, 0),)  # may go back
+    assert flow(40, 5, [("group", 0)]).actions == (("group", 0),)
+
+
+@pytest.mark.parametrize(
+    ("actions", "message"),
+    [
+        ([("meter", 1), ("meter", 2)], "meter given twice"),
+        ([("meter", 0)], "meter id 0 is out of"),
+        ([("group", 0xFFFFFFFF)], "group id 4294967295 is out of"),
+        ([("ct", True, 70000, None)], "ct zone 70000 is out of"),
+        ([("ct", True, 1, 255)], "ct recirculation to table 255"),
+    ],
+)
+def test_bad_meters_groups_and_conntrack_are_refused(actions: list[Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        flow(0, 5, actions)

@@ -11,7 +11,8 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
 
 from datapath.flows import Flow, flow
-from datapath.ofapp import FlowController, from_ofp_flow, to_ofp_instructions, to_ofp_match
+from datapath.ofapp import FlowController
+from datapath.ofcodec import from_ofp_flow, to_ofp_instructions, to_ofp_match
 from datapath.pipeline import compile_flows
 
 F1 = flow(0, 10, [("goto", 1)], in_port=1)
