@@ -3,7 +3,8 @@
 os-ken runs in-process on native threads (never eventlet/gevent monkey patching). On every
 (re)connect and on every set_desired() the controller reads the switch's flows (only those
 carrying our cookie), diffs them against the desired set, sends strict deletes for stale
-ones and adds for missing or changed ones, then a barrier. Flows that are already right are
+ones and adds for missing or changed ones in the order datapath.tables.write_plan gives,
+then a barrier. Flows that are already right are
 never touched, so their counters and durations survive controller restarts.
 
 os-ken keeps process-wide state (its config, AppManager and service registry) and leaves
@@ -40,7 +41,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from datapath.flows import COOKIE, COOKIE_MASK, Flow, diff, index_by_identity, replaced
 from datapath.ofcodec import flow_mod, from_ofp_flow, to_ofp_instructions, to_ofp_match
 from datapath.osken_app import NetpluginOFApp, start_os_ken, stop_os_ken
-from datapath.pipeline import DesiredState, compile_flows, install_order, removal_order
+from datapath.pipeline import PIPELINE, DesiredState, compile_flows, write_plan
 
 __all__ = [
     "DEFAULT_LISTEN_HOST",
@@ -388,10 +389,13 @@ class FlowController:
             self._flow_mods.clear()
             self._flow_mod_errors.clear()
         try:
-            for f in removal_order(flow_diff.to_delete):
+            plan = write_plan(flow_diff, PIPELINE)
+            for f in plan.delete_first:
                 self._send_flow_mod(dp, f, ofp.OFPFC_DELETE_STRICT)
-            for f in install_order(flow_diff.to_add):
+            for f in plan.add:
                 self._send_flow_mod(dp, f, ofp.OFPFC_ADD)
+            for f in plan.delete_last:
+                self._send_flow_mod(dp, f, ofp.OFPFC_DELETE_STRICT)
             # Errors for the flow-mods arrive before the barrier's reply.
             self._request(dp, parser.OFPBarrierRequest(dp))
         finally:

@@ -2,9 +2,10 @@
 
 Packet walk: classify (in_port, or the VNI/VLAN of what arrives from other hosts -> segment
 and origin into metadata) -> ingress (anti-spoofing of local ports) -> arp (ARP for known
-addresses: answered by the switch in proxy mode, sent to its owner in flood mode) -> policy
-(placeholder) -> forward (known eth_dst -> its port, or its host's tunnel; anything else
-floods within the segment). The tables and their graph are declared in datapath.tables;
+addresses: answered by the switch in proxy mode, sent to its owner in flood mode) ->
+conntrack -> service -> policy (room for the next issues: they pass every packet on) ->
+forward (known eth_dst -> its port, or its host's tunnel; anything else floods within the
+segment). The tables and their graph are declared in datapath.tables;
 every flow compiled here is checked against that declaration.
 
 Origins. Metadata carries the segment in its low 32 bits and where the packet came from in
@@ -39,6 +40,7 @@ from datapath.flows import Action, Flow, flow
 from datapath.tables import (
     ARP,
     CLASSIFY,
+    CONNTRACK,
     FORWARD,
     FROM_GATEWAY,
     FROM_REMOTE,
@@ -52,15 +54,19 @@ from datapath.tables import (
     PRIO_RULE,
     SEGMENT_AND_ORIGIN,
     SEGMENT_MASK,
+    SERVICE,
     Pipeline,
     TableSpec,
+    WritePlan,
     install_order,
     removal_order,
+    write_plan,
 )
 
 __all__ = [
     "ARP",
     "CLASSIFY",
+    "CONNTRACK",
     "ETH_TYPE_ARP",
     "ETH_TYPE_IPV4",
     "ETH_TYPE_IPV6",
@@ -80,6 +86,7 @@ __all__ = [
     "PRIO_RULE",
     "SEGMENT_AND_ORIGIN",
     "SEGMENT_MASK",
+    "SERVICE",
     "ArpMode",
     "DesiredState",
     "EndpointState",
@@ -88,9 +95,11 @@ __all__ = [
     "RemoteEndpointState",
     "TableSpec",
     "TunnelState",
+    "WritePlan",
     "compile_flows",
     "install_order",
     "removal_order",
+    "write_plan",
 ]
 
 ETH_TYPE_IPV4 = 0x0800

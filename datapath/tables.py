@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from datapath.flows import Action, Flow, flow
+from datapath.flows import Action, Flow, FlowDiff, flow
 
 DROP = "drop"
 
@@ -159,16 +159,21 @@ def _name(spec: TableSpec | None, table_id: int) -> str:
     return f"table {spec.name}" if spec is not None else f"undeclared table {table_id}"
 
 
+# Table ids leave gaps of 10: a table added later (the post-DNAT MAC fix-up of services,
+# say, at 55) takes a free id, and the flows of the tables around it keep theirs. Renumbering
+# makes an upgraded agent replace every flow once (see write_plan), and OVS costs nothing for
+# the ids in between.
 CLASSIFY = TableSpec(
     "classify",
     0,
-    "port, VNI or VLAN -> segment and origin",
+    "port, VNI or VLAN -> segment and origin; an endpoint's meter limits what it sends",
     next_tables=("ingress", "arp"),  # what other hosts send skips ingress
     match=frozenset({"in_port", "tunnel_id", "vlan_vid"}),
+    meters=True,
 )
 INGRESS = TableSpec(
     "ingress",
-    1,
+    10,
     "source MAC/IP must be the endpoint's (anti-spoofing)",
     next_tables=("arp",),
     match=frozenset(
@@ -177,27 +182,45 @@ INGRESS = TableSpec(
 )
 ARP = TableSpec(
     "arp",
-    2,
+    20,
     "ARP request for a known address: answer or direct it",
+    miss="conntrack",
+    next_tables=("conntrack",),
+    match=frozenset({"metadata", "in_port", "eth_type", "arp_op", "arp_tpa"}),
+)
+CONNTRACK = TableSpec(
+    "conntrack",
+    30,
+    "IP through conntrack in the network's zone, resuming in service (none yet: passes all)",
+    miss="service",
+    next_tables=("service",),
+    recirculate=("service",),
+)
+SERVICE = TableSpec(
+    "service",
+    40,
+    "a new connection to a service address -> its select group (none yet: passes all)",
     miss="policy",
     next_tables=("policy",),
-    match=frozenset({"metadata", "in_port", "eth_type", "arp_op", "arp_tpa"}),
+    recirculate=("policy",),  # the group's buckets: ct(commit, nat, table=policy)
+    groups=True,
 )
 POLICY = TableSpec(
     "policy",
-    3,
-    "placeholder for endpoint-group policy",
+    50,
+    "endpoint-group policy on new connections (none yet: passes all)",
     miss="forward",
     next_tables=("forward",),
 )
 FORWARD = TableSpec(
     "forward",
-    4,
-    "known eth_dst -> port or host; else flood",
+    60,
+    "known eth_dst -> port or host; else flood; an endpoint's meter limits what it receives",
     match=frozenset({"metadata", "eth_dst"}),
+    meters=True,
 )
 
-PIPELINE = Pipeline((CLASSIFY, INGRESS, ARP, POLICY, FORWARD))
+PIPELINE = Pipeline((CLASSIFY, INGRESS, ARP, CONNTRACK, SERVICE, POLICY, FORWARD))
 
 
 def install_order(flows: Iterable[Flow]) -> list[Flow]:
@@ -209,3 +232,26 @@ def install_order(flows: Iterable[Flow]) -> list[Flow]:
 def removal_order(flows: Iterable[Flow]) -> list[Flow]:
     """Deletes from the first table on, so traffic stops entering before its path goes."""
     return sorted(flows, key=lambda f: (f.table, -f.priority, repr(f.match), repr(f.actions)))
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """The flow-mods of one reconcile, in the order they are sent."""
+
+    delete_first: tuple[Flow, ...]
+    add: tuple[Flow, ...]
+    delete_last: tuple[Flow, ...]
+
+
+def write_plan(flow_diff: FlowDiff, pipeline: Pipeline) -> WritePlan:
+    """Stale flows of the pipeline's tables go first (entry points before their paths), then
+    the adds (last table first); flows in tables the pipeline no longer has (an older
+    layout's) go last, once the replaced classify flows no longer lead to them. So an
+    upgrade that renumbers the tables moves each port to the new path in one flow-mod."""
+    current = [f for f in flow_diff.to_delete if f.table in pipeline]
+    leftover = [f for f in flow_diff.to_delete if f.table not in pipeline]
+    return WritePlan(
+        tuple(removal_order(current)),
+        tuple(install_order(flow_diff.to_add)),
+        tuple(removal_order(leftover)),
+    )

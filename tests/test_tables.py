@@ -4,7 +4,7 @@ held to it."""
 from __future__ import annotations
 
 import pytest
-from datapath_states import E1, R1, TUN_H2, VNI_A, cluster, from_tunnel, ipv4, world
+from datapath_states import E1, E2, R1, TUN_H2, VNI_A, cluster, from_tunnel, ipv4, world
 from fakeoftable import walk
 
 from datapath.flows import Flow, flow
@@ -12,10 +12,13 @@ from datapath.pipeline import compile_flows
 from datapath.tables import (
     ARP,
     CLASSIFY,
+    CONNTRACK,
     DROP,
     FORWARD,
     INGRESS,
     PIPELINE,
+    POLICY,
+    SERVICE,
     Pipeline,
     TableSpec,
 )
@@ -108,3 +111,16 @@ def test_what_other_hosts_send_skips_ingress_as_declared() -> None:
 def test_the_pipeline_drops_only_at_its_ends() -> None:
     # Every table between classify/ingress and forward passes what it does not match on.
     assert [t.name for t in PIPELINE if t.miss == DROP] == ["classify", "ingress", "forward"]
+
+
+def test_the_tables_for_what_comes_next_pass_every_packet_on_unchanged() -> None:
+    flows = compile_flows(cluster())
+    for spec in (CONNTRACK, SERVICE, POLICY):
+        assert [f for f in flows if f.table == spec.id] == [PIPELINE.miss_flow(spec)]
+    pkt = ipv4(E1, E2.mac, E2.ipv4)
+    result = walk(flows, pkt)
+    assert result.tables == [t.id for t in PIPELINE]  # every table, in order
+    assert result.sent(E2.ofport) == {**pkt, "tunnel_id": 0}
+    assert CONNTRACK.id < POLICY.id and SERVICE.id < POLICY.id  # room before policy
+    assert CONNTRACK.recirculate == ("service",) and SERVICE.groups
+    assert CLASSIFY.meters and FORWARD.meters
