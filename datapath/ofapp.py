@@ -11,9 +11,7 @@ os-ken keeps process-wide state (its config, AppManager and service registry) an
 non-daemon threads behind (its accept loop cannot be stopped), so: one FlowController per
 process, and a process that is done should call stop() and then os._exit().
 
-Run standalone (used by the integration tests, inside the bridge's network namespace):
-    python -m datapath.ofapp --listen-port 6653 --state-file S.json --status-file T.json
-It compiles S.json (a DesiredState), re-reads it on SIGHUP, and keeps T.json current.
+`python -m datapath.ofapp` runs it standalone from a state file (datapath.ofrunner).
 
 The codec between Flows and os-ken objects lives in datapath.ofcodec and the os-ken app in
 datapath.osken_app; their public names are re-exported here.
@@ -21,18 +19,13 @@ datapath.osken_app; their public names are re-exported here.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import os
-import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
@@ -41,7 +34,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 from datapath.flows import COOKIE, COOKIE_MASK, Flow, diff, index_by_identity, replaced
 from datapath.ofcodec import flow_mod, from_ofp_flow, to_ofp_instructions, to_ofp_match
 from datapath.osken_app import NetpluginOFApp, start_os_ken, stop_os_ken
-from datapath.pipeline import PIPELINE, DesiredState, compile_flows, write_plan
+from datapath.pipeline import PIPELINE, write_plan
 
 __all__ = [
     "DEFAULT_LISTEN_HOST",
@@ -477,60 +470,16 @@ class FlowController:
                 self._pending.pop(msg.xid, None)
 
 
-# ---------------------------------------------------------------- standalone runner
-
-
-def _load_flows(path: Path) -> set[Flow]:
-    return compile_flows(DesiredState.from_dict(json.loads(path.read_text())))
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Serve one bridge from a DesiredState JSON file until SIGTERM."""
-    ap = argparse.ArgumentParser(prog="python -m datapath.ofapp", description=__doc__)
-    ap.add_argument("--listen-host", default=DEFAULT_LISTEN_HOST)
-    ap.add_argument("--listen-port", type=int, default=DEFAULT_LISTEN_PORT)
-    ap.add_argument("--state-file", type=Path, required=True, help="DesiredState JSON")
-    ap.add_argument("--status-file", type=Path, help="where to keep the controller's status")
-    ap.add_argument("--log-level", default="INFO")
-    args = ap.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    """The standalone runner (datapath.ofrunner)."""
+    from datapath.ofrunner import main as run
 
-    dirty = threading.Event()
-    reload = threading.Event()
-    stop = threading.Event()
-    ctl = FlowController(args.listen_host, args.listen_port, on_change=dirty.set)
-    signal.signal(signal.SIGHUP, lambda *_: reload.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    ctl.set_desired(_load_flows(args.state_file))
-    ctl.start()
-    while not stop.is_set():
-        if reload.is_set():
-            reload.clear()
-            try:
-                ctl.set_desired(_load_flows(args.state_file))
-            except (OSError, ValueError, TypeError) as e:
-                log.error("keeping the previous state: %s: %s", args.state_file, e)
-        if args.status_file:
-            _write_json(args.status_file, ctl.snapshot())
-        dirty.wait(0.5)
-        dirty.clear()
-    ctl.stop()
-    logging.shutdown()
-    os._exit(0)
+    return run(argv)
 
 
 if __name__ == "__main__":
-    # Run the datapath.ofapp copy of this module, the one the rest of datapath imports, so
-    # the process has one FlowController class and one start guard.
-    from datapath import ofapp
+    # The runner imports datapath.ofapp, the copy the rest of datapath uses, so the process
+    # has one FlowController class and one start guard.
+    from datapath.ofrunner import main as run
 
-    sys.exit(ofapp.main())
+    sys.exit(run())
