@@ -5,8 +5,8 @@ and origin into metadata) -> ingress (anti-spoofing of local ports) -> arp (ARP 
 addresses: answered by the switch in proxy mode, sent to its owner in flood mode) ->
 conntrack -> service -> policy (room for the next issues: they pass every packet on) ->
 forward (known eth_dst -> its port, or its host's tunnel; anything else floods within the
-segment). The tables and their graph are declared in datapath.tables;
-every flow compiled here is checked against that declaration.
+segment). The tables and their graph are declared in datapath.tables; every flow compiled
+here is checked against that declaration.
 
 Origins. Metadata carries the segment in its low 32 bits and where the packet came from in
 two bits above: a local endpoint (00), this host's gateway port (GATEWAY), or another host

@@ -8,6 +8,12 @@ reachable, misses among the next tables), and Pipeline.check() holds every compi
 to it: an undeclared jump, recirculation, match field, meter or group raises a ValueError
 naming the table and the flow, as faucet's ValveTable.goto() refuses an undeclared jump.
 
+A new table: declare a TableSpec below with a free id between its neighbours' (never a
+retired one: write_plan tells an older layout's tables by their ids), add it to PIPELINE,
+and name it in the next_tables (and the miss) of the tables that lead to it. Its flows are
+built in datapath.pipeline, or a module of their own for a new concern, and compile_flows
+checks them against the declaration.
+
 Also here, because they follow from the table order: the order reconcile writes flows in.
 """
 
