@@ -14,18 +14,16 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from pyroute2 import IPRoute
-
+from .effects import HostNat, Links, OpenFlow, Ovsdb
 from .flows import Flow
 from .hostnat import (
     DNAT_CHAIN,
     GatewayNet,
-    Iptables,
     PortMapping,
     gateway_port_name,
     parse_dnat_rules,
 )
-from .ovs import Ovs, PortInfo
+from .ovs import PortInfo
 from .pipeline import (
     DesiredState,
     EndpointState,
@@ -34,16 +32,7 @@ from .pipeline import (
     TunnelState,
     compile_flows,
 )
-from .veth import (
-    create_veth,
-    delete_link,
-    delete_veth,
-    disable_tx_offload,
-    host_veths,
-    isolate_host_end,
-    veth_names,
-    wait_link,
-)
+from .veth import NetlinkLinks, veth_names
 
 log = logging.getLogger(__name__)
 
@@ -139,14 +128,32 @@ class _State:
     arp_mode: str = "proxy"
 
 
+def gateway_addresses(net: LocalNetwork) -> list[str]:
+    """The addresses of a network's gateway port, with the prefix length of its subnet."""
+    return [
+        f"{gw}/{ipaddress.ip_network(subnet).prefixlen}"
+        for subnet, gw in ((net.subnet, net.gateway), (net.ipv6_subnet, net.ipv6_gateway))
+        if subnet and gw
+    ]
+
+
 class DatapathAgent:
+    """Decides what the bridge, the kernel and iptables should hold; its effects (links,
+    OVSDB, iptables, OpenFlow) act. links defaults to the host's netlink."""
+
     def __init__(
-        self, config: AgentConfig, ovs: Ovs, controller: object, iptables: Iptables
+        self,
+        config: AgentConfig,
+        ovs: Ovsdb,
+        controller: OpenFlow,
+        iptables: HostNat,
+        links: Links | None = None,
     ) -> None:
         self.config = config
         self.ovs = ovs
-        self.controller = controller  # a FlowController (anything with set_desired(flows))
+        self.controller = controller
         self.iptables = iptables
+        self.links: Links = links if links is not None else NetlinkLinks()
         self._lock = threading.RLock()
         self._state = _State()
         # Until the first resync the local state is partial: pushing it would delete the
@@ -169,7 +176,8 @@ class DatapathAgent:
         if self.config.vlan_uplink:
             uplink = self.config.vlan_uplink
             if self.datapath_type == "netdev":
-                isolate_host_end(uplink)  # a switch port now, not an interface of the host
+                # A switch port now, not an interface of the host.
+                self.links.isolate_host_end(uplink)
             self._state.uplink_ofport = self.ovs.add_port(
                 self.config.bridge, uplink, external_ids={EXT_UPLINK: uplink}
             )
@@ -204,7 +212,7 @@ class DatapathAgent:
                     missing += 1
                     continue
                 try:
-                    isolate_host_end(host)  # ports made by an older netplugin lack it
+                    self.links.isolate_host_end(host)  # ports made by an older netplugin lack it
                 except OSError as e:
                     log.warning("endpoint %s: cannot isolate %s from the host: %s", ep.id, host, e)
                 wanted[ep.id] = replace(ep, ofport=info.ofport)
@@ -236,9 +244,9 @@ class DatapathAgent:
                 if ours and name not in keep:
                     self.ovs.del_port(self.config.bridge, name)
                     removed += 1
-            for name in host_veths():
+            for name in self.links.host_veths():
                 if name not in keep:
-                    delete_link(name)
+                    self.links.delete_link(name)
                     removed += 1
             self._push()
             return {
@@ -346,13 +354,9 @@ class DatapathAgent:
 
     def _address_gateway(self, net: LocalNetwork) -> None:
         """Address the network's internal port (vswitchd restarts lose these addresses)."""
-        with IPRoute() as ip:
-            idx = wait_link(ip, net.gateway_port)
-            ip.link("set", index=idx, mtu=self.config.mtu_for(net.encap), state="up")
-            for subnet, gw in ((net.subnet, net.gateway), (net.ipv6_subnet, net.ipv6_gateway)):
-                if subnet and gw:
-                    plen = ipaddress.ip_network(subnet).prefixlen
-                    ip.addr("replace", index=idx, address=gw, prefixlen=plen)
+        self.links.address_gateway(
+            net.gateway_port, self.config.mtu_for(net.encap), gateway_addresses(net)
+        )
 
     def remove_network(self, network_id: str) -> None:
         self._wait_ready()
@@ -378,7 +382,9 @@ class DatapathAgent:
                 raise ValueError(
                     f"endpoint {endpoint.id}: network {endpoint.network_id} is not on this host"
                 )
-            host, container = create_veth(endpoint.id, endpoint.mac, self.config.mtu_for(net.encap))
+            host, container = self.links.create_veth(
+                endpoint.id, endpoint.mac, self.config.mtu_for(net.encap)
+            )
             try:
                 ofport = self.ovs.add_port(
                     self.config.bridge,
@@ -386,13 +392,13 @@ class DatapathAgent:
                     external_ids={EXT_ENDPOINT: endpoint.id, EXT_NETWORK: endpoint.network_id},
                 )
                 if self.datapath_type == "netdev":
-                    disable_tx_offload(container)
+                    self.links.disable_tx_offload(container)
                 self._state.endpoints[endpoint.id] = replace(endpoint, ofport=ofport)
                 self._push()
             except BaseException:
                 self._state.endpoints.pop(endpoint.id, None)
                 self.ovs.del_port(self.config.bridge, host)
-                delete_veth(endpoint.id)
+                self.links.delete_veth(endpoint.id)
                 raise
             return container
 
@@ -406,7 +412,7 @@ class DatapathAgent:
         self._state.endpoints.pop(endpoint_id, None)
         host, _ = veth_names(endpoint_id)
         self.ovs.del_port(self.config.bridge, host)
-        delete_veth(endpoint_id)
+        self.links.delete_veth(endpoint_id)
 
     def set_port_mappings(self, endpoint_id: str, mappings: Iterable[PortMapping]) -> None:
         self._wait_ready()
@@ -462,7 +468,7 @@ class DatapathAgent:
         return compile_flows(self.desired())
 
     def _push(self) -> None:
-        self.controller.set_desired(self.flows())  # type: ignore[attr-defined]
+        self.controller.set_desired(self.flows())
         self._sync_nat()
 
     def _sync_nat(self) -> None:

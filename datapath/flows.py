@@ -1,16 +1,30 @@
 """OpenFlow flows as plain, hashable values, and the diff that reconciles a switch.
 
-No I/O here: conversion to and from os-ken parser objects lives in datapath.ofapp.
+No I/O here: conversion to and from os-ken parser objects lives in datapath.ofcodec.
 
 A Flow is canonical by construction (sorted match, normalised addresses and masks, a fixed
 instruction order), so a flow read back from OVS compares equal to the flow we wrote.
 
 Match fields use os-ken's OFPMatch names; a masked field is (value, mask). Actions:
+    ("meter", meter_id)                the OpenFlow 1.3 meter instruction: always first
     ("output", port)                   ("set_field", field, value)  vlan_vid incl. 0x1000
     ("push_vlan", ethertype=0x8100)    ("pop_vlan",)
     ("move", src_field, dst_field, n_bits)   copy a whole field (Nicira reg move, offsets 0)
+    ("group", group_id)                the group's buckets act on copies of the packet
+    ("ct", commit, zone, table|None)   conntrack in an immediate zone; table: recirculate
+                                       there (any table, backwards too), with ct_state set
     ("write_metadata", value, mask)    ("goto", table)              always last, in this order
 No actions means drop; ("drop",) is accepted and dropped from the tuple.
+
+Meters and groups. A flow names a meter (netprofiles: one per endpoint, on its classify flow
+for what it sends and its forward flow for what it receives) or a group (services: one
+select group per service, whose buckets ct(commit, nat) to a provider). The entries they
+name will be values like Flow, keyed by meter or group id and compiled beside the flows,
+and reconciled by the same kind of diff: read back (meter config and group desc stats),
+add what is missing, MODIFY what changed in place (a group keeps its established
+connections), delete what is stale. They are written before the flows that name them and
+deleted after the flows that named them: OVS refuses a flow naming a missing meter or
+group, and deleting a meter or group deletes the flows that use it.
 """
 
 from __future__ import annotations
@@ -51,12 +65,16 @@ _INT_FIELD_BITS = {
     "icmpv4_code": 8,
     "icmpv6_type": 8,
     "icmpv6_code": 8,
+    "ct_state": 32,
+    "ct_zone": 16,
+    "ct_mark": 32,
 }
 OFPVID_PRESENT = 0x1000
 
-# Apply-actions keep their order; these instructions always come last, in this order.
+# Apply-actions keep their order; the meter instruction comes first, these come last.
 _TRAILING = ("write_metadata", "goto")
-_APPLY_ACTIONS = frozenset({"output", "set_field", "push_vlan", "pop_vlan", "move"})
+OFPTT_MAX = 254  # the last table id
+CT_ZONE_MAX = 0xFFFF
 
 
 @dataclass(frozen=True)
@@ -164,12 +182,19 @@ def canonical_match(match: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Mat
 
 
 def canonical_actions(actions: Iterable[Action]) -> tuple[Action, ...]:
-    """Validate actions; put write_metadata and goto last, as the switch reports them."""
+    """Validate actions; put the meter first and write_metadata and goto last, as the switch
+    reports them."""
+    meter: list[Action] = []
     apply: list[Action] = []
     trailing: dict[str, Action] = {}
     for action in actions:
         kind = action[0]
         if kind == "drop":
+            continue
+        if kind == "meter":
+            if meter:
+                raise ValueError("meter given twice in one flow")
+            meter.append(("meter", _entry_id("meter", action[1])))
             continue
         if kind == "output":
             port = int(action[1])
@@ -186,6 +211,10 @@ def canonical_actions(actions: Iterable[Action]) -> tuple[Action, ...]:
             # OVS reports the fields by their NXM names ("eth_src_nxm"): same field.
             src, dst = (str(f).removesuffix("_nxm") for f in action[1:3])
             apply.append(("move", src, dst, int(action[3])))
+        elif kind == "group":
+            apply.append(("group", _entry_id("group", action[1])))
+        elif kind == "ct":
+            apply.append(_ct(action))
         elif kind in _TRAILING:
             if kind in trailing:
                 raise ValueError(f"{kind} given twice in one flow")
@@ -198,7 +227,27 @@ def canonical_actions(actions: Iterable[Action]) -> tuple[Action, ...]:
             # Kept, so a flow read back with an instruction we do not model never equals
             # a desired flow: reconcile then replaces it.
             apply.append(tuple(action))
-    return (*apply, *(trailing[k] for k in _TRAILING if k in trailing))
+    return (*meter, *apply, *(trailing[k] for k in _TRAILING if k in trailing))
+
+
+_ID_RANGES = {"meter": (1, 0xFFFF_0000), "group": (0, 0xFFFF_FF00)}  # OFPM_MAX, OFPG_MAX
+
+
+def _entry_id(kind: str, value: Any) -> int:
+    number = int(value)
+    low, high = _ID_RANGES[kind]
+    if not low <= number <= high:
+        raise ValueError(f"{kind} id {number} is out of {low}-{high}")
+    return number
+
+
+def _ct(action: Action) -> Action:
+    _, commit, zone, table = action
+    if not 0 <= int(zone) <= CT_ZONE_MAX:
+        raise ValueError(f"ct zone {zone} is out of 0-{CT_ZONE_MAX}")
+    if table is not None and not 0 <= int(table) <= OFPTT_MAX:
+        raise ValueError(f"ct recirculation to table {table}: tables are 0-{OFPTT_MAX}")
+    return ("ct", bool(commit), int(zone), None if table is None else int(table))
 
 
 def flow(

@@ -3,197 +3,60 @@
 os-ken runs in-process on native threads (never eventlet/gevent monkey patching). On every
 (re)connect and on every set_desired() the controller reads the switch's flows (only those
 carrying our cookie), diffs them against the desired set, sends strict deletes for stale
-ones and adds for missing or changed ones, then a barrier. Flows that are already right are
+ones and adds for missing or changed ones in the order datapath.tables.write_plan gives,
+then a barrier. Flows that are already right are
 never touched, so their counters and durations survive controller restarts.
 
 os-ken keeps process-wide state (its config, AppManager and service registry) and leaves
 non-daemon threads behind (its accept loop cannot be stopped), so: one FlowController per
 process, and a process that is done should call stop() and then os._exit().
 
-Run standalone (used by the integration tests, inside the bridge's network namespace):
-    python -m datapath.ofapp --listen-port 6653 --state-file S.json --status-file T.json
-It compiles S.json (a DesiredState), re-reads it on SIGHUP, and keeps T.json current.
+`python -m datapath.ofapp` runs it standalone from a state file (datapath.ofrunner).
+
+The codec between Flows and os-ken objects lives in datapath.ofcodec and the os-ken app in
+datapath.osken_app; their public names are re-exported here.
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
-import json
 import logging
-import os
-import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from os_ken import cfg
-from os_ken.base import app_manager
-from os_ken.controller import controller as osken_controller
-from os_ken.controller import ofp_event
-from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from datapath.flows import (
-    COOKIE,
-    COOKIE_MASK,
-    Action,
-    Flow,
-    canonical_actions,
-    canonical_match,
-    diff,
-    index_by_identity,
-    replaced,
-)
-from datapath.pipeline import DesiredState, compile_flows, install_order, removal_order
+from datapath.flows import COOKIE, COOKIE_MASK, Flow, diff, index_by_identity, replaced
+from datapath.ofcodec import flow_mod, from_ofp_flow, to_ofp_instructions, to_ofp_match
+from datapath.osken_app import NetpluginOFApp, start_os_ken, stop_os_ken
+from datapath.pipeline import PIPELINE, write_plan
+
+__all__ = [
+    "DEFAULT_LISTEN_HOST",
+    "DEFAULT_LISTEN_PORT",
+    "FlowController",
+    "NetpluginOFApp",
+    "ReconcileError",
+    "ReconcileStats",
+    "flow_mod",
+    "from_ofp_flow",
+    "main",
+    "to_ofp_instructions",
+    "to_ofp_match",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN_HOST = "127.0.0.1"
 DEFAULT_LISTEN_PORT = 6653
-_ALL_BITS = (1 << 64) - 1
-_OFP_HANDLER = "os_ken.controller.ofp_handler"
 
 _started_lock = threading.Lock()
 _started = False
-
-
-# ---------------------------------------------------------------- Flow <-> os-ken objects
-
-
-def to_ofp_match(flow: Flow) -> parser.OFPMatch:
-    """The OFPMatch of a flow."""
-    return parser.OFPMatch(**dict(flow.match))
-
-
-def _ofp_action(action: Action) -> Any:
-    kind = action[0]
-    if kind == "output":
-        return parser.OFPActionOutput(action[1])
-    if kind == "set_field":
-        return parser.OFPActionSetField(**{action[1]: action[2]})
-    if kind == "push_vlan":
-        return parser.OFPActionPushVlan(action[1])
-    if kind == "pop_vlan":
-        return parser.OFPActionPopVlan()
-    if kind == "move":
-        return parser.NXActionRegMove(src_field=action[1], dst_field=action[2], n_bits=action[3])
-    raise ValueError(f"action {action!r} cannot be sent to a switch")
-
-
-def to_ofp_instructions(flow: Flow) -> list[Any]:
-    """The OpenFlow 1.3 instructions for a flow's actions; none means drop."""
-    apply = [a for a in flow.actions if a[0] not in ("write_metadata", "goto")]
-    instructions: list[Any] = []
-    if apply:
-        actions = [_ofp_action(a) for a in apply]
-        instructions.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions))
-    for action in flow.actions:
-        if action[0] == "write_metadata":
-            instructions.append(parser.OFPInstructionWriteMetadata(action[1], action[2]))
-        elif action[0] == "goto":
-            instructions.append(parser.OFPInstructionGotoTable(action[1]))
-    return instructions
-
-
-def flow_mod(datapath: Any, flow: Flow, command: int = ofp.OFPFC_ADD) -> parser.OFPFlowMod:
-    """An OFPFlowMod that adds (or, with OFPFC_DELETE_STRICT, deletes) exactly this flow."""
-    delete = command in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT)
-    return parser.OFPFlowMod(
-        datapath,
-        cookie=flow.cookie,
-        cookie_mask=_ALL_BITS if delete else 0,
-        table_id=flow.table,
-        command=command,
-        priority=flow.priority,
-        # os-ken defaults these to 0, which for a delete would mean "only flows that
-        # output to port 0", i.e. none.
-        out_port=ofp.OFPP_ANY,
-        out_group=ofp.OFPG_ANY,
-        match=to_ofp_match(flow),
-        instructions=[] if delete else to_ofp_instructions(flow),
-    )
-
-
-def _from_ofp_action(action: Any) -> Action:
-    if isinstance(action, parser.OFPActionOutput):
-        return ("output", action.port)
-    if isinstance(action, parser.OFPActionSetField):
-        return ("set_field", action.key, action.value)
-    if isinstance(action, parser.OFPActionPushVlan):
-        return ("push_vlan", action.ethertype)
-    if isinstance(action, parser.OFPActionPopVlan):
-        return ("pop_vlan",)
-    if isinstance(action, parser.NXActionRegMove) and action.src_ofs == action.dst_ofs == 0:
-        return ("move", action.src_field, action.dst_field, action.n_bits)
-    return ("unsupported", type(action).__name__, str(action))
-
-
-def from_ofp_flow(table_id: int, priority: int, cookie: int, match: Any, instructions: Any) -> Flow:
-    """A Flow from what the switch reports (an OFPFlowStats' fields)."""
-    actions: list[Action] = []
-    for inst in instructions:
-        if isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
-            actions.extend(_from_ofp_action(a) for a in inst.actions)
-        elif isinstance(inst, parser.OFPInstructionWriteMetadata):
-            actions.append(("write_metadata", inst.metadata, inst.metadata_mask))
-        elif isinstance(inst, parser.OFPInstructionGotoTable):
-            actions.append(("goto", inst.table_id))
-        else:
-            actions.append(("unsupported", type(inst).__name__, str(inst)))
-    return Flow(
-        table_id, priority, canonical_match(match.items()), canonical_actions(actions), cookie
-    )
-
-
-# ---------------------------------------------------------------- os-ken fixes
-
-
-def _fix_os_ken_datapath() -> None:
-    """Make a dead switch connection release its threads and report DEAD promptly.
-
-    With native threads, os-ken's Datapath.serve() joins its send thread after the receive
-    loop ends, but that thread blocks forever on its empty send queue: every reconnect leaks
-    two threads and an open connection object, and the DEAD event only arrives if something
-    is sent to the dead datapath later (often after the new connection is up). Queueing a
-    close marker when the receive loop ends wakes the send thread, which then exits.
-    """
-    dp_cls = osken_controller.Datapath
-    if getattr(dp_cls, "_netplugin_fixed", False):
-        return
-    recv_loop = dp_cls._recv_loop
-
-    @functools.wraps(recv_loop)
-    def _recv_loop(self: Any) -> None:
-        try:
-            recv_loop(self)  # closes the socket when it ends
-        finally:
-            self.send(b"", close_socket=True)
-
-    dp_cls._recv_loop = _recv_loop
-    dp_cls._netplugin_fixed = True
-
-
-def _listening(host: str, port: int) -> bool:
-    """True if a TCP socket listens on host:port in this network namespace (Linux)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    table = "/proc/net/tcp6" if family == socket.AF_INET6 else "/proc/net/tcp"
-    want_port = f"{port:04X}"
-    try:
-        lines = Path(table).read_text().splitlines()[1:]
-    except OSError:
-        return True  # cannot tell; do not fail start() over it
-    for line in lines:
-        cols = line.split()
-        if cols[3] == "0A" and cols[1].rsplit(":", 1)[1] == want_port:
-            return True
-    return False
 
 
 # ---------------------------------------------------------------- the controller
@@ -278,23 +141,9 @@ class FlowController:
                 raise RuntimeError("os-ken state is process-wide: one FlowController per process")
             self._check_port_free()
             _started = True
-        _fix_os_ken_datapath()
-        cfg.CONF(args=[], project="os_ken")
-        cfg.CONF.set_override("ofp_listen_host", self.listen_host)
-        cfg.CONF.set_override("ofp_tcp_listen_port", self.listen_port)
         self._worker = threading.Thread(target=self._work, name="ofapp-reconcile", daemon=True)
         self._worker.start()
-        manager = app_manager.AppManager.get_instance()
-        manager.load_apps([_OFP_HANDLER, NetpluginOFApp.__module__])
-        contexts = manager.create_contexts()
-        manager.instantiate_apps(netplugin_controller=self, **contexts)
-        deadline = time.monotonic() + 5
-        while not _listening(self.listen_host, self.listen_port):
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"OpenFlow listener on {self.listen_host}:{self.listen_port} did not come up"
-                )
-            time.sleep(0.02)
+        start_os_ken(self, self.listen_host, self.listen_port)
         log.info("OpenFlow controller listening on %s:%d", self.listen_host, self.listen_port)
 
     def _check_port_free(self) -> None:
@@ -391,10 +240,7 @@ class FlowController:
             self._fail_pending()
         if dp is not None:
             dp.close()
-        try:
-            app_manager.AppManager.get_instance().close()
-        except Exception:
-            log.exception("closing os-ken apps")
+        stop_os_ken()
         if self._worker is not None:
             self._worker.join(self.reply_timeout)
 
@@ -536,10 +382,13 @@ class FlowController:
             self._flow_mods.clear()
             self._flow_mod_errors.clear()
         try:
-            for f in removal_order(flow_diff.to_delete):
+            plan = write_plan(flow_diff, PIPELINE)
+            for f in plan.delete_first:
                 self._send_flow_mod(dp, f, ofp.OFPFC_DELETE_STRICT)
-            for f in install_order(flow_diff.to_add):
+            for f in plan.add:
                 self._send_flow_mod(dp, f, ofp.OFPFC_ADD)
+            for f in plan.delete_last:
+                self._send_flow_mod(dp, f, ofp.OFPFC_DELETE_STRICT)
             # Errors for the flow-mods arrive before the barrier's reply.
             self._request(dp, parser.OFPBarrierRequest(dp))
         finally:
@@ -621,88 +470,16 @@ class FlowController:
                 self._pending.pop(msg.xid, None)
 
 
-class NetpluginOFApp(app_manager.OSKenApp):
-    """The os-ken app: forwards connection, reply and error events to the FlowController."""
-
-    OFP_VERSIONS = [ofp.OFP_VERSION]
-
-    def __init__(self, *args: Any, netplugin_controller: FlowController, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.controller = netplugin_controller
-
-    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
-    def _state_change(self, ev: Any) -> None:
-        if ev.state == MAIN_DISPATCHER:
-            self.controller._on_connect(ev.datapath)
-        elif ev.state == DEAD_DISPATCHER:
-            self.controller._on_disconnect(ev.datapath)
-
-    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
-    def _flow_stats_reply(self, ev: Any) -> None:
-        self.controller._on_reply(ev.msg)
-
-    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
-    def _barrier_reply(self, ev: Any) -> None:
-        self.controller._on_reply(ev.msg)
-
-    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
-    def _error(self, ev: Any) -> None:
-        self.controller._on_error(ev.msg)
-
-
-# ---------------------------------------------------------------- standalone runner
-
-
-def _load_flows(path: Path) -> set[Flow]:
-    return compile_flows(DesiredState.from_dict(json.loads(path.read_text())))
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Serve one bridge from a DesiredState JSON file until SIGTERM."""
-    ap = argparse.ArgumentParser(prog="python -m datapath.ofapp", description=__doc__)
-    ap.add_argument("--listen-host", default=DEFAULT_LISTEN_HOST)
-    ap.add_argument("--listen-port", type=int, default=DEFAULT_LISTEN_PORT)
-    ap.add_argument("--state-file", type=Path, required=True, help="DesiredState JSON")
-    ap.add_argument("--status-file", type=Path, help="where to keep the controller's status")
-    ap.add_argument("--log-level", default="INFO")
-    args = ap.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    """The standalone runner (datapath.ofrunner)."""
+    from datapath.ofrunner import main as run
 
-    dirty = threading.Event()
-    reload = threading.Event()
-    stop = threading.Event()
-    ctl = FlowController(args.listen_host, args.listen_port, on_change=dirty.set)
-    signal.signal(signal.SIGHUP, lambda *_: reload.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    ctl.set_desired(_load_flows(args.state_file))
-    ctl.start()
-    while not stop.is_set():
-        if reload.is_set():
-            reload.clear()
-            try:
-                ctl.set_desired(_load_flows(args.state_file))
-            except (OSError, ValueError, TypeError) as e:
-                log.error("keeping the previous state: %s: %s", args.state_file, e)
-        if args.status_file:
-            _write_json(args.status_file, ctl.snapshot())
-        dirty.wait(0.5)
-        dirty.clear()
-    ctl.stop()
-    logging.shutdown()
-    os._exit(0)
+    return run(argv)
 
 
 if __name__ == "__main__":
-    # os-ken loads apps by module name; run that copy of this module, not __main__.
-    from datapath import ofapp
+    # The runner imports datapath.ofapp, the copy the rest of datapath uses, so the process
+    # has one FlowController class and one start guard.
+    from datapath.ofrunner import main as run
 
-    sys.exit(ofapp.main())
+    sys.exit(run())

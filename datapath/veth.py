@@ -1,11 +1,14 @@
-"""Endpoint veth pairs: names derived from the endpoint ID, created and removed with pyroute2."""
+"""Endpoint veth pairs: names derived from the endpoint ID, created and removed with pyroute2;
+and NetlinkLinks, the agent's real Links (datapath.effects)."""
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from pyroute2 import IPRoute
@@ -34,7 +37,9 @@ def endpoint_mac(ipv4: str) -> str:
     return "02:42:" + ":".join(f"{o:02x}" for o in octets)
 
 
-def create_veth(endpoint_id: str, mac: str, mtu: int) -> tuple[str, str]:
+def create_veth(
+    endpoint_id: str, mac: str, mtu: int, proc_sys: str | Path = "/proc/sys"
+) -> tuple[str, str]:
     """Create the pair (idempotent: an existing complete pair is kept as it is)."""
     host, container = veth_names(endpoint_id)
     with IPRoute() as ip:
@@ -51,7 +56,7 @@ def create_veth(endpoint_id: str, mac: str, mtu: int) -> tuple[str, str]:
             peer={"ifname": container, "address": mac, "mtu": mtu},
         )
         try:
-            isolate_host_end(host)
+            isolate_host_end(host, proc_sys)
             ip.link("set", index=ip.link_lookup(ifname=host)[0], state="up")
         except (OSError, NetlinkError, IndexError):
             delete_veth(endpoint_id)
@@ -123,3 +128,42 @@ def wait_link(ip: IPRoute, name: str, timeout: float = 5.0) -> int:
         if time.monotonic() > deadline:
             raise RuntimeError(f"interface {name} did not appear; is ovs-vswitchd running?")
         time.sleep(0.02)
+
+
+def address_link(ifname: str, mtu: int, addresses: Sequence[str]) -> None:
+    """Wait for ``ifname``, set its MTU, bring it up and replace its addresses ("a.b.c.d/n")."""
+    with IPRoute() as ip:
+        idx = wait_link(ip, ifname)
+        ip.link("set", index=idx, mtu=mtu, state="up")
+        for address in addresses:
+            iface = ipaddress.ip_interface(address)
+            ip.addr("replace", index=idx, address=str(iface.ip), prefixlen=iface.network.prefixlen)
+
+
+class NetlinkLinks:
+    """The agent's links through netlink, ethtool and ``proc_sys`` (a managed plugin sees the
+    host's as /host/proc/sys)."""
+
+    def __init__(self, proc_sys: str | Path = "/proc/sys") -> None:
+        self.proc_sys = Path(proc_sys)
+
+    def create_veth(self, endpoint_id: str, mac: str, mtu: int) -> tuple[str, str]:
+        return create_veth(endpoint_id, mac, mtu, self.proc_sys)
+
+    def delete_veth(self, endpoint_id: str) -> bool:
+        return delete_veth(endpoint_id)
+
+    def delete_link(self, ifname: str) -> bool:
+        return delete_link(ifname)
+
+    def host_veths(self) -> list[str]:
+        return host_veths()
+
+    def isolate_host_end(self, ifname: str) -> None:
+        isolate_host_end(ifname, self.proc_sys)
+
+    def disable_tx_offload(self, ifname: str) -> None:
+        disable_tx_offload(ifname)
+
+    def address_gateway(self, ifname: str, mtu: int, addresses: Sequence[str]) -> None:
+        address_link(ifname, mtu, addresses)

@@ -1,107 +1,34 @@
-"""DatapathAgent decisions with fakes for OVS, the controller, iptables and netlink."""
+"""DatapathAgent decisions, with fakes for its effects: OVSDB, OpenFlow, iptables, links."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from fakeoftable import walk
+from fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
 
-import datapath.agent as agent_mod
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.hostnat import DNAT_CHAIN, PortMapping, dnat_rules
-from datapath.ovs import PortInfo
-from datapath.pipeline import RemoteEndpointState, TunnelState
+from datapath.ovs import PortInfo, detect_datapath_type
+from datapath.pipeline import ETH_TYPE_ARP, ETH_TYPE_IPV4, RemoteEndpointState, TunnelState
 from datapath.veth import veth_names
 
 
-class FakeOvs:
-    def __init__(self) -> None:
-        self.ports: dict[str, PortInfo] = {}
-        self.next_ofport = 10
-
-    def ensure_bridge(self, *a: Any, **kw: Any) -> bool:
-        return False
-
-    def add_port(
-        self, bridge: str, name: str, type: str = "", external_ids: Any = None, **kw: Any
-    ) -> int:
-        if name not in self.ports:
-            self.next_ofport += 1
-            self.ports[name] = PortInfo(self.next_ofport, dict(external_ids or {}))
-        return self.ports[name].ofport
-
-    def del_port(self, bridge: str, name: str, if_exists: bool = True) -> bool:
-        return self.ports.pop(name, None) is not None
-
-    def list_ports(self, bridge: str) -> dict[str, PortInfo]:
-        return dict(self.ports)
-
-
-class FakeController:
-    def __init__(self) -> None:
-        self.pushed: list[set[Any]] = []
-
-    def set_desired(self, flows: set[Any]) -> int:
-        self.pushed.append(set(flows))
-        return len(self.pushed)
-
-
-class FakeIptables:
-    def __init__(self) -> None:
-        self.chains: dict[str, list[str]] = {}
-        self.synced: list[tuple[list[Any], list[PortMapping]]] = []
-
-    def current(self, table: str, chain: str) -> list[str] | None:
-        return self.chains.get(chain)
-
-    def sync(self, nets: list[Any], mappings: list[PortMapping] = ()) -> bool:  # type: ignore[assignment]
-        self.synced.append((list(nets), list(mappings)))
-        self.chains[DNAT_CHAIN] = dnat_rules(mappings)
-        return True
-
-
 @pytest.fixture
-def world(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    links: set[str] = set()
-
-    def create_veth(eid: str, mac: str, mtu: int) -> tuple[str, str]:
-        host, container = veth_names(eid)
-        links.update({host, container})
-        return host, container
-
-    def delete_veth(eid: str) -> bool:
-        host, container = veth_names(eid)
-        found = host in links
-        links.difference_update({host, container})
-        return found
-
-    def delete_link(name: str) -> bool:
-        found = name in links
-        links.discard(name)
-        links.discard("vc" + name[2:])
-        return found
-
-    monkeypatch.setattr(agent_mod, "create_veth", create_veth)
-    monkeypatch.setattr(agent_mod, "delete_veth", delete_veth)
-    monkeypatch.setattr(agent_mod, "delete_link", delete_link)
-    monkeypatch.setattr(
-        agent_mod, "host_veths", lambda: sorted(n for n in links if n.startswith("vp"))
-    )
-    monkeypatch.setattr(agent_mod, "disable_tx_offload", lambda *a: None)
-    isolated: list[str] = []
-    monkeypatch.setattr(agent_mod, "isolate_host_end", isolated.append)
-    monkeypatch.setattr(DatapathAgent, "_address_gateway", lambda self, net: None)
-    ovs, ctl, ipt = FakeOvs(), FakeController(), FakeIptables()
+def world() -> dict[str, Any]:
+    ovs, ctl, ipt, links = FakeOvs(), FakeController(), FakeIptables(), FakeLinks()
     config = AgentConfig(datapath_type="netdev", tunnels=True)
-    agent = DatapathAgent(config, ovs, ctl, ipt)  # type: ignore[arg-type]
+    agent = DatapathAgent(config, ovs, ctl, ipt, links)
     agent.ready_timeout = 0.1
     return {
         "agent": agent,
         "ovs": ovs,
         "ctl": ctl,
         "ipt": ipt,
-        "links": links,
-        "isolated": isolated,
+        "links": links.links,
+        "isolated": links.isolated,
+        "fake_links": links,
     }
 
 
@@ -116,6 +43,30 @@ def test_nothing_changes_before_the_first_resync(world: dict[str, Any]) -> None:
     assert world["ctl"].pushed == [] and world["ovs"].ports == {}
 
 
+def from_port(ofport: int, mac: str, ip: str, dst_mac: str, dst_ip: str) -> dict[str, Any]:
+    return {
+        "in_port": ofport,
+        "eth_src": mac,
+        "eth_dst": dst_mac,
+        "eth_type": ETH_TYPE_IPV4,
+        "ipv4_src": ip,
+        "ipv4_dst": dst_ip,
+    }
+
+
+def arp_for(ofport: int, mac: str, ip: str, target: str) -> dict[str, Any]:
+    return {
+        "in_port": ofport,
+        "eth_src": mac,
+        "eth_dst": "ff:ff:ff:ff:ff:ff",
+        "eth_type": ETH_TYPE_ARP,
+        "arp_op": 1,
+        "arp_sha": mac,
+        "arp_spa": ip,
+        "arp_tpa": target,
+    }
+
+
 def test_endpoint_lifecycle_pushes_flows_and_nat(world: dict[str, Any]) -> None:
     agent, ovs, ctl, ipt = world["agent"], world["ovs"], world["ctl"], world["ipt"]
     agent.resync([NET], [])
@@ -123,27 +74,77 @@ def test_endpoint_lifecycle_pushes_flows_and_nat(world: dict[str, Any]) -> None:
     assert ifname == veth_names(EP.id)[1]
     assert set(ovs.ports) == {"npgw7", veth_names(EP.id)[0]}
     assert len(ctl.pushed[-1]) > len(ctl.pushed[0])  # the endpoint's flows were added
+    # ... and they carry its packets: to the gateway, and the gateway's back to it.
+    port, gw = ovs.ports[veth_names(EP.id)[0]].ofport, ovs.ports["npgw7"].ofport
+    out = from_port(port, EP.mac, EP.ipv4, NET.gateway_mac, "192.0.2.1")
+    back = from_port(gw, NET.gateway_mac, "192.0.2.1", EP.mac, EP.ipv4)
+    assert walk(ctl.pushed[0], out).outputs == [] and walk(ctl.pushed[0], back).outputs == []
+    assert walk(ctl.pushed[-1], out).outputs == [gw]
+    assert walk(ctl.pushed[-1], arp_for(port, EP.mac, EP.ipv4, NET.gateway)).outputs == [gw]
+    assert walk(ctl.pushed[-1], back).outputs == [port]
+    assert walk(ctl.pushed[-1], {**out, "ipv4_src": "10.1.0.99"}).outputs == []  # spoofed
     agent.set_port_mappings(EP.id, [PortMapping("tcp", "", 8080, EP.ipv4, 80)])
     assert ipt.synced[-1][1] == [PortMapping("tcp", "", 8080, EP.ipv4, 80)]
     agent.delete_endpoint_port(EP.id)
     assert set(ovs.ports) == {"npgw7"} and world["links"] == set()
     assert ipt.synced[-1][1] == []
+    assert walk(ctl.pushed[-1], out).outputs == [] and walk(ctl.pushed[-1], back).outputs == []
     agent.remove_network(NET.id)
     assert ovs.ports == {}
+    assert walk(ctl.pushed[-1], {**back, "eth_dst": "ff:ff:ff:ff:ff:ff"}).outputs == []
 
 
-def test_failed_port_leaves_nothing(world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_port_leaves_nothing(world: dict[str, Any]) -> None:
     agent, ovs = world["agent"], world["ovs"]
     agent.resync([NET], [])
-
-    def broken(*a: Any, **kw: Any) -> int:
-        raise RuntimeError("port vp...: could not open network device")
-
-    monkeypatch.setattr(ovs, "add_port", broken)
+    ovs.add_port_error = "port vp...: could not open network device"
     with pytest.raises(RuntimeError, match="could not open"):
         agent.create_endpoint_port(EP)
     assert world["links"] == set() and veth_names(EP.id)[0] not in ovs.ports
     assert all(e.id != EP.id for e in agent.desired().endpoints)
+
+
+def test_endpoint_ports_on_netdev_finish_their_checksums(world: dict[str, Any]) -> None:
+    agent, links = world["agent"], world["fake_links"]
+    agent.resync([NET], [])
+    container = agent.create_endpoint_port(EP)
+    assert links.offloaded == [container]
+
+
+def test_gateways_get_the_networks_mtu_and_addresses(world: dict[str, Any]) -> None:
+    agent, links = world["agent"], world["fake_links"]
+    dual = LocalNetwork(
+        id="default:n2",
+        tag=8,
+        subnet="10.2.0.0/16",
+        gateway="10.2.0.1",
+        ipv6_subnet="fd00:2::/64",
+        ipv6_gateway="fd00:2::1",
+    )
+    vlan = LocalNetwork(id="default:v", tag=9, subnet="10.3.0.0/24", gateway="", encap="vlan")
+    agent.resync([NET, dual, vlan], [])
+    assert links.gateways == {
+        "npgw7": (1450, ("10.1.0.1/24",)),  # VXLAN between hosts costs its header
+        "npgw8": (1450, ("10.2.0.1/16", "fd00:2::1/64")),
+        "npgwv9": (1500, ()),  # no gateway address: up, but not addressed
+    }
+
+
+def test_start_makes_the_vlan_uplink_a_switch_port(world: dict[str, Any]) -> None:
+    agent, ovs, links = world["agent"], world["ovs"], world["fake_links"]
+    agent.config.vlan_uplink = "eth9"
+    agent.start()
+    assert ovs.bridges["netplugin"]["datapath_type"] == "netdev"
+    assert links.isolated == ["eth9"] and ovs.ports["eth9"].external_ids
+    agent.resync([NET], [])
+    assert agent.desired().uplink_port == ovs.ports["eth9"].ofport
+
+
+def test_a_port_that_cannot_be_isolated_is_still_adopted(world: dict[str, Any]) -> None:
+    agent, ovs, links = world["agent"], world["ovs"], world["fake_links"]
+    ovs.ports[veth_names(EP.id)[0]] = PortInfo(31, {"netplugin-endpoint": EP.id})
+    links.isolate_error = PermissionError("read-only /proc/sys")
+    assert agent.resync([NET], [EP])["endpoints"] == 1
 
 
 def test_resync_adopts_live_ports_collects_stale_ones_and_keeps_published_ports(
@@ -183,20 +184,15 @@ def test_endpoint_whose_veth_vanished_is_reported(world: dict[str, Any]) -> None
     assert result["missing"] == 1 and result["endpoints"] == 0
 
 
-def test_switch_reconnect_readdresses_gateways_only_after_resync(
-    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_switch_reconnect_readdresses_gateways_only_after_resync(world: dict[str, Any]) -> None:
     agent = world["agent"]
-    addressed: list[str] = []
-    monkeypatch.setattr(
-        DatapathAgent, "_address_gateway", lambda self, net: addressed.append(net.id)
-    )
+    addressed = world["fake_links"].addressed
     agent.switch_connected()
     assert addressed == []  # before resync the state is partial; resync addresses them
     agent.resync([NET], [])
     addressed.clear()
     agent.switch_connected()  # e.g. ovs-vswitchd restarted and made npgw7 anew
-    assert addressed == [NET.id]
+    assert addressed == [NET.gateway_port]
 
 
 R1 = RemoteEndpointState("r1", NET.id, "h2", "02:42:0a:01:00:09", "10.1.0.9")
@@ -249,3 +245,12 @@ def test_a_vlan_and_a_vxlan_network_may_share_a_tag() -> None:
     assert vx.segment != vl.segment
     assert vx.gateway_port != vl.gateway_port and vx.gateway_mac != vl.gateway_mac
     assert max(len(vx.gateway_port), len(LocalNetwork("x", 4094, encap="vlan").gateway_port)) <= 15
+
+
+def test_datapath_type_is_system_only_with_the_kernel_module(tmp_path: Any) -> None:
+    assert detect_datapath_type(tmp_path) == "netdev"
+    (tmp_path / "class/net/ovs-system").mkdir(parents=True)
+    assert detect_datapath_type(tmp_path) == "system"
+    other = tmp_path / "other"
+    (other / "module/openvswitch").mkdir(parents=True)
+    assert detect_datapath_type(other) == "system"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datapath.veth import endpoint_mac, veth_names
+from datapath.veth import HOST_END_SYSCTLS, NetlinkLinks, endpoint_mac, veth_names
 
 
 def test_docker_ids_keep_their_prefix() -> None:
@@ -31,3 +33,13 @@ def test_mac_is_locally_administered_unicast() -> None:
     assert mac == "02:42:0a:01:02:03"
     first = int(mac.split(":")[0], 16)
     assert first & 0b10 and not first & 0b1
+
+
+def test_the_host_end_is_isolated_under_the_given_proc_sys(tmp_path: Path) -> None:
+    for family, key, _ in HOST_END_SYSCTLS:
+        path = tmp_path / "net" / family / "conf" / "vp1" / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("0\n")
+    NetlinkLinks(proc_sys=tmp_path).isolate_host_end("vp1")
+    for family, key, value in HOST_END_SYSCTLS:
+        assert (tmp_path / "net" / family / "conf" / "vp1" / key).read_text() == value

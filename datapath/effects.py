@@ -1,0 +1,98 @@
+"""What the datapath agent does to the world, as small interfaces.
+
+DatapathAgent decides; these act. The real implementations are thin and tested against the
+real thing in integration/: NetlinkLinks (datapath.veth), Ovs (datapath.ovs), Iptables
+(datapath.hostnat) and FlowController (datapath.ofapp). Unit tests hand the agent fakes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from datapath.flows import Flow
+from datapath.hostnat import GatewayNet, PortMapping
+from datapath.ovs import PortInfo
+
+
+class Links(Protocol):
+    """Kernel network interfaces: endpoint veths and the addresses of gateway ports."""
+
+    def create_veth(self, endpoint_id: str, mac: str, mtu: int) -> tuple[str, str]:
+        """Create the endpoint's pair (kept if complete); (host end, container end)."""
+        ...
+
+    def delete_veth(self, endpoint_id: str) -> bool:
+        """Remove the endpoint's pair; False if it was not there."""
+        ...
+
+    def delete_link(self, ifname: str) -> bool:
+        """Remove one interface (a veth's peer goes with it); False if it was not there."""
+        ...
+
+    def host_veths(self) -> list[str]:
+        """The host ends of every endpoint veth on this host."""
+        ...
+
+    def isolate_host_end(self, ifname: str) -> None:
+        """Keep the host's IP stack off a switch port (idempotent)."""
+        ...
+
+    def disable_tx_offload(self, ifname: str) -> None:
+        """Make the kernel finish TX checksums on an interface (userspace OVS needs it)."""
+        ...
+
+    def address_gateway(self, ifname: str, mtu: int, addresses: Sequence[str]) -> None:
+        """Wait for a gateway port to appear, set its MTU, bring it up and make its
+        addresses ("10.1.0.1/24") be there (idempotent)."""
+        ...
+
+
+class Ovsdb(Protocol):
+    """The bridge and its ports in OVSDB."""
+
+    def ensure_bridge(
+        self, name: str, datapath_type: Any = None, *, controller: str | None = None
+    ) -> bool:
+        """Create the bridge or bring its settings in line (never recreated)."""
+        ...
+
+    def add_port(
+        self,
+        bridge: str,
+        name: str,
+        type: str = "",
+        external_ids: Mapping[str, str] | None = None,
+        mac: str | None = None,
+        options: Mapping[str, str] | None = None,
+    ) -> int:
+        """Add the port (kept if it exists); its ofport."""
+        ...
+
+    def del_port(self, bridge: str, name: str, if_exists: bool = True) -> bool:
+        """Remove the port; False if it was not there."""
+        ...
+
+    def list_ports(self, bridge: str) -> dict[str, PortInfo]:
+        """The bridge's ports by name."""
+        ...
+
+
+class HostNat(Protocol):
+    """The host's iptables chains: NAT, isolation between networks, published ports."""
+
+    def current(self, table: str, chain: str) -> list[str] | None:
+        """The rules of one of our chains, None if it does not exist."""
+        ...
+
+    def sync(self, nets: Sequence[GatewayNet], mappings: Sequence[PortMapping] = ()) -> bool:
+        """Make our chains hold exactly the rules of these networks and mappings."""
+        ...
+
+
+class OpenFlow(Protocol):
+    """The bridge's flows: the controller keeps them equal to the last desired set."""
+
+    def set_desired(self, flows: Iterable[Flow]) -> int:
+        """Replace the desired flows; returns the generation."""
+        ...

@@ -1,0 +1,133 @@
+"""Canonical Flows to and from os-ken's OpenFlow 1.3 parser objects.
+
+to_ofp_* and flow_mod build what is sent; from_ofp_flow turns what the switch reports back
+into a Flow that compares equal to the one written. An action or instruction we do not
+model reads back as ("unsupported", ...), so such a flow never equals a desired one and
+reconcile replaces it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from os_ken.ofproto import nicira_ext
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from datapath.flows import Action, Flow, canonical_actions, canonical_match
+
+_ALL_BITS = (1 << 64) - 1
+_INSTRUCTIONS = ("meter", "write_metadata", "goto")
+
+
+def to_ofp_match(flow: Flow) -> parser.OFPMatch:
+    """The OFPMatch of a flow."""
+    return parser.OFPMatch(**dict(flow.match))
+
+
+def _ofp_action(action: Action) -> Any:
+    kind = action[0]
+    if kind == "output":
+        return parser.OFPActionOutput(action[1])
+    if kind == "set_field":
+        return parser.OFPActionSetField(**{action[1]: action[2]})
+    if kind == "push_vlan":
+        return parser.OFPActionPushVlan(action[1])
+    if kind == "pop_vlan":
+        return parser.OFPActionPopVlan()
+    if kind == "move":
+        return parser.NXActionRegMove(src_field=action[1], dst_field=action[2], n_bits=action[3])
+    if kind == "group":
+        return parser.OFPActionGroup(action[1])
+    if kind == "ct":
+        _, commit, zone, table = action
+        return parser.NXActionCT(
+            flags=nicira_ext.NX_CT_F_COMMIT if commit else 0,
+            zone_src="",
+            zone_ofs_nbits=zone,
+            recirc_table=nicira_ext.NX_CT_RECIRC_NONE if table is None else table,
+            alg=0,
+            actions=[],
+        )
+    raise ValueError(f"action {action!r} cannot be sent to a switch")
+
+
+def to_ofp_instructions(flow: Flow) -> list[Any]:
+    """The OpenFlow 1.3 instructions for a flow's actions; none means drop."""
+    apply = [a for a in flow.actions if a[0] not in _INSTRUCTIONS]
+    instructions: list[Any] = [
+        parser.OFPInstructionMeter(a[1], ofp.OFPIT_METER) for a in flow.actions if a[0] == "meter"
+    ]
+    if apply:
+        actions = [_ofp_action(a) for a in apply]
+        instructions.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions))
+    for action in flow.actions:
+        if action[0] == "write_metadata":
+            instructions.append(parser.OFPInstructionWriteMetadata(action[1], action[2]))
+        elif action[0] == "goto":
+            instructions.append(parser.OFPInstructionGotoTable(action[1]))
+    return instructions
+
+
+def flow_mod(datapath: Any, flow: Flow, command: int = ofp.OFPFC_ADD) -> parser.OFPFlowMod:
+    """An OFPFlowMod that adds (or, with OFPFC_DELETE_STRICT, deletes) exactly this flow."""
+    delete = command in (ofp.OFPFC_DELETE, ofp.OFPFC_DELETE_STRICT)
+    return parser.OFPFlowMod(
+        datapath,
+        cookie=flow.cookie,
+        cookie_mask=_ALL_BITS if delete else 0,
+        table_id=flow.table,
+        command=command,
+        priority=flow.priority,
+        # os-ken defaults these to 0, which for a delete would mean "only flows that
+        # output to port 0", i.e. none.
+        out_port=ofp.OFPP_ANY,
+        out_group=ofp.OFPG_ANY,
+        match=to_ofp_match(flow),
+        instructions=[] if delete else to_ofp_instructions(flow),
+    )
+
+
+def _from_ofp_ct(action: Any) -> Action:
+    if action.zone_src or action.alg or action.actions or action.flags & ~1:
+        # A register zone, an ALG, nested NAT or force: not in the model (yet).
+        return ("unsupported", type(action).__name__, str(action))
+    table = None if action.recirc_table == nicira_ext.NX_CT_RECIRC_NONE else action.recirc_table
+    return ("ct", bool(action.flags & nicira_ext.NX_CT_F_COMMIT), action.zone_ofs_nbits, table)
+
+
+def _from_ofp_action(action: Any) -> Action:
+    if isinstance(action, parser.OFPActionOutput):
+        return ("output", action.port)
+    if isinstance(action, parser.OFPActionSetField):
+        return ("set_field", action.key, action.value)
+    if isinstance(action, parser.OFPActionPushVlan):
+        return ("push_vlan", action.ethertype)
+    if isinstance(action, parser.OFPActionPopVlan):
+        return ("pop_vlan",)
+    if isinstance(action, parser.NXActionRegMove) and action.src_ofs == action.dst_ofs == 0:
+        return ("move", action.src_field, action.dst_field, action.n_bits)
+    if isinstance(action, parser.OFPActionGroup):
+        return ("group", action.group_id)
+    if isinstance(action, parser.NXActionCT):
+        return _from_ofp_ct(action)
+    return ("unsupported", type(action).__name__, str(action))
+
+
+def from_ofp_flow(table_id: int, priority: int, cookie: int, match: Any, instructions: Any) -> Flow:
+    """A Flow from what the switch reports (an OFPFlowStats' fields)."""
+    actions: list[Action] = []
+    for inst in instructions:
+        if isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
+            actions.extend(_from_ofp_action(a) for a in inst.actions)
+        elif isinstance(inst, parser.OFPInstructionMeter):
+            actions.append(("meter", inst.meter_id))
+        elif isinstance(inst, parser.OFPInstructionWriteMetadata):
+            actions.append(("write_metadata", inst.metadata, inst.metadata_mask))
+        elif isinstance(inst, parser.OFPInstructionGotoTable):
+            actions.append(("goto", inst.table_id))
+        else:
+            actions.append(("unsupported", type(inst).__name__, str(inst)))
+    return Flow(
+        table_id, priority, canonical_match(match.items()), canonical_actions(actions), cookie
+    )

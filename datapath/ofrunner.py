@@ -1,0 +1,70 @@
+"""Run the flow controller standalone (the integration tests and the benchmarks do, inside
+the bridge's network namespace):
+    python -m datapath.ofapp --listen-port 6653 --state-file S.json --status-file T.json
+It compiles S.json (a DesiredState), re-reads it on SIGHUP, and keeps T.json current.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from datapath.flows import Flow
+from datapath.ofapp import DEFAULT_LISTEN_HOST, DEFAULT_LISTEN_PORT, FlowController
+from datapath.pipeline import DesiredState, compile_flows
+
+log = logging.getLogger(__name__)
+
+
+def _load_flows(path: Path) -> set[Flow]:
+    return compile_flows(DesiredState.from_dict(json.loads(path.read_text())))
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve one bridge from a DesiredState JSON file until SIGTERM."""
+    ap = argparse.ArgumentParser(prog="python -m datapath.ofapp", description=__doc__)
+    ap.add_argument("--listen-host", default=DEFAULT_LISTEN_HOST)
+    ap.add_argument("--listen-port", type=int, default=DEFAULT_LISTEN_PORT)
+    ap.add_argument("--state-file", type=Path, required=True, help="DesiredState JSON")
+    ap.add_argument("--status-file", type=Path, help="where to keep the controller's status")
+    ap.add_argument("--log-level", default="INFO")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    dirty = threading.Event()
+    reload = threading.Event()
+    stop = threading.Event()
+    ctl = FlowController(args.listen_host, args.listen_port, on_change=dirty.set)
+    signal.signal(signal.SIGHUP, lambda *_: reload.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    ctl.set_desired(_load_flows(args.state_file))
+    ctl.start()
+    while not stop.is_set():
+        if reload.is_set():
+            reload.clear()
+            try:
+                ctl.set_desired(_load_flows(args.state_file))
+            except (OSError, ValueError, TypeError) as e:
+                log.error("keeping the previous state: %s: %s", args.state_file, e)
+        if args.status_file:
+            _write_json(args.status_file, ctl.snapshot())
+        dirty.wait(0.5)
+        dirty.clear()
+    ctl.stop()
+    logging.shutdown()
+    os._exit(0)

@@ -1,0 +1,122 @@
+"""Stateful fakes of the datapath agent's effects (datapath.effects): OVSDB, OpenFlow,
+iptables and links. They keep what was done so tests assert on outcomes, not calls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from datapath.flows import Flow
+from datapath.hostnat import DNAT_CHAIN, GatewayNet, PortMapping, dnat_rules
+from datapath.ovs import PortInfo
+from datapath.veth import CONTAINER_PREFIX, HOST_PREFIX, veth_names
+
+
+class FakeOvs:
+    """Ports of one bridge; add_port_error makes the next add_port fail like OVS does."""
+
+    def __init__(self) -> None:
+        self.ports: dict[str, PortInfo] = {}
+        self.next_ofport = 10
+        self.bridges: dict[str, dict[str, Any]] = {}
+        self.add_port_error: str | None = None
+
+    def ensure_bridge(
+        self, name: str, datapath_type: Any = None, *, controller: str | None = None
+    ) -> bool:
+        created = name not in self.bridges
+        self.bridges[name] = {"datapath_type": datapath_type, "controller": controller}
+        return created
+
+    def add_port(
+        self,
+        bridge: str,
+        name: str,
+        type: str = "",
+        external_ids: Mapping[str, str] | None = None,
+        mac: str | None = None,
+        options: Mapping[str, str] | None = None,
+    ) -> int:
+        if self.add_port_error is not None:
+            raise RuntimeError(self.add_port_error)
+        if name not in self.ports:
+            self.next_ofport += 1
+            self.ports[name] = PortInfo(self.next_ofport, dict(external_ids or {}))
+        return self.ports[name].ofport or 0
+
+    def del_port(self, bridge: str, name: str, if_exists: bool = True) -> bool:
+        return self.ports.pop(name, None) is not None
+
+    def list_ports(self, bridge: str) -> dict[str, PortInfo]:
+        return dict(self.ports)
+
+
+class FakeController:
+    """Records every desired flow set pushed to it."""
+
+    def __init__(self) -> None:
+        self.pushed: list[set[Flow]] = []
+
+    def set_desired(self, flows: Iterable[Flow]) -> int:
+        self.pushed.append(set(flows))
+        return len(self.pushed)
+
+
+class FakeIptables:
+    """Our chains; sync() records what it was given and rewrites the DNAT chain."""
+
+    def __init__(self) -> None:
+        self.chains: dict[str, list[str]] = {}
+        self.synced: list[tuple[list[GatewayNet], list[PortMapping]]] = []
+
+    def current(self, table: str, chain: str) -> list[str] | None:
+        return self.chains.get(chain)
+
+    def sync(self, nets: Sequence[GatewayNet], mappings: Sequence[PortMapping] = ()) -> bool:
+        self.synced.append((list(nets), list(mappings)))
+        self.chains[DNAT_CHAIN] = dnat_rules(mappings)
+        return True
+
+
+class FakeLinks:
+    """The host's interfaces by name, and what was done to them."""
+
+    def __init__(self) -> None:
+        self.links: set[str] = set()
+        self.isolated: list[str] = []
+        self.offloaded: list[str] = []
+        self.addressed: list[str] = []  # gateway ports, in the order they were addressed
+        self.gateways: dict[str, tuple[int, tuple[str, ...]]] = {}  # name -> (MTU, addresses)
+        self.isolate_error: OSError | None = None
+
+    def create_veth(self, endpoint_id: str, mac: str, mtu: int) -> tuple[str, str]:
+        host, container = veth_names(endpoint_id)
+        self.links.update({host, container})
+        return host, container
+
+    def delete_veth(self, endpoint_id: str) -> bool:
+        return self.delete_link(veth_names(endpoint_id)[0])
+
+    def delete_link(self, ifname: str) -> bool:
+        found = ifname in self.links
+        self.links.discard(ifname)
+        if ifname.startswith(HOST_PREFIX):
+            self.links.discard(
+                CONTAINER_PREFIX + ifname[len(HOST_PREFIX) :]
+            )  # its peer goes with it
+        return found
+
+    def host_veths(self) -> list[str]:
+        return sorted(n for n in self.links if n.startswith(HOST_PREFIX))
+
+    def isolate_host_end(self, ifname: str) -> None:
+        if self.isolate_error is not None:
+            raise self.isolate_error
+        self.isolated.append(ifname)
+
+    def disable_tx_offload(self, ifname: str) -> None:
+        self.offloaded.append(ifname)
+
+    def address_gateway(self, ifname: str, mtu: int, addresses: Sequence[str]) -> None:
+        self.addressed.append(ifname)
+        self.gateways[ifname] = (mtu, tuple(addresses))

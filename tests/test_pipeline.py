@@ -1,0 +1,160 @@
+"""The pipeline compiler: its properties, and the desired states it refuses."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from datapath_states import (
+    E1,
+    E2,
+    GW_A_IP,
+    GW_A_MAC,
+    GW_A_PORT,
+    NET_A,
+    TUN_H2,
+    VNI_A,
+    cluster,
+    world,
+)
+
+from datapath.flows import Flow, diff
+from datapath.pipeline import (
+    PIPELINE,
+    DesiredState,
+    EndpointState,
+    NetworkState,
+    RemoteEndpointState,
+    TunnelState,
+    compile_flows,
+    install_order,
+    removal_order,
+)
+
+
+@pytest.fixture(scope="module")
+def flows() -> set[Flow]:
+    return compile_flows(world())
+
+
+def test_one_more_endpoint_changes_a_bounded_number_of_flows() -> None:
+    def state(n: int) -> DesiredState:
+        eps = [
+            EndpointState(f"e{i}", NET_A, 100 + i, f"02:00:00:01:{i >> 8:02x}:{i & 0xFF:02x}")
+            for i in range(n)
+        ]
+        remotes = [
+            RemoteEndpointState(f"r{i}", NET_A, "h2", f"02:00:00:02:{i >> 8:02x}:{i & 0xFF:02x}")
+            for i in range(n)
+        ]
+        nets = [NetworkState(NET_A, 100, GW_A_PORT, GW_A_MAC, GW_A_IP, vni=VNI_A)]
+        return DesiredState(nets, eps, remotes, [TunnelState("h2", TUN_H2)])
+
+    for n in (10, 200):
+        d = diff(compile_flows(state(n + 1)), compile_flows(state(n)))
+        # Its own flows plus the segment's floods: the same count however big the network.
+        assert len(d.to_add) <= 8 and not d.to_delete, (n, len(d.to_add))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda s: s.tunnels.append(TunnelState("h2", 70)), "host h2 has two tunnels"),
+        (lambda s: s.tunnels.append(TunnelState("h9", E1.ofport)), "both use ofport 1"),
+        (
+            lambda s: s.remote_endpoints.append(
+                RemoteEndpointState("rx", NET_A, "h3", E2.mac, "10.1.0.99")
+            ),
+            "endpoint ep2 and endpoint rx on host h3 both use MAC",
+        ),
+        (
+            lambda s: s.networks.append(NetworkState("x", 9, vni=1, vlan=2)),
+            "network x: a VNI and a VLAN",
+        ),
+    ],
+)
+def test_bad_cluster_state_is_refused_with_the_object_named(mutate: Any, message: str) -> None:
+    state = cluster()
+    mutate(state)
+    with pytest.raises(ValueError, match=message):
+        compile_flows(state)
+
+
+def test_cluster_state_round_trips_through_json_form() -> None:
+    assert DesiredState.from_dict(cluster().to_dict()) == cluster()
+
+
+def test_pipeline_is_ordered_and_every_table_has_a_miss_flow(flows: set[Flow]) -> None:
+    ids = [t.id for t in PIPELINE]
+    assert ids == sorted(set(ids))
+    assert PIPELINE[-1].miss == "drop"
+    for spec in PIPELINE:
+        (miss,) = [f for f in flows if f.table == spec.id and f.priority == 0]
+        assert miss.match == ()
+
+
+def test_compile_is_deterministic() -> None:
+    first = compile_flows(world())
+    state = world()
+    rng = random.Random(7)
+    for _ in range(5):
+        rng.shuffle(state.networks)
+        rng.shuffle(state.endpoints)
+        assert compile_flows(state) == first
+    assert install_order(first) == install_order(compile_flows(world()))
+    assert [f.table for f in install_order(first)] == sorted((f.table for f in first), reverse=True)
+    assert [f.table for f in removal_order(first)] == sorted(f.table for f in first)
+
+
+def test_flow_count_is_linear_in_endpoints_and_networks() -> None:
+    def count(n_networks: int, per_network: int) -> int:
+        networks = [NetworkState(f"n{i}", i + 1, 1000 + i, None, None) for i in range(n_networks)]
+        eps = [
+            EndpointState(
+                f"e{i}-{j}",
+                f"n{i}",
+                i * 100 + j + 1,
+                f"02:00:00:{i:02x}:{j // 256:02x}:{j % 256:02x}",
+            )
+            for i in range(n_networks)
+            for j in range(per_network)
+        ]
+        return len(compile_flows(DesiredState(networks, eps)))
+
+    per_endpoint = (count(1, 200) - count(1, 100)) // 100
+    assert per_endpoint <= 10
+    assert count(1, 300) - count(1, 200) == count(1, 200) - count(1, 100) == 100 * per_endpoint
+    per_network = count(2, 10) - count(1, 10) - 10 * per_endpoint
+    assert count(10, 30) == count(0, 0) + 10 * per_network + 300 * per_endpoint
+
+
+def test_state_round_trips_through_json_form() -> None:
+    assert DesiredState.from_dict(world().to_dict()) == world()
+
+
+def _add_ep(**kw: Any) -> Any:
+    endpoint = EndpointState(
+        **{"id": "x", "network_id": NET_A, "ofport": 7, "mac": "02:0:0:0:0:77", **kw}
+    )
+    return lambda s: s.endpoints.append(endpoint)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (_add_ep(network_id="nope"), "network nope is unknown"),
+        (_add_ep(id=E2.id), "endpoint ep2 is listed twice"),
+        (_add_ep(ofport=2), "endpoint ep2 and endpoint x both use ofport 2"),
+        (lambda s: s.networks.append(NetworkState("c", 100)), "share segment 100"),
+        (_add_ep(mac="01:00:5e:00:00:01"), "endpoint x: MAC 01:00:5e:00:00:01 is a multicast"),
+        (_add_ep(mac=E1.mac), "both use MAC"),
+        (_add_ep(ipv4=GW_A_IP), "gateway and endpoint x both use IP 10.1.0.254"),
+        (_add_ep(ipv4="fd00::7"), "endpoint x: 'fd00::7' is not an IPv4"),
+    ],
+)
+def test_bad_state_is_refused_with_the_object_named(mutate: Any, message: str) -> None:
+    state = world()
+    mutate(state)
+    with pytest.raises(ValueError, match=message):
+        compile_flows(state)

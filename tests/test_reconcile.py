@@ -1,0 +1,93 @@
+"""FlowController's reconcile against a fake switch, without os-ken's server: starting that
+in the pytest process would leave non-daemon threads behind (see datapath.ofapp)."""
+
+from __future__ import annotations
+
+import pytest
+from datapath_states import world
+from fakeswitch import FakeSwitch, reconcile
+from os_ken.ofproto import ofproto_v1_3 as ofp
+
+from datapath.flows import Flow, flow
+from datapath.ofapp import FlowController
+from datapath.pipeline import FORWARD, compile_flows
+
+F1 = flow(0, 10, [("goto", 1)], in_port=1)
+
+
+def test_reconcile_converges_then_sends_nothing() -> None:
+    desired = compile_flows(world())
+    switch = FakeSwitch(FlowController())
+    first = reconcile(switch, desired)
+    assert switch.flows == desired
+    assert (first.found, first.added, first.deleted) == (0, len(desired), 0)
+    # Flows added from the last table back, so classify flows come last.
+    assert [m.table_id for m in switch.flow_mods] == sorted(
+        (f.table for f in desired), reverse=True
+    )
+    again = reconcile(switch, desired)
+    assert (again.found, again.added, again.deleted, again.replaced) == (len(desired), 0, 0, 0)
+    assert switch.flow_mods == []
+
+
+def test_reconcile_deletes_stale_replaces_changed_and_leaves_foreign_flows() -> None:
+    desired = compile_flows(world())
+    foreign = flow(0, 500, [("output", 9)], cookie=0, in_port=9)
+    stale = flow(0, 100, [("goto", 1)], in_port=77)
+    victim = next(f for f in desired if f.table == FORWARD.id and f.priority == 10)
+    changed = Flow(victim.table, victim.priority, victim.match, (("output", 42),), victim.cookie)
+    switch = FakeSwitch(FlowController(), (desired - {victim}) | {foreign, stale, changed})
+    stats = reconcile(switch, desired)
+    assert switch.flows == desired | {foreign}
+    assert (stats.added, stats.replaced, stats.deleted) == (1, 1, 1)
+    assert [m.command for m in switch.flow_mods] == [ofp.OFPFC_DELETE_STRICT, ofp.OFPFC_ADD]
+
+
+def test_reconcile_reports_flows_the_switch_refuses() -> None:
+    desired = compile_flows(world())
+    switch = FakeSwitch(FlowController())
+    switch.refuse = {next(iter(desired))}
+    stats = reconcile(switch, desired)
+    assert len(stats.errors) == 1 and "OFPET_BAD_ACTION" in stats.errors[0]
+    assert switch.flows == desired - switch.refuse
+
+
+def test_dead_event_of_an_old_connection_is_ignored() -> None:
+    ctl = FlowController()
+    old, new = FakeSwitch(ctl), FakeSwitch(ctl)
+    ctl._on_connect(old)
+    ctl._on_connect(new)  # the switch reconnected before the old DEAD arrived
+    ctl._on_disconnect(old)
+    assert ctl.connected and ctl.wait_connected(0)
+    ctl._on_disconnect(new)
+    assert not ctl.connected
+
+
+def test_set_desired_refuses_two_flows_with_one_identity() -> None:
+    with pytest.raises(ValueError, match="one identity"):
+        FlowController().set_desired({F1, flow(0, 10, [("goto", 2)], in_port=1)})
+
+
+def test_no_reconcile_before_desired_state_is_known() -> None:
+    """A restarted agent connects before it has re-read its state: the switch keeps its flows."""
+    import threading
+    import time
+
+    running = compile_flows(world())
+    ctl = FlowController()
+    switch = FakeSwitch(ctl, running)
+    worker = threading.Thread(target=ctl._work, daemon=True)
+    worker.start()
+    try:
+        ctl._on_connect(switch)
+        time.sleep(0.3)  # give a wrongly eager worker the chance to act
+        assert switch.flow_mods == [] and switch.flows == running
+        generation = ctl.set_desired(running)
+        stats = ctl.wait_reconciled(generation, timeout=5)
+        assert stats is not None
+        assert (stats.found, stats.added, stats.deleted) == (len(running), 0, 0)
+        assert switch.flows == running
+    finally:
+        ctl._stopping.set()
+        ctl._wake.set()
+        worker.join(5)
