@@ -8,27 +8,32 @@ import time
 from pathlib import Path
 
 from common import keys
+from common.models import Endpoint
 from common.records import HostRecord
 from datapath.pipeline import RemoteEndpointState
 from plugin.cluster import HostRegistration, PrefixMirror, peers, remote_endpoints
 from store.embedded import EmbeddedStore
 
 
-def ep(eid: str, host: str, net: str = "n1", tenant: str = "default", **kw: str) -> dict:
-    return {
-        "endpointID": eid,
-        "host": host,
-        "tenantName": tenant,
-        "networkName": net,
-        "macAddress": kw.get("mac", "02:42:0a:00:00:02"),
-        "ipAddress": kw.get("ip", "10.0.0.2"),
-        "ipv6Address": kw.get("ipv6", ""),
-    }
+def ep(eid: str, host: str, net: str = "n1", tenant: str = "default", **kw: str) -> Endpoint:
+    return Endpoint(
+        endpointID=eid,
+        host=host,
+        tenantName=tenant,
+        networkName=net,
+        macAddress=kw.get("mac", "02:42:0a:00:00:02"),
+        ipAddress=kw.get("ip", "10.0.0.2"),
+        ipv6Address=kw.get("ipv6", ""),
+    )
+
+
+def hosts(**vtep: str) -> dict[str, HostRecord]:
+    return {h: HostRecord(h, vtep_ip=v) for h, v in vtep.items()}
 
 
 def test_peers_are_live_hosts_and_hosts_that_still_have_endpoints() -> None:
-    live = {"h1": {"vtepIP": "192.168.1.1"}, "h2": {"vtepIP": "192.168.1.2"}, "h4": {}}
-    vteps = {"h3": {"vtepIP": "192.168.1.3"}, "h5": {"vtepIP": "192.168.1.5"}}
+    live = hosts(h1="192.168.1.1", h2="192.168.1.2", h4="")
+    vteps = hosts(h3="192.168.1.3", h5="192.168.1.5")
     eps = [ep("a", "h3"), ep("b", "h1"), ep("c", "h6")]
     # h3's agent is down but its containers run: it keeps its tunnel, at its last VTEP.
     # h4 has no VTEP; h5 is gone with no endpoint; h6 never told its VTEP.

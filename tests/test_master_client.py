@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from common import keys
+from common.models import Endpoint, EndpointRequest
 from plugin.master_client import MasterClient, MasterError, leader_url_from_store
 from store.embedded import EmbeddedStore
 
@@ -49,7 +50,8 @@ class FakeSession:
 
 
 def ok(body: Any = None) -> Behaviour:
-    return lambda m, u, b: answer(200, body if body is not None else {"ok": u})
+    """A success; by default the answer to the calls these tests make (a list of networks)."""
+    return lambda m, u, b: answer(200, body if body is not None else [])
 
 
 def status(code: int, error: str = "") -> Behaviour:
@@ -110,9 +112,11 @@ def test_failover_switches_to_the_new_leader() -> None:
         leader.url = "http://new"  # meanwhile a new leader took over
         return refused(method, url, body)
 
-    session = FakeSession({"http://old": [old_dies], "http://new": [ok({"endpointID": "e1"})]})
+    created = {"endpointID": "e1", "tenantName": "default", "networkName": "n"}
+    session = FakeSession({"http://old": [old_dies], "http://new": [ok(created)]})
     client = MasterClient("http://base", backoff=0.01, session=session, leader=leader)  # type: ignore[arg-type]
-    assert client.create_endpoint({"endpointID": "e1"}) == {"endpointID": "e1"}
+    request = EndpointRequest(endpointID="e1", networkName="n")
+    assert client.create_endpoint(request) == Endpoint.model_validate(created)
     assert session.hosts() == ["http://old", "http://new"]
     assert session.calls[-1] == ("POST", "http://new/api/v1/alloc/endpoints")
 
