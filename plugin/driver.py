@@ -114,8 +114,11 @@ class NetworkRef:
 
 
 @dataclass(frozen=True)
-class LocalEndpoint:
-    network_id: str
+class PluggedEndpoint:
+    """An endpoint this driver plugged in on this host: the interface Docker moves into the
+    container at Join, and the addresses it got."""
+
+    docker_network_id: str
     ifname: str
     ipv4: str
     ipv6: str
@@ -168,7 +171,7 @@ class Driver:
         self.host = host
         self.mtu = mtu
         self._networks: dict[str, NetworkRef] = {}
-        self._endpoints: dict[str, LocalEndpoint] = {}
+        self._endpoints: dict[str, PluggedEndpoint] = {}
 
     # --- networks ---
     def _ref(self, network_id: str) -> NetworkRef:
@@ -331,7 +334,7 @@ class Driver:
                 if e.status != 404:
                     log.error("endpoint %s: could not free it on the master: %s", ep, e)
             raise
-        self._endpoints[req.EndpointID] = LocalEndpoint(req.NetworkID, ifname, ipv4, ipv6)
+        self._endpoints[req.EndpointID] = PluggedEndpoint(req.NetworkID, ifname, ipv4, ipv6)
         # Docker fails and rolls back if we set a field it already set: reply with empty ones only.
         reply: dict[str, str] = {}
         if not iface.Address and ipv4:
@@ -366,7 +369,7 @@ class Driver:
             ifname = self.datapath.create_endpoint_port(
                 req.EndpointID, net, mac, ipv4, ipv6, self.mtu
             )
-            ep = LocalEndpoint(req.NetworkID, ifname, ipv4, ipv6)
+            ep = PluggedEndpoint(req.NetworkID, ifname, ipv4, ipv6)
             self._endpoints[req.EndpointID] = ep
         reply: dict[str, Any] = {
             "InterfaceName": {"SrcName": ep.ifname, "DstPrefix": "eth"},
