@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from common import keys
-from common.models import Endpoint
-from common.records import HostRecord
+from common.models import Endpoint, GlobalSettings
+from common.records import HostRecord, decode_endpoint, encode_config, encode_endpoint
 from datapath.pipeline import RemoteEndpointState
-from plugin.cluster import HostRegistration, PrefixMirror, peers, remote_endpoints
+from plugin.cluster import ClusterView, HostRegistration, PrefixMirror, peers, remote_endpoints
 from store.embedded import EmbeddedStore
 
 
@@ -105,3 +105,33 @@ def test_registration_comes_back_when_its_lease_is_lost(tmp_path: Path) -> None:
             )
         finally:
             reg.stop()
+
+
+def test_mirror_decodes_records_and_leaves_out_what_does_not_decode(tmp_path: Path) -> None:
+    good = ep("a", "h2")
+    with EmbeddedStore(str(tmp_path / "state.db")) as store:
+        store.put(keys.endpoint("default", "n1", "a"), encode_endpoint(good))
+        store.put(keys.endpoint("default", "n1", "b"), b"{not json")
+        mirror = PrefixMirror(store, keys.ENDPOINTS, lambda: None, decode_endpoint).start()
+        try:
+            assert mirror.synced.wait(5)
+            assert mirror.values() == {"default/n1/a": good}
+            # A record that stops decoding leaves the view; the mirror keeps following.
+            store.put(keys.endpoint("default", "n1", "a"), b'{"endpointID": "a"}')
+            store.put(keys.endpoint("default", "n1", "c"), encode_endpoint(ep("c", "h3")))
+            assert _wait(lambda: list(mirror.values()) == ["default/n1/c"])
+        finally:
+            mirror.stop()
+
+
+def test_cluster_view_reads_the_arp_mode_from_the_global_settings(tmp_path: Path) -> None:
+    with EmbeddedStore(str(tmp_path / "state.db")) as store:
+        view = ClusterView(store, lambda: None).start()
+        try:
+            assert view.wait_synced(5)
+            assert view.arp_mode() == "proxy"  # no settings yet
+            store.put(keys.GLOBAL, encode_config(GlobalSettings(arpMode="flood")))
+            assert _wait(lambda: view.arp_mode() == "flood")
+            assert _wait(lambda: isinstance(view.globals.values().get(""), GlobalSettings))
+        finally:
+            view.stop()

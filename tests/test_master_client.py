@@ -208,3 +208,29 @@ def test_leader_url_from_store(tmp_path: Path) -> None:
         assert current() is None  # a store error means "not known", never an exception
     finally:
         store.close()
+
+
+def test_a_refusal_carries_the_masters_object_and_reason() -> None:
+    body = {"error": "network default:n: not found", "object": "network default:n", "reason": "x"}
+    session = FakeSession({"http://m": [lambda m, u, b: answer(404, body)]})
+    client = MasterClient("http://m", session=session)  # type: ignore[arg-type]
+    with pytest.raises(MasterError) as info:
+        client.get_network("default", "n")
+    e = info.value
+    assert (e.status, e.message, e.obj, e.reason) == (404, body["error"], body["object"], "x")
+
+
+def test_an_answer_that_is_not_what_the_api_promises_is_a_502() -> None:
+    session = FakeSession({"http://m": [ok({"networkName": 7})]})
+    client = MasterClient("http://m", session=session)  # type: ignore[arg-type]
+    with pytest.raises(MasterError) as info:
+        client.get_network("default", "n")
+    assert info.value.status == 502
+    assert info.value.message.startswith("network default:n: netmaster's answer is not")
+    assert len(session.calls) == 1  # a wrong answer is not retried
+
+
+def test_a_host_port_netmaster_url_is_accepted() -> None:
+    session = FakeSession({"http://m:9999": [ok()]})
+    MasterClient("m:9999/", session=session).list_networks()  # type: ignore[arg-type]
+    assert session.calls == [("GET", "http://m:9999/api/v1/networks")]
