@@ -262,7 +262,10 @@ def run(args: Any) -> None:
         key=args.etcd_key or None,
     )
     # Calls follow the leader the masters elected, and ride out a failover.
-    master = MasterClient(args.netmaster, leader=leader_url_from_store(store))
+    try:
+        master = MasterClient(args.netmaster, leader=leader_url_from_store(store))
+    except ValueError as e:
+        raise SystemExit(f"netplugin: --netmaster {args.netmaster!r}: {e}") from None
     _clear_stale_socket(args.socket)
     controller = FlowController(listen_host="127.0.0.1", listen_port=args.of_port)
     controller.start()
