@@ -1,4 +1,5 @@
-"""A small typed HTTP client for the netplugin master's REST API (/api/v1/)."""
+"""netctl's client of the netmaster's REST API (/api/v1/): one method per call, over the
+shared transport (common.client)."""
 
 from __future__ import annotations
 
@@ -8,32 +9,23 @@ from urllib.parse import quote
 
 import requests
 
-from common.http import os_reason
+from common.client import API, MasterError, MasterTransport, NoAnswer, normalize_url
 
-API = "/api/v1"
+__all__ = ["API", "DEFAULT_TIMEOUT", "DEFAULT_URL", "MasterClient", "MasterError", "normalize_url"]
+
 DEFAULT_URL = "http://127.0.0.1:9999"
 DEFAULT_TIMEOUT = 30.0
 
 JSONObject = dict[str, Any]
 
 
-class MasterError(Exception):
-    """A refusal from the master (its "error" string) or a failure to talk to it."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-
-
-def normalize_url(url: str) -> str:
-    """Accept "host:port" as well as a full URL; drop trailing slashes."""
-    url = url.strip()
-    if not url:
-        raise ValueError("empty netmaster URL")
-    if "://" not in url:
-        url = f"http://{url}"
-    return url.rstrip("/")
+def wording(failure: NoAnswer) -> str:
+    """How netctl words a request that got no answer."""
+    if failure.stage == "connect":
+        return f"cannot reach netmaster at {failure.url}: {failure.reason}"
+    if failure.stage == "answer":
+        return f"netmaster at {failure.url} did not answer within {failure.timeout:g}s"
+    return f"request to netmaster at {failure.url} failed: {failure.reason}"
 
 
 def key(tenant: str, name: str) -> str:
@@ -46,7 +38,10 @@ def _quote(part: str) -> str:
 
 
 class MasterClient:
-    """One method per REST call of the master; every failure raises ``MasterError``."""
+    """One method per REST call of the master; every failure raises ``MasterError``.
+
+    A command is one attempt: a person at a shell sees a failure at once and decides.
+    """
 
     def __init__(
         self,
@@ -54,11 +49,7 @@ class MasterClient:
         timeout: float = DEFAULT_TIMEOUT,
         session: requests.Session | None = None,
     ) -> None:
-        self.base_url = normalize_url(base_url)
-        self.timeout = timeout
-        self.session = session if session is not None else requests.Session()
-
-    # --- transport ---
+        self.transport = MasterTransport(base_url, wording, timeout=timeout, session=session)
 
     def request(
         self,
@@ -68,48 +59,7 @@ class MasterClient:
         params: dict[str, str] | None = None,
     ) -> Any:
         """Send one request and return the decoded JSON answer."""
-        url = f"{self.base_url}{path}"
-        try:
-            resp = self.session.request(
-                method, url, json=body, params=params or None, timeout=self.timeout
-            )
-        except requests.ConnectTimeout:
-            raise MasterError(
-                f"cannot reach netmaster at {self.base_url}: "
-                f"timed out connecting after {self.timeout:g}s"
-            ) from None
-        except requests.Timeout:
-            raise MasterError(
-                f"netmaster at {self.base_url} did not answer within {self.timeout:g}s"
-            ) from None
-        except requests.ConnectionError as e:
-            reason = os_reason(e) or str(e)
-            raise MasterError(f"cannot reach netmaster at {self.base_url}: {reason}") from None
-        except requests.RequestException as e:
-            raise MasterError(f"request to netmaster at {self.base_url} failed: {e}") from None
-        return self._decode(method, path, resp)
-
-    def _decode(self, method: str, path: str, resp: requests.Response) -> Any:
-        """The JSON body of a success, or a ``MasterError`` with the master's error string."""
-        try:
-            data = resp.json()
-        except ValueError:
-            data = None
-        if resp.status_code >= 400:
-            if isinstance(data, dict) and isinstance(data.get("error"), str) and data["error"]:
-                raise MasterError(data["error"], resp.status_code)
-            text = (resp.text or "").strip().replace("\n", " ")[:200]
-            what = f"{resp.status_code} {resp.reason or ''}".strip()
-            raise MasterError(
-                f"{method} {path}: netmaster answered {what}" + (f": {text}" if text else ""),
-                resp.status_code,
-            )
-        if data is None and (resp.text or "").strip() not in ("", "null"):
-            raise MasterError(
-                f"{method} {path}: netmaster at {self.base_url} answered with non-JSON content",
-                resp.status_code,
-            )
-        return data
+        return self.transport.call(method, path, body, params)
 
     # --- meta ---
 

@@ -9,29 +9,46 @@ agent derives from the mirrors (peers, other hosts' endpoints) is computed by pu
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from common import keys
-from common.records import HostRecord
+from common.models import Endpoint, GlobalSettings
+from common.records import HostRecord, NetworkRecord, decode, decode_config, decode_endpoint
 from datapath.pipeline import RemoteEndpointState
 from store import KV, Compacted, Lease, Store, StoreError
 
 log = logging.getLogger(__name__)
 
+R = TypeVar("R")
 
-class PrefixMirror:
-    """The keys under one prefix, kept current in a thread; ``on_change`` after each change."""
 
-    def __init__(self, store: Store, prefix: str, on_change: Callable[[], None]) -> None:
+def decode_global(value: bytes) -> GlobalSettings:
+    return decode_config(GlobalSettings, value)
+
+
+class PrefixMirror(Generic[R]):
+    """The keys under one prefix, kept current in a thread; ``on_change`` after each change.
+
+    Values are kept as ``decode`` reads them (a record of common.records; plain JSON by
+    default). A value that does not decode is logged and left out.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        prefix: str,
+        on_change: Callable[[], None],
+        decoder: Callable[[bytes], R] = decode,
+    ) -> None:
         self.store = store
         self.prefix = prefix
         self.on_change = on_change
+        self.decoder = decoder
         self.synced = threading.Event()
-        self._data: dict[str, KV] = {}
+        self._data: dict[str, R] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watch: Any = None
@@ -46,25 +63,36 @@ class PrefixMirror:
         if self._watch is not None:
             self._watch.cancel()
 
-    def values(self) -> dict[str, dict[str, Any]]:
-        """Key (without the prefix) -> decoded JSON value."""
+    def values(self) -> dict[str, R]:
+        """Key (without the prefix) -> decoded value."""
         with self._lock:
-            kvs = list(self._data.values())
-        out: dict[str, dict[str, Any]] = {}
-        for kv in kvs:
-            try:
-                out[kv.key[len(self.prefix) :]] = json.loads(kv.value)
-            except ValueError:
-                log.warning("ignoring %s: not JSON", kv.key)
-        return out
+            return dict(self._data)
+
+    def _decoded(self, kv: KV) -> R | None:
+        try:
+            return self.decoder(kv.value)
+        except (ValueError, TypeError) as e:  # RecordError and pydantic's are ValueErrors
+            log.warning("ignoring %s: %s", kv.key, e)
+            return None
+
+    def _put(self, data: dict[str, R], kv: KV) -> None:
+        name = kv.key[len(self.prefix) :]
+        value = self._decoded(kv)
+        if value is None:
+            data.pop(name, None)
+        else:
+            data[name] = value
 
     def _run(self) -> None:
         delay = 0.5
         while not self._stop.is_set():
             try:
                 rr = self.store.range(self.prefix)
+                data: dict[str, R] = {}
+                for kv in rr.kvs:
+                    self._put(data, kv)
                 with self._lock:
-                    self._data = {kv.key: kv for kv in rr.kvs}
+                    self._data = data
                 if not self.synced.is_set():
                     log.info("cluster state %s: %d key(s)", self.prefix, len(rr.kvs))
                 self.synced.set()
@@ -74,9 +102,9 @@ class PrefixMirror:
                 for ev in self._watch:
                     with self._lock:
                         if ev.type == "put":
-                            self._data[ev.kv.key] = ev.kv
+                            self._put(self._data, ev.kv)
                         else:
-                            self._data.pop(ev.kv.key, None)
+                            self._data.pop(ev.kv.key[len(self.prefix) :], None)
                     self.on_change()
             except Compacted as e:
                 log.info("cluster state %s: %s; reading it again", self.prefix, e)
@@ -153,12 +181,18 @@ class ClusterView:
 
     def __init__(self, store: Store, on_change: Callable[[], None]) -> None:
         self.store = store
-        self.hosts = PrefixMirror(store, keys.HOSTS, on_change)
-        self.vteps = PrefixMirror(store, keys.VTEPS, on_change)
-        self.networks = PrefixMirror(store, keys.NETWORKS, on_change)
-        self.endpoints = PrefixMirror(store, keys.ENDPOINTS, on_change)
-        self.globals = PrefixMirror(store, keys.GLOBAL, on_change)
-        self._mirrors = (self.hosts, self.vteps, self.networks, self.endpoints, self.globals)
+        self.hosts = PrefixMirror(store, keys.HOSTS, on_change, HostRecord.decode)
+        self.vteps = PrefixMirror(store, keys.VTEPS, on_change, HostRecord.decode)
+        self.networks = PrefixMirror(store, keys.NETWORKS, on_change, NetworkRecord.decode)
+        self.endpoints = PrefixMirror(store, keys.ENDPOINTS, on_change, decode_endpoint)
+        self.globals = PrefixMirror(store, keys.GLOBAL, on_change, decode_global)
+        self._mirrors: tuple[PrefixMirror[Any], ...] = (
+            self.hosts,
+            self.vteps,
+            self.networks,
+            self.endpoints,
+            self.globals,
+        )
 
     def start(self) -> ClusterView:
         for m in self._mirrors:
@@ -174,51 +208,42 @@ class ClusterView:
         return all(m.synced.wait(timeout) for m in self._mirrors)
 
     def arp_mode(self) -> str:
-        config = self.globals.values().get("", {}).get("config", {})
-        return str(config.get("arpMode") or "proxy")
+        settings = self.globals.values().get("")
+        return settings.arpMode if settings is not None else "proxy"
 
 
 def peers(
     me: str,
-    live: Mapping[str, Mapping[str, Any]],
-    vteps: Mapping[str, Mapping[str, Any]],
-    endpoints: Iterable[Mapping[str, Any]],
+    live: Mapping[str, HostRecord],
+    vteps: Mapping[str, HostRecord],
+    endpoints: Iterable[Endpoint],
 ) -> dict[str, str]:
     """host -> VTEP of every other host that is alive or still has endpoints.
 
     A host whose agent is down keeps its containers running: while it has endpoints its
     tunnel stays, with the VTEP it last published.
     """
-    out = {h: str(r.get("vtepIP")) for h, r in live.items() if h != me and r.get("vtepIP")}
+    out = {h: r.vtep_ip for h, r in live.items() if h != me and r.vtep_ip}
     for ep in endpoints:
-        host = str(ep.get("host") or "")
-        if host and host != me and host not in out:
-            vtep = vteps.get(host, {}).get("vtepIP")
-            if vtep:
-                out[host] = str(vtep)
+        if ep.host and ep.host != me and ep.host not in out:
+            last = vteps.get(ep.host)
+            if last is not None and last.vtep_ip:
+                out[ep.host] = last.vtep_ip
     return out
 
 
-def network_id(endpoint: Mapping[str, Any]) -> str:
-    """TENANT:NAME of an endpoint record's network."""
-    return f"{endpoint.get('tenantName') or 'default'}:{endpoint['networkName']}"
-
-
-def remote_endpoints(me: str, endpoints: Iterable[Mapping[str, Any]]) -> list[RemoteEndpointState]:
+def remote_endpoints(me: str, endpoints: Iterable[Endpoint]) -> list[RemoteEndpointState]:
     """The endpoints of other hosts, as the datapath wants them."""
-    out = []
-    for ep in endpoints:
-        host = str(ep.get("host") or "")
-        if not host or host == me or not ep.get("macAddress"):
-            continue
-        out.append(
-            RemoteEndpointState(
-                id=str(ep["endpointID"]),
-                network_id=network_id(ep),
-                host=host,
-                mac=str(ep["macAddress"]),
-                ipv4=ep.get("ipAddress") or None,
-                ipv6=ep.get("ipv6Address") or None,
-            )
+    out = [
+        RemoteEndpointState(
+            id=ep.endpointID,
+            network_id=ep.network_id,
+            host=ep.host,
+            mac=ep.macAddress,
+            ipv4=ep.ipAddress or None,
+            ipv6=ep.ipv6Address or None,
         )
+        for ep in endpoints
+        if ep.host and ep.host != me and ep.macAddress
+    ]
     return sorted(out, key=lambda r: r.id)

@@ -4,7 +4,6 @@ this host's place in the cluster (registration, peers, networks mirrored into do
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -18,7 +17,8 @@ from werkzeug.serving import make_server
 
 from common import keys
 from common.flags import split_endpoints
-from common.records import HostRecord
+from common.models import Endpoint, Network
+from common.records import HostRecord, NetworkRecord
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.hostnat import Iptables, PortMapping
 from datapath.ofapp import FlowController
@@ -28,13 +28,7 @@ from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
 from store import Store, open_store
 
 from .app import create_app
-from .cluster import (
-    ClusterView,
-    HostRegistration,
-    network_id,
-    peers,
-    remote_endpoints,
-)
+from .cluster import ClusterView, HostRegistration, peers, remote_endpoints
 from .docker_sync import ClusterNetwork, DockerSync, cluster_network
 from .driver import Driver, PortBinding
 from .master_client import MasterClient, leader_url_from_store
@@ -42,16 +36,29 @@ from .master_client import MasterClient, leader_url_from_store
 log = logging.getLogger("netplugin")
 
 
-def local_network(config: Mapping[str, Any], tag: int, encap: str) -> LocalNetwork:
+def local_network(record: NetworkRecord) -> LocalNetwork:
+    """A cluster network as this host's datapath wants it."""
+    c = record.config
     return LocalNetwork(
-        id=f"{config.get('tenantName') or 'default'}:{config['networkName']}",
-        tag=int(tag),
-        subnet=config.get("subnet", ""),
-        gateway=config.get("gateway", ""),
-        ipv6_subnet=config.get("ipv6Subnet", ""),
-        ipv6_gateway=config.get("ipv6Gateway", ""),
-        internal=bool(config.get("internal")),
-        encap=encap or config.get("encap") or "vxlan",
+        id=record.id,
+        tag=record.pkt_tag,
+        subnet=c.subnet,
+        gateway=c.gateway,
+        ipv6_subnet=c.ipv6Subnet,
+        ipv6_gateway=c.ipv6Gateway,
+        internal=c.internal,
+        encap=record.encap or c.encap,
+    )
+
+
+def local_endpoint(ep: Endpoint) -> LocalEndpoint:
+    """One of this host's endpoints as the datapath wants it."""
+    return LocalEndpoint(
+        id=ep.endpointID,
+        network_id=ep.network_id,
+        mac=ep.macAddress,
+        ipv4=ep.ipAddress,
+        ipv6=ep.ipv6Address,
     )
 
 
@@ -62,16 +69,15 @@ class AgentDatapath:
         self.agent = agent
         self.master = master
 
-    def _ensure_network(self, net: dict[str, Any]) -> str:
-        tenant, name = net.get("tenantName") or "default", net["networkName"]
-        network_id = f"{tenant}:{name}"
-        if not self.agent.has_network(network_id):
-            oper = self.master.inspect_network(tenant, name)["Oper"]
-            self.agent.ensure_network(local_network(net, oper["pktTag"], net.get("encap", "")))
-        return network_id
+    def _ensure_network(self, net: Network) -> str:
+        if not self.agent.has_network(net.id):
+            # The config alone lacks the tag the master chose: ask for the whole record.
+            record = self.master.inspect_network(net.tenantName, net.networkName)
+            self.agent.ensure_network(local_network(record))
+        return net.id
 
     def create_endpoint_port(
-        self, endpoint_id: str, network: dict[str, Any], mac: str, ipv4: str, ipv6: str, mtu: int
+        self, endpoint_id: str, network: Network, mac: str, ipv4: str, ipv6: str, mtu: int
     ) -> str:
         network_id = self._ensure_network(network)
         return self.agent.create_endpoint_port(
@@ -181,7 +187,7 @@ class ClusterSync:
 
 
 def other_hosts(
-    view: ClusterView, host: str, endpoints: Mapping[str, Mapping[str, Any]]
+    view: ClusterView, host: str, endpoints: Mapping[str, Endpoint]
 ) -> tuple[dict[str, str], list[RemoteEndpointState], str]:
     """(peers, their endpoints, ARP mode): what the datapath needs of the other hosts."""
     eps = list(endpoints.values())
@@ -194,23 +200,9 @@ def other_hosts(
 
 def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]:
     """After a (re)start: this host's endpoints and the cluster, reconciled with the switch."""
-    records = view.networks.values()
-    nets: dict[str, LocalNetwork] = {}
-    for rec in records.values():
-        net = local_network(rec["config"], rec["pktTag"], rec.get("encap", ""))
-        nets[net.id] = net
+    nets = {rec.id: local_network(rec) for rec in view.networks.values().values()}
     endpoints = view.endpoints.values()
-    mine = [e for e in endpoints.values() if e.get("host") == host]
-    local_eps = [
-        LocalEndpoint(
-            id=e["endpointID"],
-            network_id=network_id(e),
-            mac=e["macAddress"],
-            ipv4=e.get("ipAddress", ""),
-            ipv6=e.get("ipv6Address", ""),
-        )
-        for e in mine
-    ]
+    local_eps = [local_endpoint(e) for e in endpoints.values() if e.host == host]
     used = {e.network_id for e in local_eps}
     peer_vteps, remotes, arp_mode = other_hosts(view, host, endpoints)
     return agent.resync(
@@ -223,8 +215,13 @@ def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]
 
 
 def fresh_cluster_networks(store: Store) -> list[ClusterNetwork]:
-    """Every cluster network, read now (not from a mirror that may lag)."""
-    return [cluster_network(json.loads(kv.value)) for kv in store.range(keys.NETWORKS).kvs]
+    """Every cluster network, read now (not from a mirror that may lag).
+
+    A record that does not decode fails the whole read: the sync must not take its network
+    for gone and remove it from docker."""
+    return [
+        cluster_network(NetworkRecord.decode(kv.value)) for kv in store.range(keys.NETWORKS).kvs
+    ]
 
 
 def _clear_stale_socket(path: str) -> None:
@@ -265,7 +262,10 @@ def run(args: Any) -> None:
         key=args.etcd_key or None,
     )
     # Calls follow the leader the masters elected, and ride out a failover.
-    master = MasterClient(args.netmaster, leader=leader_url_from_store(store))
+    try:
+        master = MasterClient(args.netmaster, leader=leader_url_from_store(store))
+    except ValueError as e:
+        raise SystemExit(f"netplugin: --netmaster {args.netmaster!r}: {e}") from None
     _clear_stale_socket(args.socket)
     controller = FlowController(listen_host="127.0.0.1", listen_port=args.of_port)
     controller.start()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.models import docker_name
+from common.records import NetworkRecord
 
 log = logging.getLogger(__name__)
 
@@ -58,18 +59,18 @@ class DockerNetwork:
     options: Mapping[str, str]
 
 
-def cluster_network(record: Mapping[str, Any]) -> ClusterNetwork:
+def cluster_network(record: NetworkRecord) -> ClusterNetwork:
     """A network record of the store (keys.network) as the sync sees it."""
-    c = record.get("config", {})
+    c = record.config
     return ClusterNetwork(
-        tenant=c.get("tenantName") or "default",
-        name=c["networkName"],
-        subnet=c.get("subnet") or "",
-        gateway=c.get("gateway") or "",
-        ipv6_subnet=c.get("ipv6Subnet") or "",
-        ipv6_gateway=c.get("ipv6Gateway") or "",
-        internal=bool(c.get("internal")),
-        docker_id=c.get("dockerNetworkID") or "",
+        tenant=c.tenantName,
+        name=c.networkName,
+        subnet=c.subnet,
+        gateway=c.gateway,
+        ipv6_subnet=c.ipv6Subnet,
+        ipv6_gateway=c.ipv6Gateway,
+        internal=c.internal,
+        docker_id=c.dockerNetworkID,
     )
 
 

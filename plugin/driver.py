@@ -9,10 +9,20 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from common import owners
-from common.models import NAME_RE
+from common.models import (
+    NAME_RE,
+    AddressRelease,
+    AddressRequest,
+    EndpointRequest,
+    Network,
+    PoolRequest,
+)
+from common.records import NetworkRecord
 
 from . import schemas as s
 from .master_client import MasterClient, MasterError
@@ -37,7 +47,7 @@ class Datapath(Protocol):
     def create_endpoint_port(
         self,
         endpoint_id: str,
-        network: dict[str, Any],
+        network: Network,
         mac: str,
         ipv4: str,
         ipv6: str,
@@ -104,8 +114,11 @@ class NetworkRef:
 
 
 @dataclass(frozen=True)
-class LocalEndpoint:
-    network_id: str
+class PluggedEndpoint:
+    """An endpoint this driver plugged in on this host: the interface Docker moves into the
+    container at Join, and the addresses it got."""
+
+    docker_network_id: str
     ifname: str
     ipv4: str
     ipv6: str
@@ -158,7 +171,7 @@ class Driver:
         self.host = host
         self.mtu = mtu
         self._networks: dict[str, NetworkRef] = {}
-        self._endpoints: dict[str, LocalEndpoint] = {}
+        self._endpoints: dict[str, PluggedEndpoint] = {}
 
     # --- networks ---
     def _ref(self, network_id: str) -> NetworkRef:
@@ -178,13 +191,13 @@ class Driver:
             self._networks[network_id] = ref
             return ref
         for n in self.master.list_networks():
-            if n.get("dockerNetworkID") == network_id:
-                ref = NetworkRef(n.get("tenantName") or "default", n["networkName"])
+            if n.dockerNetworkID == network_id:
+                ref = NetworkRef(n.tenantName, n.networkName)
                 self._networks[network_id] = ref
                 return ref
         raise DriverError(f"network {network_id} is not known to netmaster", 404)
 
-    def _network(self, network_id: str) -> tuple[NetworkRef, dict[str, Any]]:
+    def _network(self, network_id: str) -> tuple[NetworkRef, Network]:
         ref = self._ref(network_id)
         return ref, self.master.get_network(ref.tenant, ref.name)
 
@@ -203,7 +216,7 @@ class Driver:
             return {}
         # Docker does not pass the network name in CreateNetwork.
         name = str(generic.get("name") or req.NetworkID[:12])
-        network: dict[str, Any] = {
+        fields: dict[str, Any] = {
             "tenantName": tenant,
             "networkName": name,
             "encap": str(generic.get("encap") or "vxlan"),
@@ -212,7 +225,7 @@ class Driver:
         }
         if generic.get("pkt-tag") not in (None, ""):
             try:
-                network["pktTag"] = int(generic["pkt-tag"])
+                fields["pktTag"] = int(generic["pkt-tag"])
             except (TypeError, ValueError):
                 tag = generic["pkt-tag"]
                 raise DriverError(f"option pkt-tag {tag!r} is not a number") from None
@@ -221,9 +234,9 @@ class Driver:
             (req.IPv6Data, "ipv6Subnet", "ipv6Gateway"),
         ):
             if data:
-                network[subnet] = data[0].Pool
-                network[gateway] = strip_len(data[0].Gateway)
-        self.master.create_network(network)
+                fields[subnet] = data[0].Pool
+                fields[gateway] = strip_len(data[0].Gateway)
+        self.master.create_network(_model(Network, fields, f"network {tenant}:{name}"))
         self._networks[req.NetworkID] = NetworkRef(tenant, name, str(generic.get("group") or ""))
         if self.docker_name is not None and name == req.NetworkID[:12]:
             # dockerd knows the name only once CreateNetwork has returned: learn it soon after.
@@ -290,18 +303,25 @@ class Driver:
         iface = req.Interface or s.EndpointInterface()
         ipv4, ipv6 = strip_len(iface.Address), strip_len(iface.AddressIPv6)
         mac = iface.MacAddress or mac_for(ipv4, ipv6, req.EndpointID)
-        body = {
-            "endpointID": req.EndpointID,
-            "tenantName": ref.tenant,
-            "networkName": ref.name,
-            "groupName": ref.group,
-            "host": self.host,
-            "ipAddress": ipv4,
-            "ipv6Address": ipv6,
-            "macAddress": mac,
-        }
-        ep = self._create_master_endpoint(body, ref, net)
-        ipv4, ipv6 = ep.get("ipAddress") or ipv4, ep.get("ipv6Address") or ipv6
+        request = _model(
+            EndpointRequest,
+            {
+                "endpointID": req.EndpointID,
+                "tenantName": ref.tenant,
+                "networkName": ref.name,
+                "groupName": ref.group,
+                "host": self.host,
+                "ipAddress": ipv4,
+                "ipv6Address": ipv6,
+                "macAddress": mac,
+                # Docker's RequestAddress came first: the endpoint takes that address over
+                # atomically.
+                "adoptAddress": bool(ipv4),
+            },
+            f"endpoint {req.EndpointID}",
+        )
+        ep = self.master.create_endpoint(request)
+        ipv4, ipv6 = ep.ipAddress or ipv4, ep.ipv6Address or ipv6
         try:
             ifname = self.datapath.create_endpoint_port(
                 req.EndpointID, net, mac, ipv4, ipv6, self.mtu
@@ -314,22 +334,16 @@ class Driver:
                 if e.status != 404:
                     log.error("endpoint %s: could not free it on the master: %s", ep, e)
             raise
-        self._endpoints[req.EndpointID] = LocalEndpoint(req.NetworkID, ifname, ipv4, ipv6)
+        self._endpoints[req.EndpointID] = PluggedEndpoint(req.NetworkID, ifname, ipv4, ipv6)
         # Docker fails and rolls back if we set a field it already set: reply with empty ones only.
         reply: dict[str, str] = {}
         if not iface.Address and ipv4:
-            reply["Address"] = f"{ipv4}/{_prefixlen(net.get('subnet', ''))}"
+            reply["Address"] = f"{ipv4}/{_prefixlen(net.subnet)}"
         if not iface.AddressIPv6 and ipv6:
-            reply["AddressIPv6"] = f"{ipv6}/{_prefixlen(net.get('ipv6Subnet', ''))}"
+            reply["AddressIPv6"] = f"{ipv6}/{_prefixlen(net.ipv6Subnet)}"
         if not iface.MacAddress:
             reply["MacAddress"] = mac
         return {"Interface": reply} if reply else {}
-
-    def _create_master_endpoint(
-        self, body: dict[str, Any], ref: NetworkRef, net: dict[str, Any]
-    ) -> dict[str, Any]:
-        # Docker's RequestAddress came first: the endpoint takes that address over atomically.
-        return self.master.create_endpoint({**body, "adoptAddress": bool(body["ipAddress"])})
 
     def endpoint_oper_info(self, req: s.EndpointOperInfo) -> dict[str, Any]:
         return {"Value": self.datapath.endpoint_oper(req.EndpointID)}
@@ -350,26 +364,26 @@ class Driver:
         if ep is None:
             # A restarted plugin: ask the master, and let the datapath find the existing port.
             m = self.master.get_endpoint(req.EndpointID)
-            ipv4, ipv6 = m.get("ipAddress", ""), m.get("ipv6Address", "")
-            mac = m.get("macAddress") or mac_for(ipv4, ipv6, req.EndpointID)
+            ipv4, ipv6 = m.ipAddress, m.ipv6Address
+            mac = m.macAddress or mac_for(ipv4, ipv6, req.EndpointID)
             ifname = self.datapath.create_endpoint_port(
                 req.EndpointID, net, mac, ipv4, ipv6, self.mtu
             )
-            ep = LocalEndpoint(req.NetworkID, ifname, ipv4, ipv6)
+            ep = PluggedEndpoint(req.NetworkID, ifname, ipv4, ipv6)
             self._endpoints[req.EndpointID] = ep
         reply: dict[str, Any] = {
             "InterfaceName": {"SrcName": ep.ifname, "DstPrefix": "eth"},
             "StaticRoutes": [],
             "DisableGatewayService": False,
         }
-        if net.get("internal"):
+        if net.internal:
             reply["DisableGatewayService"] = True
             return reply
-        if net.get("gateway"):
-            reply["Gateway"] = strip_len(net["gateway"])
+        if net.gateway:
+            reply["Gateway"] = strip_len(net.gateway)
         # Modern Docker fails on v6 gateways/routes for a v4-only interface.
-        if ep.ipv6 and net.get("ipv6Gateway"):
-            reply["GatewayIPv6"] = strip_len(net["ipv6Gateway"])
+        if ep.ipv6 and net.ipv6Gateway:
+            reply["GatewayIPv6"] = strip_len(net.ipv6Gateway)
         return reply
 
     def leave(self, req: s.Leave) -> dict[str, Any]:
@@ -380,9 +394,7 @@ class Driver:
         if not portmap:
             return {}
         local = self._endpoints.get(req.EndpointID)
-        ipv4 = (
-            local.ipv4 if local else self.master.get_endpoint(req.EndpointID).get("ipAddress", "")
-        )
+        ipv4 = local.ipv4 if local else self.master.get_endpoint(req.EndpointID).ipAddress
         if not ipv4:
             raise DriverError(f"endpoint {req.EndpointID} has no IPv4 address to publish ports to")
         self.datapath.publish(req.EndpointID, port_bindings(portmap, ipv4))
@@ -412,10 +424,21 @@ class Driver:
         space = opts.get("tenant") or "default"
         if opts.get("network"):
             return self._network_pool(space, opts["network"], req)
-        got = self.master.request_pool(space, req.Pool, req.SubPool, req.V6, dict(opts))
-        return {"PoolID": got["poolID"], "Pool": got["pool"], "Data": got.get("data") or {}}
+        request = _model(
+            PoolRequest,
+            {
+                "addressSpace": space,
+                "pool": req.Pool,
+                "subPool": req.SubPool,
+                "v6": req.V6,
+                "options": {str(k): str(v) for k, v in opts.items()},
+            },
+            f"pool request in address space {space}",
+        )
+        got = self.master.request_pool(request)
+        return {"PoolID": got.pool_id, "Pool": got.pool, "Data": got.data}
 
-    def _cluster_network(self, tenant: str, name: str) -> dict[str, Any]:
+    def _cluster_network(self, tenant: str, name: str) -> NetworkRecord:
         """An existing cluster network's config and oper state, or a clear refusal."""
         try:
             return self.master.inspect_network(tenant, name)
@@ -430,10 +453,9 @@ class Driver:
 
     def _network_pool(self, tenant: str, name: str, req: s.RequestPool) -> dict[str, Any]:
         """`--ipam-opt network=NAME`: the pool the cluster network already has."""
-        insp = self._cluster_network(tenant, name)
-        config, oper = insp["Config"], insp["Oper"]
-        pool_id = oper.get("ipv6Pool" if req.V6 else "ipv4Pool") or ""
-        subnet = config.get("ipv6Subnet" if req.V6 else "subnet") or ""
+        record = self._cluster_network(tenant, name)
+        pool_id = record.pool(6 if req.V6 else 4)
+        subnet = record.config.ipv6Subnet if req.V6 else record.config.subnet
         if not pool_id or (req.Pool and req.Pool != subnet):
             family = "IPv6" if req.V6 else "IPv4"
             raise DriverError(
@@ -464,18 +486,45 @@ class Driver:
             owner = owners.docker_mac(req.PoolID, opts[MAC_OPTION])
         else:
             owner = owners.docker_anonymous()
-        got = self.master.request_address(req.PoolID, address, owner, kind)
+        got = self.master.request_address(
+            _model(
+                AddressRequest,
+                {"poolID": req.PoolID, "address": address, "owner": owner, "kind": kind},
+                f"address request in pool {req.PoolID}",
+            )
+        )
         if not got:
             raise DriverError(f"netmaster returned no address from pool {req.PoolID}", 500)
         return {"Address": got, "Data": {}}
 
     def release_address(self, req: s.ReleaseAddress) -> dict[str, Any]:
         try:
-            self.master.release_address(req.PoolID, strip_len(req.Address))
+            self.master.release_address(
+                _model(
+                    AddressRelease,
+                    {"poolID": req.PoolID, "address": strip_len(req.Address)},
+                    f"address {req.Address} of pool {req.PoolID}",
+                )
+            )
         except MasterError as e:
             if e.status != 404:
                 raise
         return {}
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _model(model: type[M], fields: dict[str, Any], obj: str) -> M:
+    """A request to the master, or a refusal naming ``obj`` and each bad field."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as e:
+        problems = [
+            f"field {'.'.join(str(p) for p in err['loc']) or 'body'!r}: {err['msg']}"
+            for err in e.errors()
+        ]
+        raise DriverError(f"{obj}: {'; '.join(problems)}") from None
 
 
 def _truthy(value: Any) -> bool:

@@ -1,34 +1,49 @@
-"""A thin HTTP client for the netmaster's allocation and network API."""
+"""The agent's client of the netmaster: typed allocation and network calls over the shared
+transport (common.client), following the leader the masters elected."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import requests
+from pydantic import BaseModel, ValidationError
 
 from common import keys
-from common.records import parse_leader
+from common.client import (
+    API,
+    BAD_ANSWER,
+    LEADER_DEADLINE,
+    MasterError,
+    MasterTransport,
+    NoAnswer,
+)
+from common.models import (
+    AddressRelease,
+    AddressRequest,
+    Endpoint,
+    EndpointRequest,
+    Network,
+    PoolRequest,
+)
+from common.records import NetworkRecord, parse_leader
 from store import Store, StoreError
 
-API = "/api/v1"
-# With a leader callable, calls are retried this long: beyond a leader failover (the
-# default lease TTL of 10 s, plus 2 s).
-LEADER_DEADLINE = 20.0
-MAX_BACKOFF = 0.5
-# Answers that mean "try again, maybe elsewhere": the master could not reach the leader or
-# the store, or a proxy in between failed.
-_TRANSIENT = (502, 503, 504)
+__all__ = [
+    "LEADER_DEADLINE",
+    "MasterClient",
+    "MasterError",
+    "PoolGrant",
+    "leader_url_from_store",
+]
+
+M = TypeVar("M", bound=BaseModel)
 
 
-class MasterError(Exception):
-    """The master refused a request (its "error" text and HTTP status) or could not be reached."""
-
-    def __init__(self, message: str, status: int = 500) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
+def unreachable(failure: NoAnswer) -> str:
+    """How the agent words a request that got no answer (Docker shows it to the user)."""
+    return f"netmaster at {failure.url} is unreachable: {failure.reason}"
 
 
 def leader_url_from_store(store: Store) -> Callable[[], str | None]:
@@ -44,17 +59,21 @@ def leader_url_from_store(store: Store) -> Callable[[], str | None]:
     return current
 
 
+@dataclass(frozen=True)
+class PoolGrant:
+    """A pool the master reserved for Docker's RequestPool."""
+
+    pool_id: str
+    pool: str  # its CIDR
+    data: dict[str, str] = field(default_factory=dict)
+
+
 class MasterClient:
-    """One typed method per master call; retries connection errors and 5xx.
+    """One typed method per master call the agent makes.
 
-    Retrying is safe because every call is idempotent on the master: addresses by owner,
-    endpoints by endpoint ID, networks and pools by key.
-
-    Without ``leader``, a call makes at most ``retries`` attempts on ``base_url`` (a quick,
-    clear failure when the master is down). With ``leader`` (the current leader's URL from
-    the cluster state, or None), calls go to the leader, found again after a connection
-    error or a 502/503/504, and are retried with capped backoff until ``deadline`` seconds
-    have passed (default LEADER_DEADLINE), which outlasts a leader failover.
+    Without ``leader``, a call makes at most ``retries`` attempts on ``base_url``. With
+    ``leader`` (the current leader's URL from the cluster state, or None), calls follow the
+    leader until ``deadline`` seconds have passed (see common.client.MasterTransport).
     """
 
     def __init__(
@@ -67,166 +86,127 @@ class MasterClient:
         leader: Callable[[], str | None] | None = None,
         deadline: float | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
-        self.retries = max(1, retries)
-        self.backoff = backoff
-        self.session = session or requests.Session()
-        self.leader = leader
-        self.deadline = deadline if deadline is not None else (LEADER_DEADLINE if leader else None)
-        self._target: str | None = None  # the resolved master URL; None: resolve again
+        self.transport = MasterTransport(
+            base_url,
+            unreachable,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            session=session,
+            leader=leader,
+            deadline=deadline,
+        )
 
     def current_url(self) -> str:
         """The master URL calls go to: the leader when known, else ``base_url``."""
-        url = self._target
-        if url is None:
-            found = None
-            if self.leader is not None:
-                try:
-                    found = self.leader()
-                except Exception:
-                    found = None
-            url = self._target = (found or self.base_url).rstrip("/")
-        return url
+        return self.transport.current_url()
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        if self.deadline is not None:
-            return self._call_until(time.monotonic() + self.deadline, method, path, body)
-        url = f"{self.base_url}{API}{path}"
-        last: MasterError | None = None
-        for attempt in range(self.retries):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            try:
-                resp = self.session.request(method, url, json=body, timeout=self.timeout)
-            except requests.RequestException as e:
-                last = MasterError(f"netmaster at {self.base_url} is unreachable: {e}", 503)
-                continue
-            if resp.status_code >= 500:
-                last = _refusal(resp)
-                continue
-            if resp.status_code >= 400:
-                raise _refusal(resp)
-            return _json(resp, self.base_url, method, path)
-        assert last is not None
-        raise last
-
-    def _call_until(
-        self, deadline: float, method: str, path: str, body: dict[str, Any] | None
-    ) -> Any:
-        delay = self.backoff or 0.05
-        failures = 0  # other 5xx answers: a bug, not a failover; keep the old attempt limit
-        while True:
-            base = self.current_url()
-            remaining = deadline - time.monotonic()
-            try:
-                resp = self.session.request(
-                    method,
-                    f"{base}{API}{path}",
-                    json=body,
-                    timeout=min(self.timeout, max(remaining, 0.5)),
-                )
-            except requests.RequestException as e:
-                last = MasterError(f"netmaster at {base} is unreachable: {e}", 503)
-                self._target = None
-            else:
-                if resp.status_code in _TRANSIENT:
-                    last = _refusal(resp)
-                    self._target = None
-                elif resp.status_code >= 500:
-                    last = _refusal(resp)
-                    failures += 1
-                    if failures >= self.retries:
-                        raise last
-                elif resp.status_code >= 400:
-                    raise _refusal(resp)
-                else:
-                    return _json(resp, base, method, path)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise last
-            time.sleep(min(delay, remaining))
-            delay = min(delay * 2, MAX_BACKOFF)
+    def _call(self, method: str, path: str, body: BaseModel | dict[str, Any] | None = None) -> Any:
+        data = body.model_dump(by_alias=True, mode="json") if isinstance(body, BaseModel) else body
+        return self.transport.call(method, API + path, data)
 
     # --- pools and addresses (Docker IPAM) ---
-    def request_pool(
-        self,
-        address_space: str,
-        pool: str = "",
-        sub_pool: str = "",
-        v6: bool = False,
-        options: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
-        """Reserve a pool; returns {"poolID", "pool", "data"}."""
-        body = {
-            "addressSpace": address_space,
-            "pool": pool,
-            "subPool": sub_pool,
-            "v6": v6,
-            "options": options or {},
-        }
-        return self._call("POST", "/alloc/pools", body)
+    def request_pool(self, request: PoolRequest) -> PoolGrant:
+        """Reserve a pool (an existing identical one is shared)."""
+        got = _fields(self._call("POST", "/alloc/pools", request), "pool", "poolID", "pool")
+        data = got.get("data")
+        return PoolGrant(
+            pool_id=str(got["poolID"]),
+            pool=str(got["pool"]),
+            data={str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {},
+        )
 
     def release_pool(self, pool_id: str) -> None:
         self._call("DELETE", f"/alloc/pools/{pool_id}")
 
-    def request_address(self, pool_id: str, address: str, owner: str, kind: str = "") -> str:
+    def request_address(self, request: AddressRequest) -> str:
         """Allocate an address (idempotent by owner); returns "a.b.c.d/len"."""
-        body = {"poolID": pool_id, "address": address, "owner": owner, "kind": kind}
-        return str(self._call("POST", "/alloc/addresses", body)["address"])
+        got = self._call("POST", "/alloc/addresses", request)
+        return str(_fields(got, f"address in pool {request.poolID}", "address")["address"])
 
-    def release_address(self, pool_id: str, address: str) -> bool:
-        body = {"poolID": pool_id, "address": address}
-        return bool(self._call("POST", "/alloc/addresses/release", body).get("released"))
+    def release_address(self, request: AddressRelease) -> bool:
+        got = self._call("POST", "/alloc/addresses/release", request)
+        return bool(_fields(got, f"address {request.address}", "released")["released"])
 
     # --- endpoints ---
-    def create_endpoint(self, request: dict[str, Any]) -> dict[str, Any]:
+    def create_endpoint(self, request: EndpointRequest) -> Endpoint:
         """Create an endpoint with its addresses (idempotent by endpointID)."""
-        return self._call("POST", "/alloc/endpoints", request)
+        got = self._call("POST", "/alloc/endpoints", request)
+        return _answer(Endpoint, got, f"endpoint {request.endpointID}")
 
-    def get_endpoint(self, endpoint_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/endpoints/{endpoint_id}")
+    def get_endpoint(self, endpoint_id: str) -> Endpoint:
+        got = self._call("GET", f"/endpoints/{endpoint_id}")
+        return _answer(Endpoint, got, f"endpoint {endpoint_id}")
 
-    def delete_endpoint(self, endpoint_id: str) -> dict[str, Any]:
-        return self._call("DELETE", f"/alloc/endpoints/{endpoint_id}")
+    def delete_endpoint(self, endpoint_id: str) -> Endpoint:
+        got = self._call("DELETE", f"/alloc/endpoints/{endpoint_id}")
+        return _answer(Endpoint, got, f"endpoint {endpoint_id}")
 
-    def list_endpoints(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/endpoints"))
+    def list_endpoints(self) -> list[Endpoint]:
+        return [_answer(Endpoint, e, "endpoint") for e in _list(self._call("GET", "/endpoints"))]
 
     # --- networks ---
-    def create_network(self, network: dict[str, Any]) -> dict[str, Any]:
-        key = f"{network.get('tenantName') or 'default'}:{network['networkName']}"
-        return self._call("POST", f"/networks/{key}", network)
+    def create_network(self, network: Network) -> Network:
+        got = self._call("POST", f"/networks/{network.id}", network)
+        return _answer(Network, got, f"network {network.id}")
 
-    def get_network(self, tenant: str, name: str) -> dict[str, Any]:
-        return self._call("GET", f"/networks/{tenant}:{name}")
+    def get_network(self, tenant: str, name: str) -> Network:
+        got = self._call("GET", f"/networks/{tenant}:{name}")
+        return _answer(Network, got, f"network {tenant}:{name}")
 
-    def list_networks(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/networks"))
+    def list_networks(self) -> list[Network]:
+        return [_answer(Network, n, "network") for n in _list(self._call("GET", "/networks"))]
 
-    def inspect_network(self, tenant: str, name: str) -> dict[str, Any]:
-        """Config and oper state (the allocated pkt-tag is in Oper)."""
-        return self._call("GET", f"/inspect/networks/{tenant}:{name}")
+    def inspect_network(self, tenant: str, name: str) -> NetworkRecord:
+        """A network's config with what the master chose for it (its tag and pools)."""
+        what = f"network {tenant}:{name}"
+        got = _fields(self._call("GET", f"/inspect/networks/{tenant}:{name}"), what, "Config")
+        oper = got.get("Oper") if isinstance(got.get("Oper"), dict) else {}
+        try:
+            return NetworkRecord.from_json(
+                {
+                    "config": got["Config"],
+                    "pktTag": oper.get("pktTag"),
+                    "ipv4Pool": oper.get("ipv4Pool"),
+                    "ipv6Pool": oper.get("ipv6Pool"),
+                }
+            )
+        except (ValueError, TypeError) as e:
+            raise _bad_answer(what, e) from None
 
-    def rename_network(self, tenant: str, name: str, new_name: str) -> dict[str, Any]:
-        return self._call("POST", f"/networks/{tenant}:{name}/rename", {"networkName": new_name})
+    def rename_network(self, tenant: str, name: str, new_name: str) -> Network:
+        got = self._call("POST", f"/networks/{tenant}:{name}/rename", {"networkName": new_name})
+        return _answer(Network, got, f"network {tenant}:{name}")
 
     def delete_network(self, tenant: str, name: str) -> None:
         self._call("DELETE", f"/networks/{tenant}:{name}")
 
 
-def _refusal(resp: requests.Response) -> MasterError:
-    try:
-        message = str(resp.json().get("error") or resp.text)
-    except (ValueError, AttributeError):
-        message = resp.text.strip() or resp.reason or f"HTTP {resp.status_code}"
-    return MasterError(message, resp.status_code)
+def _bad_answer(what: str, problem: object) -> MasterError:
+    return MasterError(
+        f"{what}: netmaster's answer is not what its API promises: {problem}", BAD_ANSWER
+    )
 
 
-def _json(resp: requests.Response, base: str, method: str, path: str) -> Any:
+def _answer(model: type[M], data: Any, what: str) -> M:
+    """The master's answer as ``model``; a MasterError if it is something else."""
     try:
-        return resp.json()
-    except ValueError:
-        raise MasterError(
-            f"netmaster at {base} sent a non-JSON reply to {method} {path}", 502
-        ) from None
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise _bad_answer(what, e) from None
+
+
+def _fields(data: Any, what: str, *names: str) -> dict[str, Any]:
+    """The master's answer as a JSON object with at least ``names``."""
+    if not isinstance(data, dict):
+        raise _bad_answer(what, "not a JSON object")
+    missing = [n for n in names if n not in data]
+    if missing:
+        raise _bad_answer(what, f"no {', '.join(missing)}")
+    return data
+
+
+def _list(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        raise _bad_answer("list", "not a JSON array")
+    return data

@@ -8,27 +8,32 @@ import time
 from pathlib import Path
 
 from common import keys
-from common.records import HostRecord
+from common.models import Endpoint, GlobalSettings
+from common.records import HostRecord, decode_endpoint, encode_config, encode_endpoint
 from datapath.pipeline import RemoteEndpointState
-from plugin.cluster import HostRegistration, PrefixMirror, peers, remote_endpoints
+from plugin.cluster import ClusterView, HostRegistration, PrefixMirror, peers, remote_endpoints
 from store.embedded import EmbeddedStore
 
 
-def ep(eid: str, host: str, net: str = "n1", tenant: str = "default", **kw: str) -> dict:
-    return {
-        "endpointID": eid,
-        "host": host,
-        "tenantName": tenant,
-        "networkName": net,
-        "macAddress": kw.get("mac", "02:42:0a:00:00:02"),
-        "ipAddress": kw.get("ip", "10.0.0.2"),
-        "ipv6Address": kw.get("ipv6", ""),
-    }
+def ep(eid: str, host: str, net: str = "n1", tenant: str = "default", **kw: str) -> Endpoint:
+    return Endpoint(
+        endpointID=eid,
+        host=host,
+        tenantName=tenant,
+        networkName=net,
+        macAddress=kw.get("mac", "02:42:0a:00:00:02"),
+        ipAddress=kw.get("ip", "10.0.0.2"),
+        ipv6Address=kw.get("ipv6", ""),
+    )
+
+
+def hosts(**vtep: str) -> dict[str, HostRecord]:
+    return {h: HostRecord(h, vtep_ip=v) for h, v in vtep.items()}
 
 
 def test_peers_are_live_hosts_and_hosts_that_still_have_endpoints() -> None:
-    live = {"h1": {"vtepIP": "192.168.1.1"}, "h2": {"vtepIP": "192.168.1.2"}, "h4": {}}
-    vteps = {"h3": {"vtepIP": "192.168.1.3"}, "h5": {"vtepIP": "192.168.1.5"}}
+    live = hosts(h1="192.168.1.1", h2="192.168.1.2", h4="")
+    vteps = hosts(h3="192.168.1.3", h5="192.168.1.5")
     eps = [ep("a", "h3"), ep("b", "h1"), ep("c", "h6")]
     # h3's agent is down but its containers run: it keeps its tunnel, at its last VTEP.
     # h4 has no VTEP; h5 is gone with no endpoint; h6 never told its VTEP.
@@ -100,3 +105,33 @@ def test_registration_comes_back_when_its_lease_is_lost(tmp_path: Path) -> None:
             )
         finally:
             reg.stop()
+
+
+def test_mirror_decodes_records_and_leaves_out_what_does_not_decode(tmp_path: Path) -> None:
+    good = ep("a", "h2")
+    with EmbeddedStore(str(tmp_path / "state.db")) as store:
+        store.put(keys.endpoint("default", "n1", "a"), encode_endpoint(good))
+        store.put(keys.endpoint("default", "n1", "b"), b"{not json")
+        mirror = PrefixMirror(store, keys.ENDPOINTS, lambda: None, decode_endpoint).start()
+        try:
+            assert mirror.synced.wait(5)
+            assert mirror.values() == {"default/n1/a": good}
+            # A record that stops decoding leaves the view; the mirror keeps following.
+            store.put(keys.endpoint("default", "n1", "a"), b'{"endpointID": "a"}')
+            store.put(keys.endpoint("default", "n1", "c"), encode_endpoint(ep("c", "h3")))
+            assert _wait(lambda: list(mirror.values()) == ["default/n1/c"])
+        finally:
+            mirror.stop()
+
+
+def test_cluster_view_reads_the_arp_mode_from_the_global_settings(tmp_path: Path) -> None:
+    with EmbeddedStore(str(tmp_path / "state.db")) as store:
+        view = ClusterView(store, lambda: None).start()
+        try:
+            assert view.wait_synced(5)
+            assert view.arp_mode() == "proxy"  # no settings yet
+            store.put(keys.GLOBAL, encode_config(GlobalSettings(arpMode="flood")))
+            assert _wait(lambda: view.arp_mode() == "flood")
+            assert _wait(lambda: isinstance(view.globals.values().get(""), GlobalSettings))
+        finally:
+            view.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from common.records import NetworkRecord
 from plugin.docker_sync import (
     ClusterNetwork,
     DockerNetwork,
@@ -77,5 +78,5 @@ def test_cluster_network_from_a_store_record() -> None:
         },
         "pktTag": 7,
     }
-    net = cluster_network(record)
+    net = cluster_network(NetworkRecord.from_json(record))
     assert net.key == ("default", "net1") and net.internal and net.docker_id == "f" * 64

@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from common import keys
+from common.models import Endpoint, EndpointRequest
 from plugin.master_client import MasterClient, MasterError, leader_url_from_store
 from store.embedded import EmbeddedStore
 
@@ -49,7 +50,8 @@ class FakeSession:
 
 
 def ok(body: Any = None) -> Behaviour:
-    return lambda m, u, b: answer(200, body if body is not None else {"ok": u})
+    """A success; by default the answer to the calls these tests make (a list of networks)."""
+    return lambda m, u, b: answer(200, body if body is not None else [])
 
 
 def status(code: int, error: str = "") -> Behaviour:
@@ -110,9 +112,11 @@ def test_failover_switches_to_the_new_leader() -> None:
         leader.url = "http://new"  # meanwhile a new leader took over
         return refused(method, url, body)
 
-    session = FakeSession({"http://old": [old_dies], "http://new": [ok({"endpointID": "e1"})]})
+    created = {"endpointID": "e1", "tenantName": "default", "networkName": "n"}
+    session = FakeSession({"http://old": [old_dies], "http://new": [ok(created)]})
     client = MasterClient("http://base", backoff=0.01, session=session, leader=leader)  # type: ignore[arg-type]
-    assert client.create_endpoint({"endpointID": "e1"}) == {"endpointID": "e1"}
+    request = EndpointRequest(endpointID="e1", networkName="n")
+    assert client.create_endpoint(request) == Endpoint.model_validate(created)
     assert session.hosts() == ["http://old", "http://new"]
     assert session.calls[-1] == ("POST", "http://new/api/v1/alloc/endpoints")
 
@@ -204,3 +208,29 @@ def test_leader_url_from_store(tmp_path: Path) -> None:
         assert current() is None  # a store error means "not known", never an exception
     finally:
         store.close()
+
+
+def test_a_refusal_carries_the_masters_object_and_reason() -> None:
+    body = {"error": "network default:n: not found", "object": "network default:n", "reason": "x"}
+    session = FakeSession({"http://m": [lambda m, u, b: answer(404, body)]})
+    client = MasterClient("http://m", session=session)  # type: ignore[arg-type]
+    with pytest.raises(MasterError) as info:
+        client.get_network("default", "n")
+    e = info.value
+    assert (e.status, e.message, e.obj, e.reason) == (404, body["error"], body["object"], "x")
+
+
+def test_an_answer_that_is_not_what_the_api_promises_is_a_502() -> None:
+    session = FakeSession({"http://m": [ok({"networkName": 7})]})
+    client = MasterClient("http://m", session=session)  # type: ignore[arg-type]
+    with pytest.raises(MasterError) as info:
+        client.get_network("default", "n")
+    assert info.value.status == 502
+    assert info.value.message.startswith("network default:n: netmaster's answer is not")
+    assert len(session.calls) == 1  # a wrong answer is not retried
+
+
+def test_a_host_port_netmaster_url_is_accepted() -> None:
+    session = FakeSession({"http://m:9999": [ok()]})
+    MasterClient("m:9999/", session=session).list_networks()  # type: ignore[arg-type]
+    assert session.calls == [("GET", "http://m:9999/api/v1/networks")]

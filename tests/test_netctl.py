@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
+from real_master import real_master
 
 from netctl import __version__
 from netctl.cli import main, render_table
@@ -653,48 +654,19 @@ def test_usage_errors_exit_2(
     assert fake.calls == []
 
 
-# --- against the real master app, when its store backend is importable ---
-
-
-class FlaskSession(requests.Session):
-    """Route requests into a Flask app's test client instead of the network."""
-
-    def __init__(self, app: Any) -> None:
-        super().__init__()
-        self.client = app.test_client()
-
-    def request(  # type: ignore[override]
-        self,
-        method: str,
-        url: str,
-        params: dict[str, str] | None = None,
-        json: Any = None,
-        timeout: float | None = None,
-        **kwargs: Any,
-    ) -> requests.Response:
-        r = self.client.open(urlsplit(url).path, method=method, json=json, query_string=params)
-        return _response(r.status_code, None, url, r.data)
+# --- against the real master app ---
 
 
 @pytest.fixture
-def master_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FlaskSession]:
+def master_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[requests.Session]:
+    """A session into the real master; a master that cannot be built fails the test."""
     monkeypatch.delenv("NETMASTER", raising=False)
-    try:
-        from master.app import create_app
-        from master.service import ClusterState
-        from store import open_store
-
-        store = open_store(None, str(tmp_path))
-        state = ClusterState(store)
-        state.ensure_defaults()
-    except Exception as e:  # the store backend is developed separately
-        pytest.skip(f"master store backend unavailable: {e}")
-    yield FlaskSession(create_app(state))
-    store.close()
+    with real_master(tmp_path) as master:
+        yield master.session()
 
 
 def test_against_real_master_app(
-    capsys: pytest.CaptureFixture[str], master_session: FlaskSession
+    capsys: pytest.CaptureFixture[str], master_session: requests.Session
 ) -> None:
     s = master_session
     assert run(capsys, ["tenant", "create", "blue"], s) == (0, "", "")

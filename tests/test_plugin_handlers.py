@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import ipaddress
-import json
 import socket
 from typing import Any
 
 import pytest
+from docker_plugin import EID, GW_OPTS, NID, FakeDatapath, call
 from flask.testing import FlaskClient
 
+from common.models import (
+    AddressRelease,
+    AddressRequest,
+    Endpoint,
+    EndpointRequest,
+    Network,
+    PoolRequest,
+)
+from common.records import NetworkRecord
 from plugin.app import create_app
 from plugin.driver import Driver
-from plugin.master_client import MasterClient, MasterError
-
-NID = "f" * 64
-EID = "e" * 64
-GW_OPTS = {"RequestAddressType": "com.docker.network.gateway"}
+from plugin.master_client import MasterClient, MasterError, PoolGrant
 
 
 class FakeMaster:
-    """The master's allocation API in memory, with the same idempotency and refusals."""
+    """The master's allocation API in memory, with the same idempotency and refusals.
+
+    It keeps its objects as the master's JSON; tests/test_driver_contract.py runs the same
+    flows against the real control plane."""
 
     def __init__(self) -> None:
         self.networks: dict[str, dict[str, Any]] = {}
@@ -34,19 +42,20 @@ class FakeMaster:
         if self.down:
             raise MasterError("netmaster at http://fake is unreachable: connection refused", 503)
 
-    def request_pool(self, space: str, pool: str, sub: str, v6: bool, opts: Any) -> dict[str, Any]:
+    def request_pool(self, req: PoolRequest) -> PoolGrant:
         self._check()
-        pool = pool or "10.99.0.0/24"
-        pid = f"{space}:{pool}"
+        pool = req.pool or "10.99.0.0/24"
+        pid = f"{req.addressSpace}:{pool}"
         self.pools.setdefault(pid, {"cidr": pool, "used": {}})
-        return {"poolID": pid, "pool": pool, "data": {}}
+        return PoolGrant(pid, pool)
 
     def release_pool(self, pool_id: str) -> None:
         self._check()
         if self.pools.pop(pool_id, None) is None:
             raise MasterError(f"pool {pool_id}: not found", 404)
 
-    def request_address(self, pool_id: str, address: str, owner: str, kind: str = "") -> str:
+    def request_address(self, req: AddressRequest) -> str:
+        pool_id, address, owner = req.poolID, req.address, req.owner
         self._check()
         if pool_id not in self.pools:
             raise MasterError(f"pool {pool_id}: not found", 404)
@@ -64,60 +73,64 @@ class FakeMaster:
         self.owners[owner] = got
         return f"{got}/{net.prefixlen}"
 
-    def release_address(self, pool_id: str, address: str) -> bool:
+    def release_address(self, req: AddressRelease) -> bool:
         self._check()
-        owner = self.pools.get(pool_id, {"used": {}})["used"].pop(address, None)
+        owner = self.pools.get(req.poolID, {"used": {}})["used"].pop(req.address, None)
         self.owners.pop(owner or "", None)
         return owner is not None
 
-    def create_network(self, network: dict[str, Any]) -> dict[str, Any]:
+    def create_network(self, network: Network) -> Network:
         self._check()
-        n = {"gateway": "", "ipv6Subnet": "", "ipv6Gateway": "", "internal": False, **network}
-        self.networks[f"{n['tenantName']}:{n['networkName']}"] = n
+        n = network.dump()
+        self.networks[network.id] = n
         if n.get("subnet"):
             self.pools.setdefault(
                 f"{n['tenantName']}:{n['subnet']}", {"cidr": n["subnet"], "used": {}}
             )
-        return n
+        return network
 
-    def get_network(self, tenant: str, name: str) -> dict[str, Any]:
+    def _network(self, tenant: str, name: str) -> dict[str, Any]:
         self._check()
         try:
             return self.networks[f"{tenant}:{name}"]
         except KeyError:
             raise MasterError(f"network {tenant}:{name}: not found", 404) from None
 
-    def list_networks(self) -> list[dict[str, Any]]:
+    def get_network(self, tenant: str, name: str) -> Network:
+        return Network.model_validate(self._network(tenant, name))
+
+    def list_networks(self) -> list[Network]:
         self._check()
-        return list(self.networks.values())
+        return [Network.model_validate(n) for n in self.networks.values()]
 
-    def inspect_network(self, tenant: str, name: str) -> dict[str, Any]:
-        n = self.get_network(tenant, name)
+    def inspect_network(self, tenant: str, name: str) -> NetworkRecord:
+        n = self._network(tenant, name)
         pool = f"{n['tenantName']}:{n['subnet']}" if n.get("subnet") else ""
-        return {"Config": n, "Oper": {"pktTag": 1, "ipv4Pool": pool, "ipv6Pool": ""}}
+        return NetworkRecord(Network.model_validate(n), n["encap"], 1, pool, "")
 
-    def rename_network(self, tenant: str, name: str, new_name: str) -> dict[str, Any]:
+    def rename_network(self, tenant: str, name: str, new_name: str) -> Network:
         self._check()
         net = self.networks.pop(f"{tenant}:{name}")
         net["networkName"] = new_name
         self.networks[f"{tenant}:{new_name}"] = net
-        return net
+        return Network.model_validate(net)
 
     def delete_network(self, tenant: str, name: str) -> None:
         self._check()
         if self.networks.pop(f"{tenant}:{name}", None) is None:
             raise MasterError(f"network {tenant}:{name}: not found", 404)
 
-    def create_endpoint(self, req: dict[str, Any]) -> dict[str, Any]:
+    def create_endpoint(self, request: EndpointRequest) -> Endpoint:
         self._check()
+        req = request.model_dump()
         eid = req["endpointID"]
         if eid in self.endpoints:
-            return self.endpoints[eid]
-        n = self.get_network(req["tenantName"], req["networkName"])
+            return Endpoint.model_validate(self.endpoints[eid])
+        n = self._network(req["tenantName"], req["networkName"])
         pid = f"{n['tenantName']}:{n['subnet']}"
         used = self.pools[pid]["used"]
-        ip = req["ipAddress"]
-        adoptable = req.get("adoptAddress") and not str(used.get(ip, "ep:")).startswith(
+        ip = req.pop("ipAddress")
+        adoptable = req.pop("adoptAddress") and not str(used.get(ip, "ep:")).startswith(
             ("ep:", "gateway")
         )
         if ip and ip in used and not adoptable:
@@ -128,51 +141,22 @@ class FakeMaster:
         used[ip] = f"ep:{eid}"
         ep = {**req, "ipAddress": ip, "ipv4Pool": pid}
         self.endpoints[eid] = ep
-        return ep
+        return Endpoint.model_validate(ep)
 
-    def get_endpoint(self, endpoint_id: str) -> dict[str, Any]:
+    def get_endpoint(self, endpoint_id: str) -> Endpoint:
         self._check()
         if endpoint_id not in self.endpoints:
             raise MasterError(f"endpoint {endpoint_id}: not found", 404)
-        return self.endpoints[endpoint_id]
+        return Endpoint.model_validate(self.endpoints[endpoint_id])
 
-    def delete_endpoint(self, endpoint_id: str) -> dict[str, Any]:
+    def delete_endpoint(self, endpoint_id: str) -> Endpoint:
         self._check()
         ep = self.endpoints.pop(endpoint_id, None)
         if ep is None:
             raise MasterError(f"endpoint {endpoint_id}: not found", 404)
         self.pools[ep["ipv4Pool"]]["used"].pop(ep["ipAddress"], None)
         self.deleted_endpoints.append(endpoint_id)
-        return ep
-
-
-class FakeDatapath:
-    def __init__(self) -> None:
-        self.ports: dict[str, dict[str, Any]] = {}
-        self.fail = False
-        self.removed_networks: list[str] = []
-        self.published: dict[str, list[Any]] = {}
-
-    def create_endpoint_port(
-        self, endpoint_id: str, network: dict[str, Any], mac: str, ipv4: str, ipv6: str, mtu: int
-    ) -> str:
-        if self.fail:
-            raise RuntimeError("ovs-vsctl add-port failed")
-        name = f"vport{endpoint_id[:8]}"
-        self.ports[endpoint_id] = {"name": name, "mac": mac, "ipv4": ipv4, "mtu": mtu}
-        return name
-
-    def delete_endpoint_port(self, endpoint_id: str) -> None:
-        self.ports.pop(endpoint_id, None)
-
-    def remove_network(self, network_id: str) -> None:
-        self.removed_networks.append(network_id)
-
-    def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]:
-        return {"port": self.ports.get(endpoint_id, {}).get("name", "")}
-
-    def publish(self, endpoint_id: str, mappings: list[Any]) -> None:
-        self.published[endpoint_id] = list(mappings)
+        return Endpoint.model_validate(ep)
 
 
 @pytest.fixture
@@ -189,14 +173,6 @@ def datapath() -> FakeDatapath:
 def client(master: FakeMaster, datapath: FakeDatapath) -> FlaskClient:
     driver = Driver(master, datapath, host="host1")  # type: ignore[arg-type]
     return create_app(driver).test_client()
-
-
-def call(client: FlaskClient, method: str, body: Any = None, raw: bytes | None = None) -> Any:
-    """POST like Docker does: no Content-Type, the plugin Accept header."""
-    data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
-    return client.post(
-        f"/{method}", data=data, headers={"Accept": "application/vnd.docker.plugins.v1.2+json"}
-    )
 
 
 def create_network(client: FlaskClient, internal: bool = False, **generic: str) -> None:
@@ -517,7 +493,7 @@ def test_network_takes_its_docker_name() -> None:
     known[NID] = "frontend"
     r = create_endpoint(client, {"Address": "10.5.0.7/24"})
     assert r.status_code == 200, r.get_json()
-    assert master.get_network("default", "frontend")["dockerNetworkID"] == NID
+    assert master.get_network("default", "frontend").dockerNetworkID == NID
     assert master.endpoints[EID]["networkName"] == "frontend"
 
 
@@ -565,7 +541,7 @@ def test_a_cluster_network_joins_docker_on_another_host(
     client: FlaskClient, master: FakeMaster
 ) -> None:
     master.create_network(
-        {"tenantName": "blue", "networkName": "web", "subnet": "10.7.0.0/24", "gateway": "10.7.0.1"}
+        Network(tenantName="blue", networkName="web", subnet="10.7.0.0/24", gateway="10.7.0.1")
     )
     pool = request_mirror_pool(client).get_json()
     assert pool == {"PoolID": "blue:10.7.0.0/24", "Pool": "10.7.0.0/24", "Data": {}}
@@ -609,7 +585,7 @@ def test_joining_a_network_the_cluster_does_not_have_is_refused(client: FlaskCli
 def test_restarted_plugin_finds_a_joined_network_through_dockers_options(
     master: FakeMaster, datapath: FakeDatapath
 ) -> None:
-    master.create_network({"tenantName": "blue", "networkName": "web", "subnet": "10.7.0.0/24"})
+    master.create_network(Network(tenantName="blue", networkName="web", subnet="10.7.0.0/24"))
     driver = Driver(master, datapath, host="h1", docker_options={NID: dict(MIRROR_OPTS)}.get)  # type: ignore[arg-type]
     client = create_app(driver).test_client()  # a fresh driver: nothing in memory
     r = create_endpoint(client, {"Address": "10.7.0.9/24"})

@@ -1,0 +1,51 @@
+"""Talking to the plugin as Docker does, and a datapath that only remembers what it was told."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask.testing import FlaskClient
+
+from common.models import Network
+
+NID = "f" * 64
+EID = "e" * 64
+GW_OPTS = {"RequestAddressType": "com.docker.network.gateway"}
+
+
+def call(client: FlaskClient, method: str, body: Any = None, raw: bytes | None = None) -> Any:
+    """POST like Docker does: no Content-Type, the plugin Accept header."""
+    data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
+    return client.post(
+        f"/{method}", data=data, headers={"Accept": "application/vnd.docker.plugins.v1.2+json"}
+    )
+
+
+class FakeDatapath:
+    def __init__(self) -> None:
+        self.ports: dict[str, dict[str, Any]] = {}
+        self.fail = False
+        self.removed_networks: list[str] = []
+        self.published: dict[str, list[Any]] = {}
+
+    def create_endpoint_port(
+        self, endpoint_id: str, network: Network, mac: str, ipv4: str, ipv6: str, mtu: int
+    ) -> str:
+        if self.fail:
+            raise RuntimeError("ovs-vsctl add-port failed")
+        name = f"vport{endpoint_id[:8]}"
+        self.ports[endpoint_id] = {"name": name, "mac": mac, "ipv4": ipv4, "mtu": mtu}
+        return name
+
+    def delete_endpoint_port(self, endpoint_id: str) -> None:
+        self.ports.pop(endpoint_id, None)
+
+    def remove_network(self, network_id: str) -> None:
+        self.removed_networks.append(network_id)
+
+    def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]:
+        return {"port": self.ports.get(endpoint_id, {}).get("name", "")}
+
+    def publish(self, endpoint_id: str, mappings: list[Any]) -> None:
+        self.published[endpoint_id] = list(mappings)
