@@ -15,6 +15,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from .wait import wait_for
+
 ETCD_BINARY = os.environ.get("ETCD_BINARY", "/usr/bin/etcd")
 
 
@@ -123,16 +125,16 @@ class EtcdServer:
         self.wait_healthy(timeout)
 
     def wait_healthy(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
+        def healthy() -> bool:
             if self.proc is None or self.proc.poll() is not None:
                 raise RuntimeError(f"etcd exited during start-up:\n{self.log_tail()}")
-            if self._healthy():
-                return
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"etcd not healthy after {timeout}s:\n{self.log_tail()}")
-            time.sleep(0.05)
+            return self._healthy()
+
+        try:
+            wait_for(healthy, timeout, "etcd serves a linearizable read", interval=0.05)
+        except TimeoutError as e:
+            self.kill()
+            raise RuntimeError(f"{e}:\n{self.log_tail()}") from None
 
     def _call(self, path: str, body: dict[str, object], timeout: float = 5.0) -> dict[str, object]:
         """POST to etcd's JSON gateway (stdlib only: never the code under test)."""
@@ -183,7 +185,7 @@ class EtcdServer:
         """Stop, stay down ``down_for`` seconds, start again on the same ports and data."""
         self.stop()
         if down_for:
-            time.sleep(down_for)
+            time.sleep(down_for)  # the outage itself: its length is what the caller asks for
         self.start()
 
     def log_tail(self, lines: int = 30) -> str:

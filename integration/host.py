@@ -11,10 +11,11 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import docker
+
+from .wait import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST_DAEMONS_SCRIPT = ROOT / "scripts" / "host-daemons.sh"
@@ -103,15 +104,17 @@ def restart_dockerd(timeout: float = 90.0) -> None:
     """
     pid = read_pid(PIDFILES["dockerd"])
     containerd = read_pid(MANAGED_CONTAINERD_PIDFILE)
-    if pid is not None:
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for p in (pid, containerd):
-        while p is not None and _alive(p):
-            if time.monotonic() > deadline:
-                raise HostSetupError(f"process {p} did not exit within {timeout}s of SIGTERM")
-            time.sleep(0.2)
-    ensure_host_daemons(force=True)
+    try:
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+        wait_for(
+            lambda: not any(p is not None and _alive(p) for p in (pid, containerd)),
+            timeout,
+            f"dockerd {pid} and its containerd {containerd} exit after SIGTERM",
+            interval=0.2,
+        )
+    finally:
+        ensure_host_daemons(force=True)  # also when the wait failed: never leave it stopped
 
 
 def restart_ovs_vswitchd(cleanup: bool = True, timeout: float = 30.0) -> None:
@@ -119,13 +122,15 @@ def restart_ovs_vswitchd(cleanup: bool = True, timeout: float = 30.0) -> None:
     reboot), wait for it to exit, and start it again."""
     pid = read_pid(PIDFILES["ovs-vswitchd"])
     cmd = ["ovs-appctl", "-t", "ovs-vswitchd", "exit", *(["--cleanup"] if cleanup else [])]
-    subprocess.run(cmd, capture_output=True, timeout=timeout, check=True)
-    deadline = time.monotonic() + timeout
-    while pid is not None and _alive(pid):
-        if time.monotonic() > deadline:
-            raise HostSetupError(f"ovs-vswitchd {pid} did not exit within {timeout}s")
-        time.sleep(0.1)
-    ensure_host_daemons(force=True)
+    try:
+        subprocess.run(cmd, capture_output=True, timeout=timeout, check=True)
+        wait_for(
+            lambda: pid is None or not _alive(pid),
+            timeout,
+            f"ovs-vswitchd {pid} exits after ovs-appctl exit",
+        )
+    finally:
+        ensure_host_daemons(force=True)  # also when the stop failed: never leave it stopped
 
 
 def _alive(pid: int) -> bool:

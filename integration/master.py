@@ -8,10 +8,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import requests
+
+from .wait import wait_for
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -59,20 +60,27 @@ class MasterProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("NETMASTER_")}
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def answers() -> bool:
+            if proc.poll() is not None:
                 raise RuntimeError(
-                    f"netmaster exited with {self.proc.returncode}:\n{self.log.read_text()}"
+                    f"netmaster exited with {proc.returncode}:\n{self.log.read_text()}"
                 )
             try:
-                if requests.get(self.url + "/version", timeout=1).ok:
-                    return self
+                return requests.get(self.url + "/version", timeout=1).ok
             except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"netmaster did not come up in {timeout}s:\n{self.log.read_text()}")
+                return False
+
+        try:
+            wait_for(answers, timeout, f"netmaster answers GET {self.url}/version")
+        except TimeoutError as e:
+            self.stop()
+            raise RuntimeError(f"{e}:\n{self.log.read_text()}") from None
+        return self
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
         if self.proc is None:
@@ -86,14 +94,14 @@ class MasterProcess:
                 self.proc.wait()
         code = self.proc.returncode
         self.proc = None
+
         # After SIGKILL of the arbiter its orphaned worker keeps serving until it notices
         # (about a second); wait until the port is really free so a restart is not fooled.
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def port_free() -> bool:
             with socket.socket() as s:
-                if s.connect_ex((self.host, self.port)) != 0:
-                    break
-            time.sleep(0.1)
+                return s.connect_ex((self.host, self.port)) != 0
+
+        wait_for(port_free, timeout, f"nothing listens on {self.host}:{self.port} any more")
         return code
 
     def kill(self) -> None:

@@ -25,17 +25,20 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import requests
 
+from common import keys
+from store import Store, open_store
+
 from .etcd import EtcdServer
 from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, read_pid
 from .master import MasterProcess
 from .ovs import OvsInstance, stop_pid
+from .wait import wait_for
 
 BIN = Path(sys.executable).parent
 SUBNET = "192.168.77"
@@ -48,17 +51,6 @@ def sh(*cmd: str, check: bool = True, timeout: float = 60) -> subprocess.Complet
     if check and res.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr or res.stdout}")
     return res
-
-
-def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} within {timeout}s")
-        time.sleep(interval)
 
 
 def veth_into(netns: str, ns_end: str, root_end: str, bridge: str) -> None:
@@ -231,9 +223,12 @@ class SimHost:
         )
 
     def _agent_alive(self) -> bool:
-        if self.agent is None or self.agent.poll() is not None:
+        if not self.agent_running():
             raise RuntimeError(f"{self.name}: netplugin exited:\n{self.log_tail()}")
         return True
+
+    def agent_running(self) -> bool:
+        return self.agent is not None and self.agent.poll() is None
 
     def stop_agent(self, sig: int = signal.SIGTERM) -> None:
         stop_pid(self.agent, sig)
@@ -250,6 +245,19 @@ class SimHost:
 
     def tunnels(self) -> set[str]:
         return {p for p in self.ovs_ports() if p.startswith("vx")}
+
+    @property
+    def tunnel(self) -> str:
+        """The name of the tunnel port that the other hosts have to this one."""
+        return f"vx{bytes(int(o) for o in self.vtep_ip.split('.')).hex()}"
+
+    def netplugin_networks(self) -> set[str]:
+        """The networks of this host's dockerd that netplugin drives."""
+        out = self.docker("network", "ls", "--filter", "driver=netplugin", "--format", "{{.Name}}")
+        return set(out.split())
+
+    def test_containers(self) -> list[str]:
+        return self.docker("ps", "-aq", "--filter", f"label={TEST_LABEL}").split()
 
     def stop(self) -> None:
         # Containers first (their endpoints), while the agent still answers dockerd.
@@ -299,6 +307,14 @@ def sweep_stale_labs(tag: str) -> list[str]:
     return removed
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """What a test found: the cluster's networks, and each host's netplugin docker networks."""
+
+    networks: set[str]
+    docker_networks: dict[str, set[str]]
+
+
 class Cluster:
     """etcd, two masters and ``n`` hosts with their own OVS, dockerd and agent."""
 
@@ -322,6 +338,7 @@ class Cluster:
         ]
         self.hosts = [SimHost(i + 1, self.tag, workdir / f"h{i + 1}") for i in range(hosts)]
         self._rules: list[list[str]] = []
+        self._store: Store | None = None
 
     @property
     def master_url(self) -> str:
@@ -341,7 +358,7 @@ class Cluster:
                 h.start_dockerd()
                 h.load_image()
             for h in self.hosts:
-                h.start_agent(self.etcd.endpoint, self.master_url)
+                self.start_agent(h)
             self.wait_tunnels()
         except BaseException:
             self.stop()
@@ -374,10 +391,100 @@ class Cluster:
     def wait_tunnels(self, timeout: float = 30) -> None:
         """Every host has a tunnel to every other one."""
         for h in self.hosts:
+            peers = {o.tunnel for o in self.hosts if o is not h}
             wait_for(
-                lambda h=h: len(h.tunnels()) == len(self.hosts) - 1,
+                lambda h=h, peers=peers: h.tunnels() == peers,
                 timeout,
-                f"{h.name}: tunnels to its {len(self.hosts) - 1} peers ({h.tunnels()})",
+                f"{h.name}: tunnels to its {len(peers)} peers {sorted(peers)}",
+                last=h.tunnels,
+            )
+
+    def store(self) -> Store:
+        """The cluster store (etcd), read through the store API as the agents read it."""
+        if self._store is None:
+            self._store = open_store([self.etcd.endpoint], str(self.workdir / "unused-store"))
+        return self._store
+
+    def registered(self, host: SimHost) -> bool:
+        """Whether ``host`` is a live host: its registration (bound to a lease of the host
+        TTL, refreshed by its agent) is in the store. Every agent's cluster view reads it."""
+        return self.store().get(keys.host(host.name)) is not None
+
+    def start_agent(self, host: SimHost) -> None:
+        host.start_agent(self.etcd.endpoint, self.master_url)
+
+    def ensure_agent(self, host: SimHost) -> None:
+        """Start ``host``'s agent again if it was stopped or killed."""
+        if not host.agent_running():
+            host.stop_agent()  # reaps an agent that died
+            self.start_agent(host)
+
+    @staticmethod
+    def ensure_master(master: MasterProcess) -> None:
+        """Start ``master`` again if it was stopped or killed."""
+        if not master.running():
+            master.stop()  # reaps one that died, and waits until its port is free
+            master.start()
+
+    def heal(self, timeout: float = 60) -> None:
+        """Undo what a test may have stopped or cut (etcd, a master, an underlay link, an
+        agent), then wait until a master leads, every host is registered, and the tunnels
+        form a full mesh. Cheap when nothing is amiss."""
+        self.etcd.start()  # a no-op while it runs
+        for m in self.masters:
+            self.ensure_master(m)
+        for h in self.hosts:
+            sh("ip", "link", "set", self.underlay_port(h), "up")
+        for h in self.hosts:
+            self.ensure_agent(h)
+        wait_for(lambda: any(self.is_leader(m) for m in self.masters), timeout, "a master leads")
+        for h in self.hosts:
+            wait_for(
+                lambda h=h: self.registered(h), timeout, f"{h.name} is registered in the store"
+            )
+        self.wait_tunnels(timeout)
+
+    def network_keys(self) -> set[str]:
+        """The keys (TENANT:NAME) of the cluster's networks, as the master lists them."""
+        r = self.api("GET", "networks")
+        r.raise_for_status()
+        return {n["key"] for n in r.json()}
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.network_keys(), {h.name: h.netplugin_networks() for h in self.hosts})
+
+    def remove_made_since(self, before: Snapshot, timeout: float = 60) -> None:
+        """Remove what a test made: its containers (all carry TEST_LABEL), the cluster
+        networks that were not there ``before``, and labelled docker networks; then wait
+        until every host's docker shows only the netplugin networks it showed ``before``."""
+        for h in self.hosts:
+            ids = h.test_containers()
+            if ids:
+                h.docker("rm", "-f", *ids)
+        for key in sorted(self.network_keys() - before.networks):
+            replies: list[requests.Response] = []
+
+            def deleted(key: str = key, replies: list[requests.Response] = replies) -> bool:
+                replies.append(self.api("DELETE", f"networks/{key}"))
+                return replies[-1].status_code in (200, 404)
+
+            wait_for(
+                deleted,
+                timeout,
+                f"the master deletes network {key}",
+                interval=1,
+                last=lambda replies=replies: replies[-1].text,
+            )
+        for h in self.hosts:
+            ids = h.docker("network", "ls", "-q", "--filter", f"label={TEST_LABEL}").split()
+            if ids:
+                h.docker_res("network", "rm", *ids)
+        for h in self.hosts:
+            wait_for(
+                lambda h=h: h.netplugin_networks() <= before.docker_networks[h.name],
+                timeout,
+                f"{h.name}: its docker drops the networks a test made",
+                last=lambda h=h: h.netplugin_networks() - before.docker_networks[h.name],
             )
 
     def is_leader(self, master: MasterProcess) -> bool:
@@ -416,6 +523,9 @@ class Cluster:
         return res.returncode == 0
 
     def stop(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
         for h in self.hosts:
             try:
                 h.stop()

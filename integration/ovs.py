@@ -9,9 +9,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from .wait import wait_for
 
 VENV_PYTHON = Path(sys.executable)
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -44,15 +45,6 @@ def stop_pid(
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-def _wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 class OvsInstance:
@@ -98,7 +90,7 @@ class OvsInstance:
                 f"--pidfile={self.workdir / 'ovsdb-server.pid'}",
                 f"--log-file={self.workdir / 'ovsdb-server.log'}",
             )
-            _wait_for(self.db_sock.exists, timeout, "ovsdb-server socket")
+            wait_for(self.db_sock.exists, timeout, "ovsdb-server made its socket", interval=0.05)
             self.vsctl("--no-wait", "init")
             self.start_vswitchd(timeout)
         except BaseException:
@@ -115,9 +107,17 @@ class OvsInstance:
             f"--pidfile={self.workdir / 'ovs-vswitchd.pid'}",
             f"--log-file={self.workdir / 'ovs-vswitchd.log'}",
         )
-        _wait_for(self.vswitchd_ctl.exists, timeout, "ovs-vswitchd control socket")
+        wait_for(
+            self.vswitchd_ctl.exists,
+            timeout,
+            "ovs-vswitchd made its control socket",
+            interval=0.05,
+        )
         # Without --no-wait, ovs-vsctl returns only once vswitchd has caught up.
         self.vsctl(f"--timeout={int(timeout)}", "show")
+
+    def vswitchd_running(self) -> bool:
+        return self._vswitchd is not None and self._vswitchd.poll() is None
 
     def stop_vswitchd(self) -> None:
         """Stop ovs-vswitchd by PID; the database and namespace stay."""
@@ -217,6 +217,9 @@ class ControllerProcess:
             self.proc.wait()
         self.proc = None
 
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def stop(self) -> None:
         """Stop it by PID (SIGTERM, then SIGKILL)."""
         stop_pid(self.proc)
@@ -231,12 +234,13 @@ class ControllerProcess:
 
     def wait_status(self, predicate: Any, timeout: float = 20.0) -> dict[str, Any]:
         """Wait until predicate(status) is true and return that status."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def matched() -> dict[str, Any] | None:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"controller exited:\n{self.log.read_text()[-4000:]}")
             st = self.status()
-            if st and predicate(st):
-                return st
-            time.sleep(0.05)
-        raise TimeoutError(f"controller status never matched; last {self.status()}")
+            return st if st and predicate(st) else None
+
+        return wait_for(
+            matched, timeout, "the controller's status to match", interval=0.05, last=self.status
+        )

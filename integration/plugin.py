@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from .wait import wait_for
+
 SOCKET = "/run/docker/plugins/netplugin.sock"
 BIN = Path(sys.executable).parent
 
@@ -54,13 +56,22 @@ class PluginProcess:
             self.proc = subprocess.Popen(
                 self.command(), stdout=out, stderr=subprocess.STDOUT, env=env
             )
-        while time.monotonic() - t0 < timeout:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def serves() -> bool:
+            if proc.poll() is not None:
                 raise RuntimeError(f"netplugin exited:\n{self.log.read_text()[-3000:]}")
-            if serving(SOCKET):
-                return time.monotonic() - t0
-            time.sleep(0.05)
-        raise RuntimeError(f"netplugin did not serve {SOCKET}:\n{self.log.read_text()[-3000:]}")
+            return serving(SOCKET)
+
+        try:
+            wait_for(serves, timeout, f"netplugin serves {SOCKET}", interval=0.05)
+        except TimeoutError as e:
+            self.stop()
+            raise RuntimeError(f"{e}:\n{self.log.read_text()[-3000:]}") from None
+        return time.monotonic() - t0
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -24,7 +25,9 @@ from .host import (
     sweep_test_leftovers,
 )
 from .master import MasterProcess
+from .ovs import stop_pid
 from .plugin import SOCKET, PluginProcess, serving
+from .wait import tcp_listening, wait_for
 
 IMAGE = "netplugin-test/busybox"
 # `docker run` of a test container: detached, labelled for the sweep of leftovers.
@@ -50,13 +53,26 @@ def stack(
     if serving(SOCKET):
         pytest.fail(f"another netplugin already serves {SOCKET}; stop it (e.g. `make run`) first")
     work = tmp_path_factory.mktemp("stack")
-    master = MasterProcess(work / "master").start()
+    master = MasterProcess(work / "master")
     plugin = PluginProcess(master.url, work / "netplugin.log", data_dir=master.data_dir)
-    plugin.start()
-    sweep_test_leftovers()  # of an earlier run that was killed half-way
-    yield master, plugin
-    plugin.stop()
-    master.stop()
+    try:
+        master.start()
+        plugin.start()
+        sweep_test_leftovers()  # of an earlier run that was killed half-way
+        yield master, plugin
+    finally:
+        plugin.stop()
+        master.stop()
+
+
+@pytest.fixture(autouse=True)
+def stack_up(stack: tuple[MasterProcess, PluginProcess]) -> None:
+    """Every test starts with the master and the plugin serving (a test that stops one
+    starts it again in its own ``finally``; this only makes a failure there not spread)."""
+    for proc in stack:
+        if not proc.running():
+            proc.stop()
+            proc.start()
 
 
 @pytest.fixture
@@ -64,9 +80,14 @@ def names(stack: tuple[MasterProcess, PluginProcess]) -> Iterator[list[str]]:
     """Unique names for this test; every container and network named here is removed after."""
     made: list[str] = []
     yield made
-    for name in reversed(made):
+    remove(made)
+
+
+def remove(names: list[str]) -> None:
+    """Remove the containers, then the networks, of these names (those that exist)."""
+    for name in reversed(names):
         sh("docker", "rm", "-f", name, check=False)
-    for name in reversed(made):
+    for name in reversed(names):
         sh("docker", "network", "rm", name, check=False)
 
 
@@ -109,6 +130,26 @@ def ip_of(container: str) -> str:
     return next(iter(nets.values()))["IPAddress"]
 
 
+def listening(container: str, port: int) -> bool:
+    """Whether a server in ``container`` listens on TCP ``port`` (read inside it: a probe
+    connection would be served, and logged, like any other)."""
+    tables = sh("docker", "exec", container, "cat", "/proc/net/tcp", "/proc/net/tcp6", check=False)
+    return tcp_listening(tables.stdout, port)
+
+
+def start_pinger(log: Path, *cmd: str) -> subprocess.Popen[bytes]:
+    """``cmd`` (a ping) in the background with its output in ``log``, once it has had its
+    first answer: traffic is flowing before the test disturbs it."""
+    with open(log, "w") as out:
+        pinger = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "bytes from" in log.read_text(), 20, f"a first answer to {cmd}")
+    except BaseException:
+        stop_pid(pinger)
+        raise
+    return pinger
+
+
 def ping(container: str, target: str, count: int = 2) -> bool:
     return (
         sh(
@@ -133,7 +174,7 @@ def test_containers_talk_to_each_other_the_gateway_and_the_host(
     assert ping(a, host_ip)
     # TCP through the userspace datapath (the checksum trap).
     sh("docker", "exec", "-d", b, "httpd", "-f", "-p", "8080", "-h", "/var/www")
-    time.sleep(0.3)
+    wait_for(lambda: listening(b, 8080), 10, f"httpd in {b} listens on 8080")
     reply = sh(
         "docker",
         "exec",
@@ -189,27 +230,26 @@ def test_static_ip_and_duplicate_refused(
 
 
 def test_plugin_kill9_keeps_traffic_and_addresses(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+    stack: tuple[MasterProcess, PluginProcess], names: list[str], tmp_path: Path
 ) -> None:
     _, plugin = stack
     net = network(names, "10.85.0.0/24")
     a, b = run(names, net), run(names, net)
     before = (ip_of(a), ip_of(b))
-    pinger = subprocess.Popen(
-        ["docker", "exec", a, "ping", "-i", "0.2", "-c", "60", ip_of(b)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(2)
-    assert plugin.proc is not None
-    t0 = time.monotonic()
-    plugin.proc.kill()
-    plugin.proc.wait()
-    plugin.proc = None
-    time.sleep(1)
-    plugin.start()
-    downtime = time.monotonic() - t0
-    out, _ = pinger.communicate(timeout=60)
+    log = tmp_path / "ping.out"
+    pinger = start_pinger(log, "docker", "exec", a, "ping", "-i", "0.2", "-c", "60", ip_of(b))
+    try:
+        t0 = time.monotonic()
+        plugin.stop(signal.SIGKILL)
+        try:
+            time.sleep(1)  # the plugin stays down a while: traffic must not care
+        finally:
+            plugin.start()
+        downtime = time.monotonic() - t0
+        pinger.wait(60)
+    finally:
+        stop_pid(pinger)
+    out = log.read_text()
     m = re.search(r"(\d+) packets transmitted, (\d+) packets received", out)
     assert m, out
     lost = int(m.group(1)) - int(m.group(2))
@@ -260,6 +300,7 @@ def test_connect_disconnect_and_tenant_options(
     master, _ = stack
     tenant = f"t{uuid.uuid4().hex[:6]}"
     requests.post(f"{master.url}/api/v1/tenants/{tenant}", json={}, timeout=5).raise_for_status()
+    ours = len(names)  # the names this test makes from here on
     try:
         tnet = network(
             names, "10.87.0.0/24", "-o", f"tenant={tenant}", "-o", "encap=vlan", "-o", "pkt-tag=321"
@@ -283,6 +324,7 @@ def test_connect_disconnect_and_tenant_options(
         sh("docker", "rm", "-f", a, b)
         sh("docker", "network", "rm", tnet)
     finally:
+        remove(names[ours:])  # the tenant's network first: a tenant with one is kept
         requests.delete(f"{master.url}/api/v1/tenants/{tenant}", timeout=5)
 
 
@@ -309,7 +351,7 @@ def test_publish_port(stack: tuple[MasterProcess, PluginProcess], names: list[st
         sh("ip", "-4", "-o", "addr", "show", "scope", "global").stdout.split()[3].split("/")[0]
     )
     request = f'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 3 {host_ip} 18080'
-    time.sleep(0.3)
+    wait_for(lambda: listening(web, 8080), 10, f"httpd in {web} listens on 8080")
     from_host = sh("curl", "-s", "--max-time", "3", f"http://{host_ip}:18080/", check=False).stdout
     assert "netplugin test image" in from_host
     client = run(names, other)  # another network reaches it through the host, like docker's bridge
@@ -380,34 +422,36 @@ def test_stale_ports_and_veths_are_collected_at_start(
     _, plugin = stack
     stale = "vp" + uuid.uuid4().hex[:11]
     sh("ip", "link", "add", stale, "type", "veth", "peer", "name", "vc" + stale[2:])
-    sh(
-        "ovs-vsctl",
-        "add-port",
-        "netplugin",
-        stale,
-        "--",
-        "set",
-        "interface",
-        stale,
-        "external_ids:netplugin-endpoint=gone-" + stale,
-    )
-    net = network(names, "10.98.0.0/24")
-    a, b = run(names, net), run(names, net)
-    plugin.stop()
-    plugin.start()
-
-    def leftover() -> bool:
-        return (
-            stale
-            in sh("ovs-vsctl", "list-ports", "netplugin").stdout + sh("ip", "-o", "link").stdout
+    try:
+        sh(
+            "ovs-vsctl",
+            "add-port",
+            "netplugin",
+            stale,
+            "--",
+            "set",
+            "interface",
+            stale,
+            "external_ids:netplugin-endpoint=gone-" + stale,
         )
+        net = network(names, "10.98.0.0/24")
+        a, b = run(names, net), run(names, net)
+        plugin.stop()
+        plugin.start()
 
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and leftover():
-        time.sleep(0.2)
-    assert stale not in sh("ovs-vsctl", "list-ports", "netplugin").stdout
-    assert stale not in sh("ip", "-o", "link").stdout
-    assert ping(a, ip_of(b))  # live endpoints were kept
+        def leftover() -> bool:
+            return (
+                stale
+                in sh("ovs-vsctl", "list-ports", "netplugin").stdout + sh("ip", "-o", "link").stdout
+            )
+
+        wait_for(lambda: not leftover(), 15, f"the restarted plugin removes port and veth {stale}")
+        assert stale not in sh("ovs-vsctl", "list-ports", "netplugin").stdout
+        assert stale not in sh("ip", "-o", "link").stdout
+        assert ping(a, ip_of(b))  # live endpoints were kept
+    finally:
+        sh("ovs-vsctl", "--if-exists", "del-port", "netplugin", stale, check=False)
+        sh("ip", "link", "del", stale, check=False)
 
 
 def test_master_down_gives_a_clear_error(
@@ -446,9 +490,7 @@ def test_dockerd_restart_brings_restart_policy_containers_back(
     a, b = run(names, net, "--restart", "always"), run(names, net, "--restart", "always")
     assert ping(a, ip_of(b))
     restart_dockerd()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (running(a) and running(b)):
-        time.sleep(0.5)
+    wait_for(lambda: running(a) and running(b), 60, f"dockerd restarts {a} and {b}")
     assert running(a) and running(b)
     assert ping(a, ip_of(b)) and ping(a, "10.79.0.1")
     # Stopping released the old endpoints and addresses; the restart booked new ones: the
@@ -499,11 +541,18 @@ def test_outbound_traffic_is_nated_unless_internal(
         text=True,
     )
     try:
-        time.sleep(0.3)
+        wait_for(
+            lambda: tcp_listening(
+                sh("ip", "netns", "exec", outside, "cat", "/proc/net/tcp").stdout, 7777
+            ),
+            10,
+            "the outside's server listens on 198.51.100.2:7777",
+        )
         sh("docker", "exec", a, "sh", "-c", "echo hi | nc -w 2 198.51.100.2 7777", check=False)
         out, _ = server.communicate(timeout=10)
     finally:
         server.kill()
+        server.wait()
     assert "198.51.100.1" in out and "10.78.0." not in out, out
     internal = run(names, network(names, "10.77.0.0/24", "--internal"))
     assert not ping(internal, "198.51.100.2", count=1)
@@ -519,7 +568,5 @@ def test_ovs_vswitchd_restart_restores_the_datapath(
     # removes the gateway's internal port device, and with it its address. The agent puts
     # all of them back when the new ovs-vswitchd connects.
     restart_ovs_vswitchd(cleanup=True)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not ping(a, "10.76.0.1", count=1):
-        time.sleep(0.5)
+    wait_for(lambda: ping(a, "10.76.0.1", count=1), 20, f"{a} reaches its gateway again")
     assert ping(a, "10.76.0.1") and ping(a, ip_of(b))

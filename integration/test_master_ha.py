@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import requests
@@ -19,21 +19,10 @@ from store import Store, open_store
 
 from .etcd import EtcdServer
 from .master import MasterProcess
+from .wait import wait_for
 
 SERVED_BY = "X-Netmaster-Served-By"
 FORWARDED_BY = "X-Netmaster-Forwarded-By"
-T = TypeVar("T")
-
-
-def wait_until(what: str, fn: Callable[[], T | None], timeout: float) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.05)
 
 
 def leader_status(m: MasterProcess) -> dict[str, Any] | None:
@@ -103,7 +92,9 @@ def test_one_leader_and_followers_forward(
 ) -> None:
     ms = start(2, etcd.endpoint, leader_ttl=3)
     ms += start(1, etcd.endpoint, leader_ttl=3, workers=2)
-    leader = wait_until("one leader that all masters name", lambda: agreed_leader(ms), 10)
+    leader = wait_for(
+        lambda: agreed_leader(ms), 10, "one leader that all masters name", interval=0.05
+    )
     followers = [m for m in ms if m is not leader]
     status = leader_status(followers[0])
     assert status is not None and status["leaderTTL"] == 3
@@ -138,7 +129,7 @@ def test_kill_leader_under_allocation(
 ) -> None:
     ttl = 3
     ms = start(3, etcd.endpoint, leader_ttl=ttl)
-    leader = wait_until("a leader", lambda: agreed_leader(ms), 10)
+    leader = wait_for(lambda: agreed_leader(ms), 10, "a leader", interval=0.05)
     survivors = [m for m in ms if m is not leader]
     ok(survivors[0].api("POST", "networks/default:ha", json={"subnet": "10.45.0.0/22"}))
 
@@ -166,14 +157,16 @@ def test_kill_leader_under_allocation(
     for t in clients:
         t.start()
     try:
-        wait_until("allocations under way", lambda: len(acked) >= 40, 30)
+        wait_for(lambda: len(acked) >= 40, 30, "allocations under way", interval=0.05)
         killed_at = time.monotonic()
         leader.kill_all()
-        new = wait_until("a new leader", lambda: agreed_leader(survivors) or None, ttl + 2 + 1)
+        new = wait_for(
+            lambda: agreed_leader(survivors) or None, ttl + 2 + 1, "a new leader", interval=0.05
+        )
         failover = time.monotonic() - killed_at
         assert failover <= ttl + 2, f"failover took {failover:.1f}s"
         before = len(acked)
-        wait_until("allocations again", lambda: len(acked) >= before + 40, 30)
+        wait_for(lambda: len(acked) >= before + 40, 30, "allocations again", interval=0.05)
     finally:
         stop.set()
         for t in clients:
@@ -202,11 +195,11 @@ def test_graceful_stop_hands_over_at_once(
 ) -> None:
     ttl = 20  # a handover that waited for the lease to expire would take 13 s or more
     ms = start(2, etcd.endpoint, leader_ttl=ttl, workers=2)
-    leader = wait_until("a leader", lambda: agreed_leader(ms), 10)
+    leader = wait_for(lambda: agreed_leader(ms), 10, "a leader", interval=0.05)
     other = next(m for m in ms if m is not leader)
     stopped_at = time.monotonic()
     leader.stop()  # SIGTERM
-    wait_until("the other master leads", lambda: agreed_leader([other]), ttl / 2)
+    wait_for(lambda: agreed_leader([other]), ttl / 2, "the other master leads", interval=0.05)
     assert time.monotonic() - stopped_at < ttl / 2
     r = other.api("POST", "tenants/t1", json={})
     assert ok(r) and r.headers[SERVED_BY] == other.url
@@ -216,7 +209,7 @@ def test_reclaim_endpoints_of_a_gone_host(
     etcd: EtcdServer, start: Callable[..., list[MasterProcess]], store: Store
 ) -> None:
     ms = start(2, etcd.endpoint, leader_ttl=3, host_reclaim_grace=2)
-    leader = wait_until("a leader", lambda: agreed_leader(ms), 10)
+    leader = wait_for(lambda: agreed_leader(ms), 10, "a leader", interval=0.05)
     follower = next(m for m in ms if m is not leader)
     alive = store.lease_grant(10, keepalive=True)
     gone = store.lease_grant(60)
@@ -239,7 +232,7 @@ def test_reclaim_endpoints_of_a_gone_host(
             return left if not left & {"gone0", "gone1", "gone2"} else None
 
         # Grace 2 s, a pass every 0.5 s: 30 s is a generous bound.
-        assert wait_until("the gone host's endpoints reclaimed", remaining, 30) == {
+        assert wait_for(remaining, 30, "the gone host's endpoints reclaimed", interval=0.05) == {
             "alive0",
             "alive1",
             "alive2",
@@ -266,14 +259,14 @@ def test_reclaim_endpoints_of_a_gone_host(
 def test_election_on_a_shared_embedded_store(start: Callable[..., list[MasterProcess]]) -> None:
     ttl = 3
     ms = start(2, shared_dir=True, leader_ttl=ttl)
-    leader = wait_until("one leader", lambda: agreed_leader(ms), 10)
+    leader = wait_for(lambda: agreed_leader(ms), 10, "one leader", interval=0.05)
     follower = next(m for m in ms if m is not leader)
     r = follower.api("POST", "networks/default:emb", json={"subnet": "10.47.0.0/24"})
     assert ok(r) and r.headers[SERVED_BY] == leader.url
     assert r.headers[FORWARDED_BY] == follower.url
     killed_at = time.monotonic()
     leader.kill_all()
-    wait_until("the follower leads", lambda: agreed_leader([follower]), ttl + 2 + 1)
+    wait_for(lambda: agreed_leader([follower]), ttl + 2 + 1, "the follower leads", interval=0.05)
     assert time.monotonic() - killed_at <= ttl + 2
     r = follower.api("POST", "alloc/endpoints", json={"endpointID": "e1", "networkName": "emb"})
     assert ok(r)["ipAddress"] == "10.47.0.2" and r.headers[SERVED_BY] == follower.url

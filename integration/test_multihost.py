@@ -8,25 +8,43 @@ import re
 import signal
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from .etcd import require_etcd
 from .host import BUSYBOX_IMAGE, TEST_LABEL
-from .multihost import Cluster, SimHost, sh, wait_for
+from .multihost import Cluster, SimHost, sh
+from .ovs import stop_pid
+from .wait import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The cluster, started once for the module (three dockerds take a while)."""
     require_etcd()
     c = Cluster(tmp_path_factory.mktemp("multihost")).start()
-    yield c
-    c.stop()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def cluster(lab: Cluster) -> Iterator[Cluster]:
+    """The cluster as every test starts: etcd, the masters and every agent up, no partition,
+    a full mesh of tunnels. Afterwards, whatever the outcome, anything still stopped or cut is
+    brought back and the test's containers and networks are removed, so no test depends on
+    what another one left behind."""
+    lab.heal()
+    before = lab.snapshot()
+    yield lab
+    lab.heal()
+    lab.remove_made_since(before)
 
 
 def unique(prefix: str) -> str:
@@ -117,31 +135,46 @@ def test_peer_leave_and_join_change_the_tunnels(cluster: Cluster) -> None:
     for ctr in h3.docker("ps", "-q").split():  # a host with endpoints keeps its tunnel
         h3.docker("rm", "-f", ctr)
     h3.stop_agent()
-    gone = f"vx{bytes(int(o) for o in h3.vtep_ip.split('.')).hex()}"
-    for h in (h1, h2):
-        wait_for(lambda h=h: gone not in h.tunnels(), 20, f"{h.name}: tunnel to h3 removed")
-    h3.start_agent(cluster.etcd.endpoint, cluster.master_url)
+    gone = h3.tunnel
+    try:
+        for h in (h1, h2):
+            wait_for(lambda h=h: gone not in h.tunnels(), 20, f"{h.name}: tunnel to h3 removed")
+        cluster.start_agent(h3)
+    finally:
+        cluster.ensure_agent(h3)
     cluster.wait_tunnels()
     assert gone in h1.tunnels() and gone in h2.tunnels()
 
 
-def test_agent_kill9_and_restart_keep_cross_host_traffic(cluster: Cluster) -> None:
+def test_agent_kill9_and_restart_keep_cross_host_traffic(cluster: Cluster, tmp_path: Path) -> None:
     h1, h2, _ = cluster.hosts
     net = network(cluster, "k9", "10.67.0.0/24", [h1, h2])
     a, b = cluster.run(h1, unique("a"), net), cluster.run(h2, unique("b"), net)
     target = cluster.ip_of(h2, b)
     assert cluster.ping(h1, a, target)
-    pinger = subprocess.Popen(
-        ["docker", "-H", f"unix://{h1.docker_sock}", "exec", a,
-         "ping", "-i", "0.2", "-c", "75", "-W", "1", target],
-        stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    time.sleep(1)
-    h2.stop_agent(signal.SIGKILL)
-    time.sleep(5)  # longer than the host TTL: h2 drops out of the live hosts
-    h2.start_agent(cluster.etcd.endpoint, cluster.master_url)
-    out, _ = pinger.communicate(timeout=60)
+    log = tmp_path / "ping.out"
+    with open(log, "w") as out:
+        pinger = subprocess.Popen(
+            ["docker", "-H", f"unix://{h1.docker_sock}", "exec", a,
+             "ping", "-i", "0.2", "-c", "75", "-W", "1", target],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: "bytes from" in log.read_text(), 20, "a's first ping answered by b")
+        h2.stop_agent(signal.SIGKILL)
+        try:
+            # h2 drops out of the live hosts once its lease (host TTL 3 s) runs out unrefreshed.
+            wait_for(
+                lambda: not cluster.registered(h2), 30, "h2's registration expired in the store"
+            )
+            cluster.start_agent(h2)
+        finally:
+            cluster.ensure_agent(h2)
+        pinger.wait(60)
+    finally:
+        stop_pid(pinger)
+    out = log.read_text()
     m = re.search(r"(\d+) packets transmitted, (\d+) packets received", out)
     assert m, out
     assert int(m.group(1)) - int(m.group(2)) <= 1, out  # the datapath never stopped
@@ -153,7 +186,10 @@ def test_etcd_restart_is_ridden_out(cluster: Cluster) -> None:
     h1, h2, _ = cluster.hosts
     net = network(cluster, "et", "10.68.0.0/24", [h1, h2])
     a, b = cluster.run(h1, unique("a"), net), cluster.run(h2, unique("b"), net)
-    cluster.etcd.restart(down_for=3)
+    try:
+        cluster.etcd.restart(down_for=3)
+    finally:
+        cluster.etcd.start()  # a no-op unless the restart failed half-way
     assert cluster.ping(h1, a, cluster.ip_of(h2, b))  # the datapath never depended on it
     # Watches resumed: a network made after the restart reaches every host's docker, and
     # new containers on it talk across hosts.
@@ -187,20 +223,27 @@ def test_master_failover_during_docker_runs(cluster: Cluster) -> None:
                 )
             )
 
+    def booked() -> int:
+        r = cluster.api("GET", f"inspect/networks/default:{net}")
+        return len(r.json()["Oper"]["endpoints"]) if r.ok else 0
+
     threads = [threading.Thread(target=runs, args=(h,)) for h in (h1, h2)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
-    leader.kill()
-    for t in threads:
-        t.join(120)
     try:
+        # The leader dies while the runs are under way: once the first has its endpoint.
+        wait_for(lambda: results or booked(), 60, f"the first docker run on {net} is booked")
+        leader.kill()
+        for t in threads:
+            t.join(120)
         assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
         insp = cluster.api("GET", f"inspect/networks/default:{net}").json()
         addrs = [e["ipAddress"] for e in insp["Oper"]["endpoints"]]
         assert len(addrs) == 8 and len(set(addrs)) == 8  # none lost, none twice
     finally:
-        leader.start()
+        for t in threads:
+            t.join(120)
+        cluster.ensure_master(leader)
 
 
 def docker_networks(host: SimHost) -> list[str]:
@@ -210,28 +253,31 @@ def docker_networks(host: SimHost) -> list[str]:
 def test_restarted_agent_reconciles_its_docker_both_ways(cluster: Cluster) -> None:
     _, h2, _ = cluster.hosts
     old = network(cluster, "rc", "10.71.0.0/24", [h2])
+    theirs = unique("theirs")
     h2.stop_agent()
-    cluster.netctl("net", "rm", old)
-    new = unique("rc")
-    cluster.netctl("net", "create", "-s", "10.72.0.0/24", new)
-    h2.docker("network", "create", "--label", TEST_LABEL, "-d", "bridge", "theirs")
     try:
-        h2.start_agent(cluster.etcd.endpoint, cluster.master_url)
+        cluster.netctl("net", "rm", old)
+        new = unique("rc")
+        cluster.netctl("net", "create", "-s", "10.72.0.0/24", new)
+        h2.docker("network", "create", "--label", TEST_LABEL, "-d", "bridge", theirs)
+        cluster.start_agent(h2)
         wait_docker_network(h2, new)
         wait_for(lambda: old not in docker_networks(h2), 20, f"h2: stale {old} removed")
-        assert "theirs" in docker_networks(h2)  # another driver's network is left alone
+        assert theirs in docker_networks(h2)  # another driver's network is left alone
     finally:
-        h2.docker_res("network", "rm", "theirs")
+        cluster.ensure_agent(h2)
+        h2.docker_res("network", "rm", theirs)
 
 
 def test_a_healed_partition_converges(cluster: Cluster) -> None:
-    h1, _, h3 = cluster.hosts
+    h1, h2, h3 = cluster.hosts
     dropped, made = network(cluster, "pt", "10.74.0.0/24", [h3]), unique("pt")
     cut = cluster.underlay_port(h3)
     sh("ip", "link", "set", cut, "down")
     try:
-        time.sleep(5)  # past h3's TTL: the others drop it
-        wait_for(lambda: len(h1.tunnels()) == 1, 20, "h1: tunnel to h3 gone")
+        # Cut off, h3's agent cannot refresh its lease: once the host TTL (3 s) has passed
+        # the store drops its registration, and the others drop the tunnel to it.
+        wait_for(lambda: h1.tunnels() == {h2.tunnel}, 30, "h1: tunnel to h3 gone", last=h1.tunnels)
         cluster.netctl("net", "rm", dropped)
         cluster.netctl("net", "create", "-s", "10.75.0.0/24", made)
     finally:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,7 @@ from datapath.flows import diff
 from datapath.ovs import Ovs
 from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
 from integration.ovs import ControllerProcess, OvsInstance, have_ovs, run
+from integration.wait import wait_for
 
 BRIDGE = "br-np"
 SUBNET_PREFIX = 24
@@ -64,6 +66,16 @@ class Lab:
                 NetworkState("net-b", 200),
             ],
             endpoints=[self.containers[n].endpoint() for n in names],
+        )
+
+    def apply(self, *names: str) -> dict[str, Any]:
+        """Make the state with these endpoints the controller's desired state, and wait until
+        it has reconciled it; returns that status."""
+        generation = self.controller.wait_status(lambda st: True)["generation"]
+        self.controller.write_state(self.state(*names).to_dict())
+        self.controller.reload()
+        return self.controller.wait_status(
+            lambda st: st["last"] and st["last"]["generation"] > generation
         )
 
     def ping(self, src: str, dst_ip: str, count: int = 2, source: str | None = None) -> bool:
@@ -143,6 +155,32 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         ovs.stop()
 
 
+ALL = ("c1", "c2", "c3")  # the endpoints of the desired state every test starts from
+
+
+@pytest.fixture(autouse=True)
+def as_set_up(lab: Lab) -> Lab:
+    """Every test starts from the lab as the module set it up: vswitchd and the controller
+    running, the gateway's address in place, the desired state with all three endpoints.
+    (A test that changes one of these restores it in its own ``finally``; this only keeps
+    a failure there from spreading to the next test.)"""
+    if not lab.ovs.vswitchd_running():
+        lab.ovs.start_vswitchd()
+    if not lab.controller.running():
+        lab.controller.stop()
+        lab.controller.start()
+    restore_gateway(lab)
+    lab.apply(*ALL)
+    return lab
+
+
+def restore_gateway(lab: Lab) -> None:
+    """Put back the gateway's address (the agent's job; a vswitchd restart loses it)."""
+    gw_name, _, gw_ip = GW_A
+    lab.ovs.ns_exec("ip", "addr", "replace", f"{gw_ip}/{SUBNET_PREFIX}", "dev", gw_name)
+    lab.ovs.ns_exec("ip", "link", "set", gw_name, "up")
+
+
 _COUNTERS = re.compile(r"\b(duration|n_packets|n_bytes|idle_age|hard_age)=[^,\s]+,?\s*")
 
 
@@ -191,6 +229,8 @@ def test_bridge_and_ports_are_never_recreated(lab: Lab) -> None:
     assert lab.db.ensure_bridge(BRIDGE) is False  # controller=None: leave it alone
     c1 = lab.containers["c1"]
     assert lab.db.add_port(BRIDGE, c1.port_name, external_ids={"endpoint": c1.name}) == c1.ofport
+    # A negative check: give a wrongly applied controller change the time to show as a
+    # reconnect in the status (refreshed every 0.5 s) before asserting there was none.
     time.sleep(1)
     assert uuids() == before
     assert lab.controller.status()["connection"] == connection  # no reconnect
@@ -198,35 +238,52 @@ def test_bridge_and_ports_are_never_recreated(lab: Lab) -> None:
     assert lab.db.del_port(BRIDGE, "np-missing") is False
     with pytest.raises(RuntimeError, match="np-missing does not exist"):
         lab.db.del_port(BRIDGE, "np-missing", if_exists=False)
-    ofport = lab.db.add_port(BRIDGE, "np-tmp", type="internal", external_ids={"k": "v"})
-    assert lab.db.list_ports(BRIDGE)["np-tmp"] == (ofport, {"k": "v"})
-    assert lab.db.del_port(BRIDGE, "np-tmp") is True
-    assert "np-tmp" not in lab.db.list_ports(BRIDGE)
+    try:
+        ofport = lab.db.add_port(BRIDGE, "np-tmp", type="internal", external_ids={"k": "v"})
+        assert lab.db.list_ports(BRIDGE)["np-tmp"] == (ofport, {"k": "v"})
+        assert lab.db.del_port(BRIDGE, "np-tmp") is True
+        assert "np-tmp" not in lab.db.list_ports(BRIDGE)
+    finally:
+        lab.db.del_port(BRIDGE, "np-tmp")  # if_exists: a no-op unless an assertion failed
     with pytest.raises(RuntimeError, match="np-nodev: could not open network device"):
         lab.db.add_port(BRIDGE, "np-nodev", timeout=5)
     assert "np-nodev" not in lab.db.list_ports(BRIDGE)  # a failed add leaves nothing behind
 
 
-def test_controller_crash_and_restart_leave_flows_and_traffic_alone(lab: Lab) -> None:
+def answers(log: Path) -> int:
+    """How many echo replies a ping writing to ``log`` has had so far."""
+    return log.read_text().count("bytes from")
+
+
+def test_controller_crash_and_restart_leave_flows_and_traffic_alone(
+    lab: Lab, tmp_path: Path
+) -> None:
     before = flow_table(lab.ovs)
     assert len(before) == len(compile_flows(lab.state("c1", "c2", "c3")))
-    pinger = subprocess.Popen(
-        ["ip", "netns", "exec", lab.containers["c1"].netns, "ping", "-n", "-i", "0.1", "10.1.0.12"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    log = tmp_path / "ping.out"
+    with open(log, "w") as out:
+        pinger = subprocess.Popen(
+            ["ip", "netns", "exec", lab.containers["c1"].netns,
+             "ping", "-n", "-i", "0.1", "10.1.0.12"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
     try:
-        time.sleep(0.5)
+        wait_for(lambda: answers(log) > 0, 10, "c1's first ping answered by c2")
         killed_at = time.monotonic()
         lab.controller.kill()
-        time.sleep(1.0)  # downtime on top of the restart itself
-        lab.controller.start()
+        try:
+            time.sleep(1.0)  # downtime on top of the restart itself: traffic must not care
+        finally:
+            lab.controller.start()
         st = lab.controller.wait_status(lambda st: st["reconcile_count"] >= 1)
         downtime = time.monotonic() - killed_at
-        time.sleep(0.5)
+        seen = answers(log)
+        wait_for(lambda: answers(log) > seen, 10, "c1's pings answered after the restart")
     finally:
         pinger.send_signal(signal.SIGINT)
-        out, _ = pinger.communicate(timeout=10)
+        pinger.wait(10)
+    out = log.read_text()
     sent = _number(r"(\d+) packets transmitted", out)
     received = _number(r"(\d+) received", out)
     assert sent >= 10 * downtime * 0.8
@@ -250,53 +307,59 @@ def test_controller_crash_and_restart_leave_flows_and_traffic_alone(lab: Lab) ->
 
 def test_removed_endpoint_deletes_exactly_its_flows(lab: Lab) -> None:
     old = compile_flows(lab.state("c1", "c2", "c3"))
-    new_state = lab.state("c1", "c3")
-    new = compile_flows(new_state)
+    new = compile_flows(lab.state("c1", "c3"))
     expected = diff(new, old)
-    generation = lab.controller.status()["generation"]
-    lab.controller.write_state(new_state.to_dict())
-    lab.controller.reload()
-    st = lab.controller.wait_status(lambda st: st["last"] and st["last"]["generation"] > generation)
-    last = st["last"]
-    assert last["deleted"] == len(expected.to_delete) > 0
-    # Flood flows that listed c2 are rewritten in place; nothing else is touched.
-    assert last["added"] == last["replaced"] == len(expected.to_add)
-    assert last["errors"] == []
+    try:
+        last = lab.apply("c1", "c3")["last"]
+        assert last["deleted"] == len(expected.to_delete) > 0
+        # Flood flows that listed c2 are rewritten in place; nothing else is touched.
+        assert last["added"] == last["replaced"] == len(expected.to_add)
+        assert last["errors"] == []
 
-    c2_port = lab.containers["c2"].ofport
-    flows = lab.ovs.dump_flows(BRIDGE)
-    assert len(flows) == len(new)
-    assert not [f for f in flows if f"in_port={c2_port}," in f or f"output:{c2_port}" in f]
-    assert not lab.ping("c1", "10.1.0.12")
-    assert lab.ping("c1", GW_A[2])
+        c2_port = lab.containers["c2"].ofport
+        flows = lab.ovs.dump_flows(BRIDGE)
+        assert len(flows) == len(new)
+        assert not [f for f in flows if f"in_port={c2_port}," in f or f"output:{c2_port}" in f]
+        assert not lab.ping("c1", "10.1.0.12")
+        assert lab.ping("c1", GW_A[2])
+    finally:
+        lab.apply(*ALL)
 
 
 def test_switch_restarts_are_resynced_without_leaking_threads(lab: Lab) -> None:
     desired = len(compile_flows(lab.state("c1", "c3")))
-    first = lab.controller.status()
-    ports = lab.db.list_ports(BRIDGE)
-    for _ in range(3):
-        connection = lab.controller.status()["connection"]
-        lab.ovs.stop_vswitchd()
-        lab.ovs.start_vswitchd()
-        st = lab.controller.wait_status(
-            lambda st, c=connection: (
-                st["connected"] and st["last"]["connection"] > c and not st["last_error"]
+    try:
+        lab.apply("c1", "c3")
+        first = lab.controller.status()
+        ports = lab.db.list_ports(BRIDGE)
+        for _ in range(3):
+            connection = lab.controller.status()["connection"]
+            lab.ovs.stop_vswitchd()
+            lab.ovs.start_vswitchd()
+            st = lab.controller.wait_status(
+                lambda st, c=connection: (
+                    st["connected"] and st["last"]["connection"] > c and not st["last_error"]
+                )
             )
+            # The userspace datapath keeps no flows across a vswitchd restart: all come back.
+            assert (st["last"]["found"], st["last"]["added"]) == (0, desired)
+        assert lab.db.list_ports(BRIDGE) == ports
+        assert len(lab.ovs.dump_flows(BRIDGE)) == desired
+        # On the userspace datapath an internal port is a tap that vswitchd recreates, so
+        # its address is gone: the agent has to put it back.
+        restore_gateway(lab)
+        assert lab.ping("c1", GW_A[2])
+        assert not lab.ping("c1", "10.1.0.13")
+        # Threads of the dead connections are gone (the status is refreshed every 0.5 s).
+        wait_for(
+            lambda: lab.controller.status()["threads"] <= first["threads"],
+            5,
+            f"the controller back to its {first['threads']} threads",
+            last=lambda: lab.controller.status()["threads"],
         )
-        # The userspace datapath keeps no flows across a vswitchd restart: all come back.
-        assert (st["last"]["found"], st["last"]["added"]) == (0, desired)
-    assert lab.db.list_ports(BRIDGE) == ports
-    assert len(lab.ovs.dump_flows(BRIDGE)) == desired
-    # On the userspace datapath an internal port is a tap that vswitchd recreates, so
-    # its address is gone: the agent has to put it back.
-    gw_name, _, gw_ip = GW_A
-    lab.ovs.ns_exec("ip", "addr", "replace", f"{gw_ip}/{SUBNET_PREFIX}", "dev", gw_name)
-    lab.ovs.ns_exec("ip", "link", "set", gw_name, "up")
-    assert lab.ping("c1", gw_ip)
-    assert not lab.ping("c1", "10.1.0.13")
-    # Threads of the dead connections are gone (the status is refreshed every 0.5 s).
-    deadline = time.monotonic() + 5
-    while lab.controller.status()["threads"] > first["threads"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert lab.controller.status()["threads"] <= first["threads"]
+        assert lab.controller.status()["threads"] <= first["threads"]
+    finally:
+        if not lab.ovs.vswitchd_running():
+            lab.ovs.start_vswitchd()
+        restore_gateway(lab)
+        lab.apply(*ALL)

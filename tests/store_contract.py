@@ -74,6 +74,7 @@ class Collector:
         return item
 
     def assert_quiet(self, seconds: float = 0.3) -> None:
+        """A negative check: give a wrong extra event ``seconds`` to arrive, then see none."""
         time.sleep(seconds)
         assert self.items.empty(), f"unexpected: {list(self.items.queue)}"
 
@@ -400,8 +401,7 @@ class StoreContract:
         self, store: Store, p: str, watches: Callable
     ) -> None:
         store.put(p + "old", b"1")
-        w = watches(store, p, 0)
-        time.sleep(0.1)
+        w = watches(store, p, 0)  # from the revision after the current one, fixed by now
         rev = store.put(p + "new", b"2")
         assert summary(w.take(1)) == [("put", p + "new", b"2", rev)]
         w.assert_quiet()
@@ -425,16 +425,16 @@ class StoreContract:
         assert ev.prev_value == b"v"
 
     def test_watch_cancel_ends_iteration(self, store: Store, p: str) -> None:
-        w = store.watch(p, 0)
-        done = threading.Event()
+        w = store.watch(p, store.put(p + "k", b"v"))
+        iterating, done = threading.Event(), threading.Event()
 
         def run() -> None:
             for _ in w:
-                pass
+                iterating.set()  # the next step waits inside the watch for a next event
             done.set()
 
         threading.Thread(target=run, daemon=True).start()
-        time.sleep(0.2)
+        assert iterating.wait(WAIT)
         w.cancel()
         assert done.wait(WAIT)
 
@@ -507,7 +507,7 @@ class StoreContract:
     def test_keepalive_keeps_keys_past_ttl(self, store: Store, p: str) -> None:
         lease = store.lease_grant(1, keepalive=True)
         store.put(p + "k", b"v", lease=lease.id)
-        time.sleep(3.5)
+        time.sleep(3.5)  # time passing is the subject: past the TTL, only refreshes keep it
         assert store.get(p + "k") is not None
         assert not lease.lost.is_set()
         lease.stop_keepalive()
