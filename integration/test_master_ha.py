@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from common import keys
+from common.models import EndpointRequest
 from plugin.master_client import MasterClient, MasterError, leader_url_from_store
 from store import Store, open_store
 
@@ -144,13 +145,15 @@ def test_kill_leader_under_allocation(
         while not stop.is_set():
             eid = f"c{n}-{i}"
             try:
-                ep = client.create_endpoint({"endpointID": eid, "networkName": "ha", "host": "h1"})
+                ep = client.create_endpoint(
+                    EndpointRequest(endpointID=eid, networkName="ha", host="h1")
+                )
             except MasterError as e:
                 with lock:
                     errors.append(f"{eid}: {e}")
                 return
             with lock:
-                acked[eid] = ep["ipAddress"]
+                acked[eid] = ep.ipAddress
             i += 1
 
     clients = [threading.Thread(target=allocate, args=(n,)) for n in range(4)]

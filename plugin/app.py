@@ -5,10 +5,11 @@ from __future__ import annotations
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from .driver import Driver, DriverError
+from .driver import Driver
 from .ipam_routes import ipam_blueprint
 from .master_client import MasterError
 from .network_routes import network_blueprint, reply
+from .options import DriverError
 from .schemas import RequestError
 
 

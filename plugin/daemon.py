@@ -30,8 +30,9 @@ from store import Store, open_store
 from .app import create_app
 from .cluster import ClusterView, HostRegistration, peers, remote_endpoints
 from .docker_sync import ClusterNetwork, DockerSync, cluster_network
-from .driver import Driver, PortBinding
+from .driver import Driver
 from .master_client import MasterClient, leader_url_from_store
+from .options import PortBinding
 
 log = logging.getLogger("netplugin")
 

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import ipaddress
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import Any, Protocol
 
 from common import owners
 from common.models import (
@@ -26,21 +22,24 @@ from common.records import NetworkRecord
 
 from . import schemas as s
 from .master_client import MasterClient, MasterError
+from .options import (
+    GATEWAY_REQUEST,
+    GENERIC,
+    INTERNAL,
+    MAC_OPTION,
+    DriverError,
+    NetworkRef,
+    PortBinding,
+    mac_for,
+    option_ref,
+    port_bindings,
+    prefixlen,
+    request_model,
+    strip_len,
+    truthy,
+)
 
 log = logging.getLogger(__name__)
-
-GATEWAY_REQUEST = "com.docker.network.gateway"
-MAC_OPTION = "com.docker.network.endpoint.macaddress"
-GENERIC = "com.docker.network.generic"
-INTERNAL = "com.docker.network.internal"
-
-
-class DriverError(Exception):
-    """A request the driver refuses; ``status`` is the HTTP status Docker sees."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class Datapath(Protocol):
@@ -70,50 +69,6 @@ class Datapath(Protocol):
 
 
 @dataclass(frozen=True)
-class PortBinding:
-    proto: str
-    host_ip: str
-    host_port: int
-    container_ip: str
-    container_port: int
-
-
-PROTOCOLS = {6: "tcp", 17: "udp"}
-
-
-def port_bindings(portmap: Any, container_ip: str) -> list[PortBinding]:
-    """Docker's com.docker.network.portmap (from -p) as bindings to ``container_ip``."""
-    out: list[PortBinding] = []
-    for entry in portmap or []:
-        proto = PROTOCOLS.get(entry.get("Proto"))
-        if proto is None:
-            raise DriverError(
-                f"publishing protocol {entry.get('Proto')} is not supported (tcp, udp)"
-            )
-        host_port, end = int(entry.get("HostPort") or 0), int(entry.get("HostPortEnd") or 0)
-        if not host_port:
-            raise DriverError(
-                f"-p {entry.get('Port')}: netplugin needs an explicit host port "
-                f"(-p HOSTPORT:{entry.get('Port')})"
-            )
-        if end and end != host_port:
-            raise DriverError(f"-p {host_port}-{end}: host port ranges are not supported")
-        out.append(
-            PortBinding(
-                proto, entry.get("HostIP") or "", host_port, container_ip, int(entry["Port"])
-            )
-        )
-    return out
-
-
-@dataclass(frozen=True)
-class NetworkRef:
-    tenant: str
-    name: str
-    group: str = ""
-
-
-@dataclass(frozen=True)
 class PluggedEndpoint:
     """An endpoint this driver plugged in on this host: the interface Docker moves into the
     container at Join, and the addresses it got."""
@@ -122,32 +77,6 @@ class PluggedEndpoint:
     ifname: str
     ipv4: str
     ipv6: str
-
-
-def option_ref(opts: Mapping[str, Any]) -> NetworkRef | None:
-    """`network=NAME` (with `tenant=`, `group=`) in -o or --ipam-opt options: the cluster
-    network a docker network stands for."""
-    if not opts.get("network"):
-        return None
-    return NetworkRef(
-        str(opts.get("tenant") or "default"), str(opts["network"]), str(opts.get("group") or "")
-    )
-
-
-def strip_len(cidr: str) -> str:
-    """ "10.5.0.1/24" -> "10.5.0.1"; a bare address passes through."""
-    return cidr.split("/", 1)[0] if cidr else ""
-
-
-def mac_for(ipv4: str, ipv6: str, endpoint_id: str) -> str:
-    """A locally administered unicast MAC derived from the IP, so retries get the same MAC."""
-    if ipv4:
-        tail = ipaddress.IPv4Address(ipv4).packed
-    elif ipv6:
-        tail = ipaddress.IPv6Address(ipv6).packed[-4:]
-    else:
-        tail = hashlib.sha256(endpoint_id.encode()).digest()[:4]
-    return ":".join(f"{b:02x}" for b in (0x02, 0x42, *tail))
 
 
 class Driver:
@@ -221,7 +150,7 @@ class Driver:
             "networkName": name,
             "encap": str(generic.get("encap") or "vxlan"),
             "dockerNetworkID": req.NetworkID,
-            "internal": _truthy(opts.get(INTERNAL)),
+            "internal": truthy(opts.get(INTERNAL)),
         }
         if generic.get("pkt-tag") not in (None, ""):
             try:
@@ -236,7 +165,7 @@ class Driver:
             if data:
                 fields[subnet] = data[0].Pool
                 fields[gateway] = strip_len(data[0].Gateway)
-        self.master.create_network(_model(Network, fields, f"network {tenant}:{name}"))
+        self.master.create_network(request_model(Network, fields, f"network {tenant}:{name}"))
         self._networks[req.NetworkID] = NetworkRef(tenant, name, str(generic.get("group") or ""))
         if self.docker_name is not None and name == req.NetworkID[:12]:
             # dockerd knows the name only once CreateNetwork has returned: learn it soon after.
@@ -303,7 +232,7 @@ class Driver:
         iface = req.Interface or s.EndpointInterface()
         ipv4, ipv6 = strip_len(iface.Address), strip_len(iface.AddressIPv6)
         mac = iface.MacAddress or mac_for(ipv4, ipv6, req.EndpointID)
-        request = _model(
+        request = request_model(
             EndpointRequest,
             {
                 "endpointID": req.EndpointID,
@@ -338,9 +267,9 @@ class Driver:
         # Docker fails and rolls back if we set a field it already set: reply with empty ones only.
         reply: dict[str, str] = {}
         if not iface.Address and ipv4:
-            reply["Address"] = f"{ipv4}/{_prefixlen(net.subnet)}"
+            reply["Address"] = f"{ipv4}/{prefixlen(net.subnet)}"
         if not iface.AddressIPv6 and ipv6:
-            reply["AddressIPv6"] = f"{ipv6}/{_prefixlen(net.ipv6Subnet)}"
+            reply["AddressIPv6"] = f"{ipv6}/{prefixlen(net.ipv6Subnet)}"
         if not iface.MacAddress:
             reply["MacAddress"] = mac
         return {"Interface": reply} if reply else {}
@@ -424,7 +353,7 @@ class Driver:
         space = opts.get("tenant") or "default"
         if opts.get("network"):
             return self._network_pool(space, opts["network"], req)
-        request = _model(
+        request = request_model(
             PoolRequest,
             {
                 "addressSpace": space,
@@ -487,7 +416,7 @@ class Driver:
         else:
             owner = owners.docker_anonymous()
         got = self.master.request_address(
-            _model(
+            request_model(
                 AddressRequest,
                 {"poolID": req.PoolID, "address": address, "owner": owner, "kind": kind},
                 f"address request in pool {req.PoolID}",
@@ -500,7 +429,7 @@ class Driver:
     def release_address(self, req: s.ReleaseAddress) -> dict[str, Any]:
         try:
             self.master.release_address(
-                _model(
+                request_model(
                     AddressRelease,
                     {"poolID": req.PoolID, "address": strip_len(req.Address)},
                     f"address {req.Address} of pool {req.PoolID}",
@@ -510,28 +439,3 @@ class Driver:
             if e.status != 404:
                 raise
         return {}
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def _model(model: type[M], fields: dict[str, Any], obj: str) -> M:
-    """A request to the master, or a refusal naming ``obj`` and each bad field."""
-    try:
-        return model.model_validate(fields)
-    except ValidationError as e:
-        problems = [
-            f"field {'.'.join(str(p) for p in err['loc']) or 'body'!r}: {err['msg']}"
-            for err in e.errors()
-        ]
-        raise DriverError(f"{obj}: {'; '.join(problems)}") from None
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.lower() in ("1", "true", "yes")
-    return bool(value)
-
-
-def _prefixlen(cidr: str) -> int:
-    return ipaddress.ip_network(cidr, strict=False).prefixlen

@@ -20,8 +20,9 @@ from common import keys, owners
 from common.models import Network, Tenant
 from common.records import AllocRecord
 from plugin.app import create_app
-from plugin.driver import MAC_OPTION, Driver
+from plugin.driver import Driver
 from plugin.master_client import MasterClient
+from plugin.options import MAC_OPTION
 
 EID2 = "d" * 64
 NAME = NID[:12]  # the name CreateNetwork gives before docker tells the real one
