@@ -1,8 +1,9 @@
 """netplugin master: the cluster control plane and its REST API.
 
 One job per module:
-- app.py serves the REST API; cli.py starts netmaster; election.py and reclaim.py are
-  the leader's duties (HA).
+- app.py builds the REST app: routes.py registers each kind of kinds.py, forwarding.py sends
+  a follower's requests to the leader, openapi.py describes them; cli.py starts netmaster;
+  election.py and reclaim.py are the leader's duties (HA).
 - service.py: ClusterState, the one entry point. Its methods only delegate to the family
   modules below, which it composes.
 - txn.py: the compare-and-swap plumbing (retrying, commit, the compares, the hot cache).
@@ -24,7 +25,8 @@ A new object kind (policy, rule, netprofile, service LB) goes:
 3. its store module <kind>.py: a class over the TxnStore (and the families it refers to)
    with list/get/put/delete, each one ``retrying`` attempt: read, decide, commit;
 4. its inspect view: the pure part in decisions/views.py, the reads in views.py;
-5. its one-line methods on ClusterState, and its routes in app.py.
+5. its one-line methods on ClusterState, and its entry in kinds.py (routes and the OpenAPI
+   document come from that table).
 Keep every module under ~400 lines: split a family (or the views) before it grows past.
 """
 
