@@ -2,30 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from flask.testing import FlaskClient
 
-from master.app import create_app
 from master.service import ClusterState
-from store import open_store
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Iterator[ClusterState]:
-    store = open_store(None, str(tmp_path))
-    s = ClusterState(store)
-    s.ensure_defaults()
-    yield s
-    store.close()
-
-
-@pytest.fixture
-def client(state: ClusterState) -> FlaskClient:
-    return create_app(state).test_client()
 
 
 def test_docker_style_request_without_content_type(client: FlaskClient) -> None:

@@ -3,8 +3,7 @@ read and its commit makes the commit fail, and the retry sees it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -12,16 +11,7 @@ from common import keys
 from common.models import EndpointGroup, EndpointRequest, Network, Tenant
 from master.errors import Conflict
 from master.service import ClusterState
-from store import Compare, Op, TxnResult, open_store
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Iterator[ClusterState]:
-    store = open_store(None, str(tmp_path))
-    s = ClusterState(store)
-    s.ensure_defaults()
-    yield s
-    store.close()
+from store import Compare, Op, TxnResult
 
 
 def before_commit_of(state: ClusterState, key: str, writer: Callable[[], object]) -> None:

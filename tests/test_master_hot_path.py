@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from common.models import EndpointGroup, EndpointRequest, Network
 from master.service import ClusterState
-from store import open_store
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Iterator[ClusterState]:
-    store = open_store(None, str(tmp_path))
-    s = ClusterState(store)
-    s.ensure_defaults()
-    yield s
-    store.close()
 
 
 def count_calls(state: ClusterState) -> Counter[str]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -13,28 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from master.app import create_app
 from master.errors import ApiError, BadRequest, NotFound
 from master.kinds import KINDS, TENANT_NAME, ObjectKind, Op, PartsKey, SingletonKey
 from master.routes import Api, register_kinds
 from master.service import ClusterState
-from store import open_store
 
 KIND = {k.plural: k for k in KINDS}
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Iterator[ClusterState]:
-    store = open_store(None, str(tmp_path))
-    s = ClusterState(store)
-    s.ensure_defaults()
-    yield s
-    store.close()
-
-
-@pytest.fixture
-def client(state: ClusterState) -> FlaskClient:
-    return create_app(state).test_client()
 
 
 def _rules(app: Flask) -> set[tuple[str, str]]:
