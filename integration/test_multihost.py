@@ -130,6 +130,52 @@ def test_network_made_with_docker_on_one_host_is_usable_on_another(cluster: Clus
     assert cluster.api("GET", f"networks/default:{net}").status_code == 404
 
 
+def docker_network_id(host: SimHost, name: str) -> str:
+    res = host.docker_res("network", "inspect", "--format", "{{.Id}}", name)
+    return res.stdout.strip() if res.returncode == 0 else ""
+
+
+def test_docker_network_rm_on_a_host_without_containers_is_refused(cluster: Cluster) -> None:
+    """The cluster refuses while any host has endpoints, whichever host asks. Docker drops its
+    own copy on the asking host whatever the driver answers, so the sync puts it back."""
+    h1, h2, h3 = cluster.hosts
+    net = unique("dk")
+    h2.docker(
+        "network", "create", "-d", "netplugin", "--ipam-driver", "netplugin",
+        "--subnet", "10.67.0.0/24", net,
+    )  # fmt: skip
+    for h in (h1, h3):
+        wait_docker_network(h, net)
+    c = cluster.run(h3, unique("c"), net)
+    for asking in (h1, h2):  # a mirror, and the host whose docker made the network
+        old = docker_network_id(asking, net)
+        asking.docker_res("network", "rm", net)
+        # The cluster still has the network and its endpoint.
+        got = cluster.api("GET", f"inspect/networks/default:{net}")
+        assert got.status_code == 200 and got.json()["Oper"]["numEndpoints"] == 1, got.text
+        # dockerd was told why, naming the host that has containers.
+        log = asking.workdir / "dockerd.log"
+        wait_for(
+            lambda log=log: any(
+                net in line and "host(s) h3" in line for line in log.read_text().splitlines()
+            ),
+            20,
+            f"{asking.name}: dockerd logs the refusal naming h3",
+        )
+        # Put back on the asking host (not only at an agent restart), and usable there.
+        wait_for(
+            lambda asking=asking, old=old: docker_network_id(asking, net) not in ("", old),
+            20,
+            f"{asking.name}: docker network {net} restored",
+        )
+        a = cluster.run(asking, unique("a"), net)
+        assert cluster.ping(asking, a, cluster.ip_of(h3, c))
+        asking.docker("rm", "-f", a)
+    for h in cluster.hosts:  # nobody else lost it
+        assert docker_network_id(h, net), f"{h.name} lost {net}"
+    assert cluster.ping(h3, c, "10.67.0.1")
+
+
 def test_peer_leave_and_join_change_the_tunnels(cluster: Cluster) -> None:
     h1, h2, h3 = cluster.hosts
     for ctr in h3.docker("ps", "-q").split():  # a host with endpoints keeps its tunnel

@@ -121,15 +121,17 @@ class LocalDocker:
     def client(self) -> Any:
         with self._lock:
             if self._client is None:
-                import docker
-
-                kwargs: dict[str, Any] = {"timeout": 10}
-                self._client = (
-                    docker.DockerClient(base_url=self.docker_host, **kwargs)
-                    if self.docker_host
-                    else docker.from_env(**kwargs)
-                )
+                self._client = self.new_client()
             return self._client
+
+    def new_client(self) -> Any:
+        """A client of its own (dockerd's event stream holds its connection open)."""
+        import docker
+
+        kwargs: dict[str, Any] = {"timeout": 10}
+        if self.docker_host:
+            return docker.DockerClient(base_url=self.docker_host, **kwargs)
+        return docker.from_env(**kwargs)
 
     def _network(self, network_id: str) -> Any:
         from docker.errors import NotFound
@@ -288,7 +290,9 @@ def run(args: Any) -> None:
     agent.start()
 
     docker = LocalDocker(args.docker_host)
-    docker_sync = DockerSync(docker.client, lambda: fresh_cluster_networks(store))
+    docker_sync = DockerSync(
+        docker.client, lambda: fresh_cluster_networks(store), events=docker.new_client
+    )
     cluster_sync: ClusterSync | None = None
 
     def changed() -> None:

@@ -10,6 +10,7 @@ whose cluster network is gone are removed. Networks of other drivers are never t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -133,24 +134,50 @@ def create_args(net: ClusterNetwork) -> dict[str, Any]:
     }
 
 
+def destroyed_network_of(event: Mapping[str, Any], driver: str = DRIVER) -> str | None:
+    """The name of the network a docker event says was destroyed, if it was one of ours."""
+    if event.get("Type") != "network" or event.get("Action") != "destroy":
+        return None
+    attrs = (event.get("Actor") or {}).get("Attributes") or {}
+    if attrs.get("type") != driver:
+        return None
+    return str(attrs.get("name") or "")
+
+
 class DockerSync:
-    """Runs plan() against the local dockerd whenever poked (and every ``interval``)."""
+    """Runs plan() against the local dockerd whenever poked, whenever dockerd destroys a
+    network of our driver, and every ``interval``.
+
+    Docker removes its own copy of a network even when our DeleteNetwork refuses (libnetwork
+    honours only a built-in driver's "forbidden" error), so a `docker network rm` the cluster
+    refused (endpoints on other hosts) leaves this host without the network: following
+    dockerd's events puts it back as soon as docker is done, instead of at the next pass.
+    """
 
     def __init__(
         self,
         client: Callable[[], Any],
         cluster: Callable[[], list[ClusterNetwork] | None],
         interval: float = 30.0,
+        events: Callable[[], Any] | None = None,
     ) -> None:
         self.client = client  # a docker.DockerClient, made on first use
         self.cluster = cluster  # None while the cluster state is not known yet
         self.interval = interval
+        # A client for dockerd's event stream (its own: a stream holds its connection).
+        self.events = events
         self._poke = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="docker-sync", daemon=True)
+        self._follower = threading.Thread(
+            target=self._follow_events, name="docker-events", daemon=True
+        )
+        self._stream: Any = None
 
     def start(self) -> DockerSync:
         self._thread.start()
+        if self.events is not None:
+            self._follower.start()
         return self
 
     def poke(self) -> None:
@@ -159,6 +186,38 @@ class DockerSync:
     def stop(self) -> None:
         self._stop.set()
         self._poke.set()
+        stream = self._stream
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.close()
+
+    def _follow_events(self) -> None:
+        assert self.events is not None
+        failing = False
+        while not self._stop.is_set():
+            try:
+                stream = self.events().events(
+                    decode=True, filters={"type": "network", "event": "destroy"}
+                )
+                self._stream = stream
+                if failing:
+                    log.info("following dockerd's network events again")
+                failing = False
+                self.poke()  # whatever happened while we were not following
+                for event in stream:
+                    if self._stop.is_set():
+                        return
+                    name = destroyed_network_of(event)
+                    if name is not None:
+                        log.info("docker network %s was removed here; checking the cluster", name)
+                        self.poke()
+            except Exception as e:
+                if self._stop.is_set():
+                    return
+                if not failing:
+                    log.warning("cannot follow dockerd's network events (%s); retrying", e)
+                failing = True
+            self._stop.wait(2.0)
 
     def _run(self) -> None:
         failing = False

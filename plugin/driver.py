@@ -218,6 +218,15 @@ class Driver:
             self.master.delete_network(ref.tenant, ref.name)
         except MasterError as e:
             if e.status != 404:
+                # Docker drops its own copy whatever we answer (libnetwork honours no remote
+                # driver's refusal here); the docker sync puts it back once docker is done.
+                log.warning(
+                    "docker network rm of %s:%s refused: %s; docker removes its copy on this "
+                    "host anyway and it is restored from the cluster",
+                    ref.tenant,
+                    ref.name,
+                    e,
+                )
                 raise
         self.datapath.remove_network(f"{ref.tenant}:{ref.name}")
         self._networks.pop(req.NetworkID, None)

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import queue
+import time
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
 from common.records import NetworkRecord
 from plugin.docker_sync import (
     ClusterNetwork,
     DockerNetwork,
+    DockerSync,
     cluster_network,
     create_args,
+    destroyed_network_of,
     plan,
 )
 
@@ -80,3 +88,91 @@ def test_cluster_network_from_a_store_record() -> None:
     }
     net = cluster_network(NetworkRecord.from_json(record))
     assert net.key == ("default", "net1") and net.internal and net.docker_id == "f" * 64
+
+
+def destroy_event(name: str, driver: str = "netplugin") -> dict[str, object]:
+    return {
+        "Type": "network",
+        "Action": "destroy",
+        "Actor": {"ID": "n" * 64, "Attributes": {"name": name, "type": driver}},
+    }
+
+
+def test_only_our_drivers_destroyed_networks_count() -> None:
+    assert destroyed_network_of(destroy_event("web")) == "web"
+    assert destroyed_network_of(destroy_event("web", "bridge")) is None
+    assert destroyed_network_of({**destroy_event("web"), "Action": "create"}) is None
+    assert destroyed_network_of({"Type": "container", "Action": "destroy"}) is None
+    assert destroyed_network_of({}) is None
+
+
+class FakeNetworks:
+    """dockerd's networks: what list() shows, and what create() and remove() do."""
+
+    def __init__(self, nets: list[DockerNetwork]) -> None:
+        self.nets = {n.id: n for n in nets}
+        self.created: list[str] = []
+        self.listed = 0
+
+    def list(self) -> list[Any]:
+        self.listed += 1
+        return [
+            SimpleNamespace(
+                id=n.id, name=n.name, attrs={"Driver": n.driver, "Options": dict(n.options)}
+            )
+            for n in self.nets.values()
+        ]
+
+    def create(self, name: str, driver: str, options: dict[str, str], **_: Any) -> None:
+        nid = f"new{len(self.created)}"
+        self.nets[nid] = DockerNetwork(nid, name, driver, options)
+        self.created.append(name)
+
+
+class FakeEvents:
+    """dockerd's event stream: yields the queued events, then blocks like a quiet stream."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[dict[str, object] | None] = queue.Queue()
+        self.filters: list[dict[str, str]] = []
+
+    def events(self, decode: bool, filters: dict[str, str]) -> Any:
+        assert decode
+        self.filters.append(filters)
+        events = self
+
+        class Stream:
+            def __iter__(self) -> Iterator[dict[str, object]]:
+                while (ev := events.queue.get()) is not None:
+                    yield ev
+
+            def close(self) -> None:
+                events.queue.put(None)
+
+        return Stream()
+
+
+def test_a_network_docker_removed_here_is_put_back_when_docker_says_so() -> None:
+    """`docker network rm` refused by the cluster: docker drops its copy anyway, and the
+    destroy event brings the sync round at once (not at the next periodic pass)."""
+    networks = FakeNetworks([mirror(WEB, "a")])
+    events = FakeEvents()
+    client = SimpleNamespace(networks=networks, events=events.events)
+    sync = DockerSync(lambda: client, lambda: [WEB], interval=3600, events=lambda: client)
+    sync.start()
+    try:
+        # The stream's start pokes one pass; nothing is missing yet.
+        wait(lambda: events.filters == [{"type": "network", "event": "destroy"}])
+        wait(lambda: networks.listed == 1)
+        del networks.nets["a"]  # what dockerd did, before it sends the event
+        events.queue.put(destroy_event("web"))
+        wait(lambda: networks.created == ["web"])
+    finally:
+        sync.stop()
+
+
+def wait(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
