@@ -24,6 +24,7 @@ from .decisions.networks import (
     renamed,
     renamed_pool,
 )
+from .decisions.pools import request_owners
 from .errors import NotFound
 from .settings import Settings, tag_use
 from .tenants import Tenants
@@ -45,6 +46,12 @@ def teardown(rec: NetworkRecord) -> list[Op]:
     for pid in rec.pools:
         ops += [Delete(keys.pool(pid)), Delete(keys.allocs_of(pid), prefix=True)]
     return ops
+
+
+def owner_records_of(allocs: list[KV]) -> list[Op]:
+    """Deleting the owner records of the plain requests that hold ``allocs``."""
+    held = request_owners(AllocRecord.decode(kv.value) for kv in allocs)
+    return [Delete(keys.owner(o)) for o in held]
 
 
 class Networks:
@@ -114,6 +121,12 @@ class Networks:
                 if pool.gateway:
                     gateway = AllocRecord(owners.NETWORK_GATEWAY).encode()
                     ops.append(Put(keys.alloc(pid, pool.gateway), gateway))
+                    # Docker's gateway request held it until now: the network holds it from
+                    # here on, and the request's owner record would outlive the network.
+                    held = self.txn.get(keys.alloc(pid, pool.gateway))
+                    if held is not None:
+                        compares.append(unchanged(held))
+                        ops += owner_records_of([held])
             compares.append(untouched_since(space, prev))
             ops.append(Put(key, record.encode()))
             self.txn.commit(compares, self.txn.without_overlaps(ops))
@@ -172,7 +185,12 @@ class Networks:
                 none_under(endpoints),
                 untouched_since(keys.groups_of(tenant), grev),
             ]
-            self.txn.commit(compares, [Delete(kv.key), *teardown(rec)])
+            ops: list[Op] = [Delete(kv.key), *teardown(rec)]
+            for pid in rec.pools:
+                allocs, arev = self.txn.range(keys.allocs_of(pid))
+                compares.append(untouched_since(keys.allocs_of(pid), arev))
+                ops += owner_records_of(allocs)
+            self.txn.commit(compares, ops)
             for pid in rec.pools:
                 self.pools.forget(pid)
 

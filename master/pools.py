@@ -22,6 +22,7 @@ from .decisions.pools import (
     plan_pool_request,
     pool_spec,
     request_obj,
+    request_owners,
     should_release,
 )
 from .errors import BadRequest, NotFound
@@ -66,8 +67,16 @@ class Pools:
                 raise NotFound(obj)
             if PoolRecord.decode(pkv.value).network:
                 return  # owned by a network: released when the network is deleted
+            # Addresses Docker never released go with the pool, and so do their owner records.
+            allocs, arev = self.txn.range(keys.allocs_of(pool_id))
+            held = request_owners(AllocRecord.decode(kv.value) for kv in allocs)
             self.txn.commit(
-                [unchanged(pkv)], [Delete(pkv.key), Delete(keys.allocs_of(pool_id), prefix=True)]
+                [unchanged(pkv), untouched_since(keys.allocs_of(pool_id), arev)],
+                [
+                    Delete(pkv.key),
+                    Delete(keys.allocs_of(pool_id), prefix=True),
+                    *(Delete(keys.owner(o)) for o in held),
+                ],
             )
             self.pools.forget(pool_id)
 

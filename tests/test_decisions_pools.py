@@ -20,6 +20,7 @@ from master.decisions.pools import (
     plan_pool_request,
     pool_id_for,
     pool_spec,
+    request_owners,
     should_release,
 )
 from master.errors import BadRequest, Conflict
@@ -146,3 +147,17 @@ def test_release_refuses_an_endpoints_address_and_keeps_the_gateway() -> None:
     assert str(e.value) == f"{obj}: it belongs to endpoint e1; delete the endpoint"
     assert should_release(obj, AllocRecord(owners.NETWORK_GATEWAY)) is False
     assert should_release(obj, AllocRecord(owners.docker_static("p", "10.1.0.5"))) is True
+
+
+def test_request_owners_are_the_plain_requests_among_the_holders() -> None:
+    held = [
+        AllocRecord(owners.NETWORK_GATEWAY),
+        AllocRecord(owners.endpoint("e1")),
+        AllocRecord(owners.docker_static("p", "10.0.0.9")),
+        AllocRecord(owners.docker_gateway("p", "10.0.0.1")),
+        AllocRecord(owners.docker_static("p", "10.0.0.9")),
+    ]
+    assert request_owners(held) == sorted(
+        [owners.docker_gateway("p", "10.0.0.1"), owners.docker_static("p", "10.0.0.9")]
+    )
+    assert request_owners([]) == []

@@ -205,16 +205,35 @@ def test_network_create_run_stop_and_rm(
     assert [k for k in leftovers(master) if not k.startswith(keys.OWNERS)] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="master: the owner record of Docker's gateway request outlives the network "
-    "(put_network rewrites the address to the network's gateway, the teardown and "
-    "ReleaseAddress leave ipam/owners/gw:<pool>:<address> behind)",
-)
 def test_network_rm_leaves_no_owner_record(plugin: FlaskClient, master: RealMaster) -> None:
     pool_id = network_create(plugin, "10.5.0.0/24")
     ok(call(plugin, "NetworkDriver.DeleteNetwork", {"NetworkID": NID}))
     ok(call(plugin, "IpamDriver.ReleaseAddress", {"PoolID": pool_id, "Address": "10.5.0.1"}))
+    ok(call(plugin, "IpamDriver.ReleasePool", {"PoolID": pool_id}))
+    assert leftovers(master) == []
+
+
+def test_network_rm_takes_addresses_docker_never_released_with_their_owners(
+    plugin: FlaskClient, master: RealMaster
+) -> None:
+    """A static request (--aux-address) Docker did not release before the network went."""
+    pool_id = network_create(plugin, "10.5.0.0/24")
+    ok(request_address(plugin, pool_id, "10.5.0.9"))
+    ok(call(plugin, "NetworkDriver.DeleteNetwork", {"NetworkID": NID}))
+    ok(call(plugin, "IpamDriver.ReleasePool", {"PoolID": pool_id}))
+    assert leftovers(master) == []
+
+
+def test_release_pool_takes_its_unreleased_addresses_with_their_owners(
+    plugin: FlaskClient, master: RealMaster
+) -> None:
+    """A Docker pool no network adopted (CreateNetwork never came), released with addresses
+    still booked in it."""
+    pool_id = ok(
+        call(plugin, "IpamDriver.RequestPool", {"AddressSpace": "", "Pool": "10.9.0.0/24"})
+    )["PoolID"]
+    ok(request_address(plugin, pool_id, "10.9.0.7"))
+    ok(request_address(plugin, pool_id))
     ok(call(plugin, "IpamDriver.ReleasePool", {"PoolID": pool_id}))
     assert leftovers(master) == []
 

@@ -3,7 +3,7 @@ cluster state: which pool a request gets, and which addresses may be handed out 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,3 +133,10 @@ def should_release(obj: str, held: AllocRecord) -> bool:
     if (endpoint := owners.endpoint_of(held.owner)) is not None:
         raise Conflict(obj, f"it belongs to endpoint {endpoint}; delete the endpoint")
     return held.owner != owners.NETWORK_GATEWAY
+
+
+def request_owners(allocs: Iterable[AllocRecord]) -> list[str]:
+    """The plain address requests (Docker's) among the holders of ``allocs``: their owner
+    records go when the addresses go without a ReleaseAddress (the pool or network goes, or
+    the network takes the gateway over)."""
+    return sorted({a.owner for a in allocs if owners.is_request(a.owner)})
