@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,6 +14,7 @@ from store import open_store
 from store.base import Compare, Put, Store, StoreError, StoreUnavailable
 from store.etcd import EtcdStore
 
+from .certs import make_pki
 from .etcd import EtcdServer, free_port, require_etcd
 
 pytestmark = pytest.mark.etcd
@@ -168,90 +167,13 @@ def test_keepalive_gives_up_after_the_ttl(etcd_factory: Callable[..., EtcdServer
         assert lease.lost.wait(WAIT)
 
 
-def _make_certs(d: Path) -> dict[str, str]:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    files: dict[str, str] = {}
-
-    def write(name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
-        (d / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (d / f"{name}-key.pem").write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-        files[name] = str(d / f"{name}.pem")
-        files[f"{name}-key"] = str(d / f"{name}-key.pem")
-
-    def name(cn: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(name("test ca"))
-        .issuer_name(name("test ca"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    write("ca", ca, ca_key)
-    # etcd's gateway dials its own gRPC server with the server certificate: it needs both.
-    for who, usages in (
-        ("server", [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-        ("client", [ExtendedKeyUsageOID.CLIENT_AUTH]),
-    ):
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name(who))
-            .issuer_name(ca.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False,
-            )
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .sign(ca_key, hashes.SHA256())
-        )
-        write(who, cert, key)
-    return files
-
-
 def test_tls_with_client_certificates(
     etcd_factory: Callable[..., EtcdServer], tmp_path: Path, p: str
 ) -> None:
-    c = _make_certs(tmp_path)
-    server = etcd_factory(tls=(c["ca"], c["server"], c["server-key"]))
+    c = make_pki(tmp_path)
+    server = etcd_factory(tls=(c.ca, c.server, c.server_key))
     bare = server.endpoint.removeprefix("https://")
-    with EtcdStore([bare], ca_cert=c["ca"], cert=c["client"], key=c["client-key"]) as s:
+    with EtcdStore([bare], ca_cert=c.ca, cert=c.client, key=c.client_key) as s:
         assert s.endpoints == [server.endpoint]
         rev = s.put(p + "k", b"v")
         w = Collector(s, p, rev)
@@ -261,7 +183,7 @@ def test_tls_with_client_certificates(
             w.close()
     # Without a client certificate the handshake fails.
     with (
-        EtcdStore([server.endpoint], ca_cert=c["ca"], timeout=1.0) as s,
+        EtcdStore([server.endpoint], ca_cert=c.ca, timeout=1.0) as s,
         pytest.raises(StoreUnavailable),
     ):
         s.get(p + "k")

@@ -214,6 +214,24 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
         return build_app(self.args)
 
 
+def check_store(args: Any) -> None:
+    """Before serving: TLS files that cannot be read, or an etcd whose TLS handshake fails,
+    end netmaster with a one-line message (an etcd that is merely down does not)."""
+    from common.etcd_tls import EtcdTls
+    from store.startup import StoreStartError, open_store_at_start
+
+    endpoints = split_endpoints(args.etcd_endpoints)
+    if not endpoints:
+        return
+    try:
+        store = open_store_at_start(
+            endpoints, args.data_dir, EtcdTls(args.etcd_ca, args.etcd_cert, args.etcd_key)
+        )
+    except StoreStartError as e:
+        raise SystemExit(f"netmaster: {e}") from None
+    store.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     from .election import new_master_id
 
@@ -226,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(args.log_level, "netmaster")
     if not split_endpoints(args.etcd_endpoints):
         os.makedirs(args.data_dir, exist_ok=True)
+    check_store(args)  # here in the arbiter: in a worker it would end in a traceback
     args.master_id = new_master_id()  # before the fork: every worker shares it
     url = control_url(args.listen_url, args.control_url)
     log.info(

@@ -16,6 +16,7 @@ from typing import Any
 from werkzeug.serving import make_server
 
 from common import keys
+from common.etcd_tls import EtcdTls
 from common.flags import split_endpoints
 from common.models import Endpoint, Network
 from common.records import HostRecord, NetworkRecord
@@ -25,7 +26,8 @@ from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
 from datapath.pipeline import RemoteEndpointState
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
-from store import Store, open_store
+from store import Store
+from store.startup import StoreStartError, open_store_at_start
 
 from .app import create_app
 from .cluster import ClusterView, HostRegistration, peers, remote_endpoints
@@ -255,15 +257,22 @@ def _link_mtu(ifname: str) -> int:
         return int(ip.get_links(found[0])[0].get("mtu"))
 
 
+def open_cluster_store(args: Any) -> Store:
+    """The cluster store the flags name; a TLS problem with etcd ends the program with a
+    one-line message (an etcd that is down is waited for by the mirrors)."""
+    try:
+        return open_store_at_start(
+            split_endpoints(args.etcd_endpoints),
+            args.data_dir,
+            EtcdTls(args.etcd_ca, args.etcd_cert, args.etcd_key),
+        )
+    except StoreStartError as e:
+        raise SystemExit(f"netplugin: {e}") from None
+
+
 def run(args: Any) -> None:
     """Start everything; serve until SIGINT/SIGTERM, then exit (os-ken threads need os._exit)."""
-    store = open_store(
-        split_endpoints(args.etcd_endpoints) or None,
-        args.data_dir,
-        ca_cert=args.etcd_ca or None,
-        cert=args.etcd_cert or None,
-        key=args.etcd_key or None,
-    )
+    store = open_cluster_store(args)  # first: a bad TLS setup must stop us before OVS
     # Calls follow the leader the masters elected, and ride out a failover.
     try:
         master = MasterClient(args.netmaster, leader=leader_url_from_store(store))

@@ -211,6 +211,18 @@ def tls_session(ca_cert: str | None, cert: str | None, key: str | None) -> reque
 # ---------------------------------------------------------------- the client
 
 
+class EndpointsUnavailable(StoreUnavailable):
+    """No endpoint answered a request; ``failures`` holds each one's (endpoint, exception).
+
+    The exceptions say why: a start-up check tells an etcd that is down (which may come
+    back) from a TLS problem (which retrying never fixes) with them.
+    """
+
+    def __init__(self, message: str, failures: Sequence[tuple[str, BaseException]]) -> None:
+        super().__init__(message)
+        self.failures = tuple(failures)
+
+
 class Gateway:
     """The JSON gateways of one etcd cluster, reached through one HTTP session.
 
@@ -257,7 +269,8 @@ class Gateway:
         """
         if self._closed.is_set():
             raise StoreError("store is closed")
-        errors = []
+        errors: list[str] = []
+        failures: list[tuple[str, BaseException]] = []
         first = self.current
         for i in range(len(self.endpoints)):
             idx = (first + i) % len(self.endpoints)
@@ -274,6 +287,7 @@ class Gateway:
                         f"etcd at {endpoint} failed during {path}; outcome unknown: {e}"
                     ) from e
                 errors.append(f"{endpoint}: {e}")
+                failures.append((endpoint, e))
                 continue
             if resp.status_code == 200:
                 self.current = idx
@@ -284,10 +298,12 @@ class Gateway:
             err = error_from(resp, int(body.get("revision", 0)))
             if isinstance(err, StoreUnavailable) and idempotent:
                 errors.append(str(err))
+                failures.append((endpoint, err))
                 continue
             raise err
-        raise StoreUnavailable(
-            f"no etcd endpoint available ({', '.join(self.endpoints)}): {'; '.join(errors)}"
+        raise EndpointsUnavailable(
+            f"no etcd endpoint available ({', '.join(self.endpoints)}): {'; '.join(errors)}",
+            failures,
         )
 
     def stream(

@@ -27,6 +27,7 @@ from store.base import (
 )
 from store.etcd_gateway import (
     API_PATH,
+    EndpointsUnavailable,
     Gateway,
     base_url,
     decode_kv,
@@ -37,6 +38,7 @@ from store.etcd_gateway import (
     header_revision,
     messages,
     range_keys,
+    tls_session,
     txn_body,
 )
 
@@ -194,6 +196,18 @@ def test_every_endpoint_down_names_them_all() -> None:
     with pytest.raises(StoreUnavailable) as info:
         gateway(s).post("/kv/range", {})
     assert all(ep in str(info.value) for ep in (A, B, C)), info.value
+
+
+def test_every_endpoint_down_keeps_each_ones_failure() -> None:
+    # A start-up check tells "down" from "TLS refused" by these, not by the text.
+    failures = [refused(), read_timeout(), answer(503, b"Service Unavailable")]
+    s = FakeSession(**{A: [failures[0]], B: [failures[1]], C: [failures[2]]})
+    with pytest.raises(EndpointsUnavailable) as info:
+        gateway(s).post("/kv/range", {})
+    assert [ep for ep, _ in info.value.failures] == [A, B, C]
+    assert info.value.failures[0][1] is failures[0]
+    assert info.value.failures[1][1] is failures[1]
+    assert isinstance(info.value.failures[2][1], StoreUnavailable)
 
 
 def test_an_error_that_is_not_an_outage_is_raised_at_once() -> None:
@@ -416,3 +430,26 @@ def test_without_tls_the_system_defaults_stay() -> None:
     assert adapter is gw.session.get_adapter("http://etcd-b:2379/")
     assert isinstance(adapter, requests.adapters.HTTPAdapter)
     assert adapter.poolmanager.connection_pool_kw["maxsize"] == 64
+
+
+def test_tls_settings_are_what_every_request_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Neither a CA bundle nor a proxy from the environment replaces what was given.
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/env/ca.pem")
+    monkeypatch.setenv("CURL_CA_BUNDLE", "/env/ca.pem")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    url = "https://etcd-a:2379/v3/kv/range"
+    tls = tls_session("/ca.pem", "/c.pem", "/k.pem")
+    settings = tls.merge_environment_settings(url, {}, None, None, None)
+    assert settings == {
+        "verify": "/ca.pem",
+        "cert": ("/c.pem", "/k.pem"),
+        "proxies": {},
+        "stream": False,
+    }
+    plain = tls_session(None, None, None).merge_environment_settings(url, {}, None, None, None)
+    assert plain["verify"] is True and plain["cert"] is None and plain["proxies"] == {}
+
+
+def test_a_key_without_a_certificate_is_not_sent() -> None:
+    # The start-up check refuses this combination (common.etcd_tls.file_problem).
+    assert tls_session("/ca.pem", None, "/k.pem").cert is None
