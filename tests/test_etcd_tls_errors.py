@@ -4,8 +4,10 @@ OpenSSL texts a real etcd 3.4 produced (integration/test_etcd_tls.py gets them f
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -244,12 +246,39 @@ def test_file_problems(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
-def test_an_unreadable_file(tmp_path: Path) -> None:
-    key = tmp_path / "k.pem"
-    key.write_text("pem")
-    key.chmod(0)
-    problem = file_problem(EtcdTls(cert=str(key), key=str(key)))
+def problem_as(uid: int | None, tls: EtcdTls) -> str | None:
+    """file_problem() as seen by ``uid`` (a forked child drops to it), or by us."""
+    if uid is None:
+        return file_problem(tls)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery from here on, only os._exit
+        status = 1
+        try:
+            os.close(read)
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(write, json.dumps(file_problem(tls)).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        out = answer.read()
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, "the child could not drop to nobody"
+    return json.loads(out)
+
+
+def test_an_unreadable_file() -> None:
+    # Root reads any file: when we are root, the check runs as nobody.
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o755)
+        key = Path(folder) / "k.pem"
+        key.write_text("pem")
+        key.chmod(0)
+        uid = 65534 if os.geteuid() == 0 else None
+        problem = problem_as(uid, EtcdTls(cert=str(key), key=str(key)))
     assert problem == f"--etcd-cert {key}: cannot read it (permission denied)"
 
 
