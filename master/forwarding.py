@@ -18,14 +18,18 @@ from .election import FORWARDED_BY, SERVED_BY, Elector, forward_target
 from .errors import Unavailable
 
 # Request headers a follower passes on to the leader, and answer headers it passes back.
-FORWARD_REQUEST_HEADERS = ("Content-Type", "Accept", "User-Agent")
-FORWARD_ANSWER_HEADERS = ("Content-Type", SERVED_BY)
+# The caller's Authorization goes along: the leader authorises the caller, not the follower.
+FORWARD_REQUEST_HEADERS = ("Content-Type", "Accept", "User-Agent", "Authorization")
+FORWARD_ANSWER_HEADERS = ("Content-Type", "WWW-Authenticate", SERVED_BY)
 
 
-def forward_session(pool_size: int = 64) -> requests.Session:
-    """The HTTP session a follower forwards with: no proxy from the environment, no retries."""
+def forward_session(pool_size: int = 64, tls_ca: str = "") -> requests.Session:
+    """The HTTP session a follower forwards with: no proxy from the environment, no retries;
+    an https:// leader's certificate is verified with ``tls_ca`` (else the system's CAs)."""
     session = requests.Session()
     session.trust_env = False
+    if tls_ca:
+        session.verify = tls_ca
     adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)

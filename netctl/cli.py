@@ -11,6 +11,8 @@ from typing import Any, TextIO
 
 import requests
 
+from common.credentials import client_token
+
 from . import __version__
 from .client import DEFAULT_URL, MasterClient, MasterError, normalize_url
 
@@ -289,6 +291,20 @@ def _common_options() -> argparse.ArgumentParser:
         help=f"netmaster URL or host:port (default: $NETMASTER or {DEFAULT_URL})",
     )
     group.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="CA certificate that signed the master's (https://; default: $NETCTL_TLS_CA, "
+        "else the system's CAs)",
+    )
+    group.add_argument(
+        "--auth-token-file",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="file holding the bearer token (default: $NETCTL_AUTH_TOKEN_FILE, else the "
+        "token in $NETCTL_AUTH_TOKEN)",
+    )
+    group.add_argument(
         "--json",
         action="store_true",
         default=argparse.SUPPRESS,
@@ -421,11 +437,16 @@ def main(argv: Sequence[str] | None = None, *, session: requests.Session | None 
         if all(v is None for v in (*wanted, args.private_subnet)):
             args.parser.error("nothing to set; give at least one option (see --help)")
     url = getattr(args, "netmaster", None) or os.environ.get("NETMASTER") or DEFAULT_URL
+    tls_ca = getattr(args, "tls_ca", None) or os.environ.get("NETCTL_TLS_CA", "")
+    token_file = getattr(args, "auth_token_file", None) or os.environ.get(
+        "NETCTL_AUTH_TOKEN_FILE", ""
+    )
     try:
-        url = normalize_url(url)
+        url = normalize_url(url, "https" if tls_ca else "http")
+        token = client_token(token_file, os.environ.get("NETCTL_AUTH_TOKEN", ""))
     except ValueError as e:
         parser.error(str(e))
-    client = MasterClient(url, session=session)
+    client = MasterClient(url, session=session, tls_ca=tls_ca, token=token)
     try:
         args.func(client, args, sys.stdout)
     except MasterError as e:

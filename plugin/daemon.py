@@ -16,6 +16,7 @@ from typing import Any
 from werkzeug.serving import make_server
 
 from common import keys
+from common.credentials import CredentialError, client_token
 from common.flags import split_endpoints
 from common.models import Endpoint, Network
 from common.records import HostRecord, NetworkRecord
@@ -28,6 +29,7 @@ from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
 from store import Store, open_store
 
 from .app import create_app
+from .cli import TOKEN_ENV
 from .cluster import ClusterView, HostRegistration, peers, remote_endpoints
 from .docker_sync import ClusterNetwork, DockerSync, cluster_network
 from .driver import Driver
@@ -255,6 +257,10 @@ def _link_mtu(ifname: str) -> int:
 
 def run(args: Any) -> None:
     """Start everything; serve until SIGINT/SIGTERM, then exit (os-ken threads need os._exit)."""
+    try:
+        token = client_token(args.auth_token_file, os.environ.get(TOKEN_ENV, ""))
+    except CredentialError as e:
+        raise SystemExit(f"netplugin: --auth-token-file: {e}") from None
     store = open_store(
         split_endpoints(args.etcd_endpoints) or None,
         args.data_dir,
@@ -264,7 +270,9 @@ def run(args: Any) -> None:
     )
     # Calls follow the leader the masters elected, and ride out a failover.
     try:
-        master = MasterClient(args.netmaster, leader=leader_url_from_store(store))
+        master = MasterClient(
+            args.netmaster, leader=leader_url_from_store(store), tls_ca=args.tls_ca, token=token
+        )
     except ValueError as e:
         raise SystemExit(f"netplugin: --netmaster {args.netmaster!r}: {e}") from None
     _clear_stale_socket(args.socket)
@@ -320,7 +328,13 @@ def run(args: Any) -> None:
         docker_options=docker.options,
     )
     app = create_app(driver)
-    server = make_server(f"unix://{args.socket}", 0, app, threaded=True)
+    # Whoever may write to the socket may drive the host's networking: root only, from
+    # the moment it exists (the umask), not after a chmod.
+    umask = os.umask(0o177)
+    try:
+        server = make_server(f"unix://{args.socket}", 0, app, threaded=True)
+    finally:
+        os.umask(umask)
     os.chmod(args.socket, 0o600)
     view.start()
     registration.start()

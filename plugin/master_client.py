@@ -74,6 +74,7 @@ class MasterClient:
     Without ``leader``, a call makes at most ``retries`` attempts on ``base_url``. With
     ``leader`` (the current leader's URL from the cluster state, or None), calls follow the
     leader until ``deadline`` seconds have passed (see common.client.MasterTransport).
+    ``tls_ca`` verifies the masters' certificates; ``token`` is the agent's bearer token.
     """
 
     def __init__(
@@ -85,6 +86,8 @@ class MasterClient:
         session: requests.Session | None = None,
         leader: Callable[[], str | None] | None = None,
         deadline: float | None = None,
+        tls_ca: str = "",
+        token: str = "",
     ) -> None:
         self.transport = MasterTransport(
             base_url,
@@ -95,6 +98,8 @@ class MasterClient:
             session=session,
             leader=leader,
             deadline=deadline,
+            tls_ca=tls_ca,
+            token=token,
         )
 
     def current_url(self) -> str:
