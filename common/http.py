@@ -27,6 +27,10 @@ def never_sent(e: requests.RequestException) -> bool:
     return False
 
 
+# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+NAME_MISMATCH = (62, 64)
+
+
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     """``exc`` and every exception behind it (requests and urllib3 wrap several deep)."""
     seen: set[int] = set()
@@ -51,7 +55,7 @@ def os_reason(exc: BaseException) -> str | None:
         if isinstance(e, socket.gaierror):
             return f"cannot resolve host: {e.strerror or e}"
         if isinstance(e, http.client.RemoteDisconnected):
-            return "the server closed the connection without an answer"
+            return "the server closed the connection without an answer (does it serve https://?)"
         if isinstance(e, OSError) and e.strerror:
             return e.strerror[:1].lower() + e.strerror[1:]
     return None
@@ -61,9 +65,15 @@ def tls_reason(exc: BaseException) -> str:
     """Why a TLS handshake failed, in words a user can act on."""
     for e in _chain(exc):
         if isinstance(e, ssl.SSLCertVerificationError):
+            what = getattr(e, "verify_message", None) or e.reason or "certificate verify failed"
+            if getattr(e, "verify_code", None) in NAME_MISMATCH:
+                return (
+                    f"its certificate is not valid for this name ({what}); use a name or "
+                    "address the certificate was issued for"
+                )
             return (
-                f"its certificate cannot be verified ({e.verify_message}); give the CA that "
-                "signed it with --tls-ca"
+                f"its certificate cannot be verified ({what}); give the CA that signed it "
+                "with --tls-ca"
             )
         if isinstance(e, ssl.SSLError) and e.reason == "WRONG_VERSION_NUMBER":
             return "it does not speak TLS there (an http:// URL?)"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,6 +15,7 @@ from store.base import Compare, Put, Store, StoreError, StoreUnavailable
 from store.etcd import EtcdStore
 
 from .etcd import EtcdServer, free_port, require_etcd
+from .pki import CLIENT, SERVER, TestCA
 
 pytestmark = pytest.mark.etcd
 
@@ -170,79 +169,17 @@ def test_keepalive_gives_up_after_the_ttl(etcd_factory: Callable[..., EtcdServer
 
 def _make_certs(d: Path) -> dict[str, str]:
     """A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    files: dict[str, str] = {}
-
-    def write(name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
-        (d / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (d / f"{name}-key.pem").write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-        files[name] = str(d / f"{name}.pem")
-        files[f"{name}-key"] = str(d / f"{name}-key.pem")
-
-    def name(cn: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(name("test ca"))
-        .issuer_name(name("test ca"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    write("ca", ca, ca_key)
+    ca = TestCA(d, "test ca")
     # etcd's gateway dials its own gRPC server with the server certificate: it needs both.
-    for who, usages in (
-        ("server", [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-        ("client", [ExtendedKeyUsageOID.CLIENT_AUTH]),
-    ):
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name(who))
-            .issuer_name(ca.subject)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False,
-            )
-            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .sign(ca_key, hashes.SHA256())
-        )
-        write(who, cert, key)
-    return files
+    server, server_key = ca.issue("server", ["127.0.0.1"], [SERVER, CLIENT])
+    client, client_key = ca.issue("client", ["127.0.0.1"], [CLIENT])
+    return {
+        "ca": str(ca.cert),
+        "server": str(server),
+        "server-key": str(server_key),
+        "client": str(client),
+        "client-key": str(client_key),
+    }
 
 
 def test_tls_with_client_certificates(

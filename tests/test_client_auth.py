@@ -100,6 +100,14 @@ def test_a_failed_handshake_says_what_to_do() -> None:
         "no TLS connection to netmaster at https://m:1: its certificate cannot be verified "
         "(unable to get local issuer certificate); give the CA that signed it with --tls-ca"
     )
+    mismatch = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] ...")
+    mismatch.verify_code = 64
+    mismatch.verify_message = "IP address mismatch, certificate is not valid for '10.0.0.9'."
+    failure = no_answer("https://10.0.0.9:1", _ssl_failure(mismatch), 5)
+    assert failure.reason == (
+        "its certificate is not valid for this name (IP address mismatch, certificate is not "
+        "valid for '10.0.0.9'.); use a name or address the certificate was issued for"
+    )
     plain = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
     plain.reason = "WRONG_VERSION_NUMBER"
     failure = no_answer("https://m:1", _ssl_failure(plain), 5)
