@@ -349,6 +349,24 @@ def _role_counts(tokens: TokenTable) -> str:
     return ", ".join(f"{n} {role}" for role, n in sorted(tokens.roles().items()))
 
 
+def _protection(args: Any) -> TokenTable | None:
+    """Check the TLS and token flags (exit with a message when they cannot be used, or
+    when the API would be exposed unprotected); the tokens, with --auth-token-file."""
+    tls = bool(args.tls_cert)
+    refusal = exposure_refusal(args.listen_url, tls, bool(args.auth_token_file), args.insecure)
+    if refusal is not None:
+        raise SystemExit(refusal)
+    problem = tls_problem(args.tls_cert, args.tls_key, args.tls_ca)
+    if problem is not None:
+        raise SystemExit(f"netmaster: {problem}")
+    if not args.auth_token_file:
+        return None
+    try:
+        return load_tokens(args.auth_token_file)
+    except TokenFileError as e:
+        raise SystemExit(f"netmaster: --auth-token-file: {e}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     from .election import new_master_id
 
@@ -359,22 +377,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.host_reclaim_grace < 0:
         p.error(f"--host-reclaim-grace {args.host_reclaim_grace:g}: must be >= 0 (0 disables)")
     setup_logging(args.log_level, "netmaster")
+    tokens = _protection(args)  # before anything is created or served
     if not split_endpoints(args.etcd_endpoints):
         os.makedirs(args.data_dir, exist_ok=True)
     args.master_id = new_master_id()  # before the fork: every worker shares it
     tls = bool(args.tls_cert)
-    refusal = exposure_refusal(args.listen_url, tls, bool(args.auth_token_file), args.insecure)
-    if refusal is not None:
-        raise SystemExit(refusal)
-    problem = tls_problem(args.tls_cert, args.tls_key, args.tls_ca)
-    if problem is not None:
-        raise SystemExit(f"netmaster: {problem}")
-    tokens = None
-    if args.auth_token_file:
-        try:
-            tokens = load_tokens(args.auth_token_file)
-        except TokenFileError as e:
-            raise SystemExit(f"netmaster: --auth-token-file: {e}") from None
     url = control_url(args.listen_url, args.control_url, tls)
     log.info(
         "netmaster %s listening on %s (control URL %s), store %s, leader TTL %ds, host reclaim %s",

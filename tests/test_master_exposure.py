@@ -63,8 +63,9 @@ def test_exposed_with_both_or_insecure_starts() -> None:
 
 def test_the_cli_refuses_before_serving(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
-        main(["--listen-url", "0.0.0.0:1", "--data-dir", str(tmp_path)])
+        main(["--listen-url", "0.0.0.0:1", "--data-dir", str(tmp_path / "data")])
     assert isinstance(e.value.code, str)  # printed on stderr, exit status 1
+    assert not (tmp_path / "data").exists()  # refused before it made anything
     assert "--tls-cert FILE --tls-key FILE and --auth-token-file FILE" in e.value.code
     assert "--insecure" in e.value.code
 
