@@ -142,8 +142,9 @@ class MasterTransport:
     Retrying is for idempotent calls only; every call of the master's allocation API is
     (addresses by owner, endpoints by endpoint ID, networks and pools by key).
 
-    ``tls_ca`` verifies an https:// master's certificate (default: the system's CAs) and
-    ``token`` is sent as ``Authorization: Bearer`` on every call (common.credentials).
+    ``tls_ca`` verifies an https:// master's certificate (default: the system's CAs),
+    ``client_cert`` (certificate file, key file) is presented to a master that requires
+    one, and ``token`` is sent as ``Authorization: Bearer`` on every call.
     """
 
     def __init__(
@@ -159,6 +160,7 @@ class MasterTransport:
         deadline: float | None = None,
         tls_ca: str = "",
         token: str = "",
+        client_cert: tuple[str, str] | None = None,
     ) -> None:
         self.base_url = normalize_url(base_url, "https" if tls_ca else "http")
         self.wording = wording
@@ -170,6 +172,8 @@ class MasterTransport:
         self.deadline = deadline if deadline is not None else (LEADER_DEADLINE if leader else None)
         self._target: str | None = None  # the resolved master URL; None: resolve again
         self._tls: dict[str, Any] = {"verify": tls_ca} if tls_ca else {}
+        if client_cert:
+            self._tls["cert"] = client_cert
         self._headers = bearer(token)
 
     def current_url(self) -> str:

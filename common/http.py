@@ -75,6 +75,8 @@ def tls_reason(exc: BaseException) -> str:
                 f"its certificate cannot be verified ({what}); give the CA that signed it "
                 "with --tls-ca"
             )
+        if isinstance(e, ssl.SSLError) and e.reason == "TLSV13_ALERT_CERTIFICATE_REQUIRED":
+            return "it requires a client certificate: give one with --tls-cert and --tls-key"
         if isinstance(e, ssl.SSLError) and e.reason == "WRONG_VERSION_NUMBER":
             return "it does not speak TLS there (an http:// URL?)"
         if isinstance(e, ssl.SSLError):

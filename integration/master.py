@@ -73,7 +73,7 @@ class MasterProcess:
                     f"netmaster exited with {proc.returncode}:\n{self.log.read_text()}"
                 )
             try:
-                return requests.get(self.url + "/version", timeout=1, verify=self.verify).ok
+                return requests.get(self.url + "/version", timeout=1, **self.tls()).ok
             except requests.RequestException:
                 return False
 
@@ -88,6 +88,11 @@ class MasterProcess:
     def verify(self) -> str | bool:
         """What requests verifies this master's certificate with."""
         return str(self.security.ca) if self.security else True
+
+    def tls(self) -> dict[str, object]:
+        """requests' TLS arguments for this master: verify, and a client certificate."""
+        cert = self.security.client_cert() if self.security else None
+        return {"verify": self.verify, **({"cert": cert} if cert else {})}
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -142,7 +147,7 @@ class MasterProcess:
     ) -> requests.Response:
         """A REST call (with ``role``'s token when the master requires tokens)."""
         if self.security is not None:
-            kw = {"headers": self.security.headers(role), "verify": self.verify, **kw}
+            kw = {"headers": self.security.headers(role), **self.tls(), **kw}
         return requests.request(method, f"{self.url}/api/v1/{path.lstrip('/')}", timeout=30, **kw)  # type: ignore[arg-type]
 
 

@@ -119,19 +119,27 @@ class MasterSecurity:
     admin: str
     agent: str
     reader: str
+    # With client certificates required (--tls-client-ca): a client's certificate and key.
+    client: tuple[Path, Path] | None = None
 
     @classmethod
-    def create(cls, directory: Path, ips: Iterable[str] = ("127.0.0.1",)) -> MasterSecurity:
-        """A fresh CA, a server certificate for ``ips`` and a token per role."""
+    def create(
+        cls, directory: Path, ips: Iterable[str] = ("127.0.0.1",), mutual: bool = False
+    ) -> MasterSecurity:
+        """A fresh CA, a server certificate for ``ips`` and a token per role; ``mutual``:
+        masters require client certificates (theirs serve as one when they forward)."""
         ca = TestCA(directory)
-        cert, key = ca.issue("netmaster", ips)
+        cert, key = ca.issue("netmaster", ips, [SERVER, CLIENT] if mutual else [SERVER])
+        client = ca.issue("client", (), [CLIENT]) if mutual else None
         roles = {role: secrets.token_hex(24) for role in ("admin", "agent", "reader")}
         tokens = directory / "tokens"
         tokens.write_text(
             "# ROLE TOKEN NAME\n" + "".join(f"{r} {t} test-{r}\n" for r, t in roles.items())
         )
         tokens.chmod(0o600)
-        return cls(ca.cert, cert, key, tokens, roles["admin"], roles["agent"], roles["reader"])
+        return cls(
+            ca.cert, cert, key, tokens, roles["admin"], roles["agent"], roles["reader"], client
+        )
 
     def master_flags(self) -> list[str]:
         return [
@@ -139,7 +147,12 @@ class MasterSecurity:
             "--tls-key", str(self.key),
             "--tls-ca", str(self.ca),
             "--auth-token-file", str(self.tokens),
+            *(["--tls-client-ca", str(self.ca)] if self.client else []),
         ]  # fmt: skip
+
+    def client_cert(self) -> tuple[str, str] | None:
+        """What requests presents (``cert=``) to a master that requires client certificates."""
+        return (str(self.client[0]), str(self.client[1])) if self.client else None
 
     def token_file(self, role: str) -> Path:
         """A client token file (netctl's or netplugin's --auth-token-file) for ``role``."""

@@ -151,10 +151,12 @@ def test_sighup_rereads_the_token_file_and_no_token_is_logged(secure: MasterProc
         assert token not in log
 
 
-def test_followers_forward_over_tls_with_the_callers_token(tmp_path: Path) -> None:
-    """Two secured masters on one store: the follower verifies the leader with --tls-ca and
-    passes the caller's token on; the agent finds the leader's https:// URL in the store."""
-    security = MasterSecurity.create(tmp_path / "pki", ips=["127.0.0.1"])
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "client-certificates"])
+def test_followers_forward_over_tls_with_the_callers_token(tmp_path: Path, mutual: bool) -> None:
+    """Two secured masters on one store: the follower verifies the leader with --tls-ca
+    (and presents its own certificate when masters require client certificates) and passes
+    the caller's token on; the agent finds the leader's https:// URL in the store."""
+    security = MasterSecurity.create(tmp_path / "pki", ips=["127.0.0.1"], mutual=mutual)
     shared = tmp_path / "shared"
     ms = [MasterProcess(shared, security=security, extra=["--leader-ttl", "3"]) for _ in "ab"]
     store = None
@@ -181,6 +183,7 @@ def test_followers_forward_over_tls_with_the_callers_token(tmp_path: Path) -> No
             leader=leader_url_from_store(store),
             tls_ca=str(security.ca),
             token=security.agent,
+            client_cert=security.client_cert(),
         )
         assert agent.current_url() == lead.url and lead.url.startswith("https://")
         ep = agent.create_endpoint(EndpointRequest(endpointID="e1", networkName="fw", host="h"))
@@ -190,6 +193,33 @@ def test_followers_forward_over_tls_with_the_callers_token(tmp_path: Path) -> No
             store.close()
         for m in ms:
             m.stop()
+
+
+def test_client_certificates_when_the_master_requires_them(tmp_path: Path) -> None:
+    security = MasterSecurity.create(tmp_path / "pki", mutual=True)
+    m = MasterProcess(tmp_path / "master", security=security)
+    try:
+        m.start()
+        assert security.client is not None
+        cert, key = (str(p) for p in security.client)
+        auth = [
+            "--tls-ca",
+            str(security.ca),
+            "--auth-token-file",
+            str(security.token_file("admin")),
+        ]
+        res = netctl(m, *auth, "tenant", "ls")
+        assert res.returncode == 1 and res.stderr.count("\n") == 1, res.stderr
+        assert "Traceback" not in res.stderr
+        assert "requires a client certificate: give one with --tls-cert and --tls-key" in res.stderr
+        res = netctl(m, *auth, "--tls-cert", cert, "--tls-key", key, "tenant", "ls")
+        assert res.returncode == 0 and "default" in res.stdout.split(), res.stderr
+        agent = MasterClient(
+            m.url, tls_ca=str(security.ca), token=security.agent, client_cert=(cert, key)
+        )
+        assert [n.networkName for n in agent.list_networks()] == []
+    finally:
+        m.stop()
 
 
 @pytest.fixture

@@ -71,6 +71,12 @@ def parser() -> EnvArgumentParser:
         "leader when forwarding to it (default: the system's CAs)",
     )
     p.add_argument(
+        "--tls-client-ca",
+        default="",
+        help="require clients (agents, netctl, other masters) to present a certificate "
+        "signed by this CA; a follower presents --tls-cert to the leader",
+    )
+    p.add_argument(
         "--auth-token-file",
         default="",
         help="require a bearer token of a role allowed the route: one 'ROLE TOKEN [NAME]' "
@@ -146,20 +152,23 @@ def exposure_refusal(listen_url: str, tls: bool, auth: bool, insecure: bool) -> 
     )
 
 
-def tls_problem(cert: str, key: str, ca: str) -> str | None:
+def tls_problem(cert: str, key: str, ca: str, client_ca: str = "") -> str | None:
     """Why the TLS flags cannot be used (a missing half, a file that does not load), or None."""
     if bool(cert) != bool(key):
         return "--tls-cert and --tls-key go together: give both or neither"
+    if client_ca and not cert:
+        return "--tls-client-ca needs --tls-cert and --tls-key: client certificates need TLS"
     try:
         if cert:
             ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as e:
         return f"--tls-cert {cert} --tls-key {key}: {_reason(e)}"
-    try:
-        if ca:
-            ssl.create_default_context(cafile=ca)
-    except (OSError, ssl.SSLError) as e:
-        return f"--tls-ca {ca}: {_reason(e)}"
+    for flag, path in (("--tls-ca", ca), ("--tls-client-ca", client_ca)):
+        try:
+            if path:
+                ssl.create_default_context(cafile=path)
+        except (OSError, ssl.SSLError) as e:
+            return f"{flag} {path}: {_reason(e)}"
     return None
 
 
@@ -248,7 +257,10 @@ def build_app(args: Any, tokens: TokenTable | None = None) -> Any:
         state,
         {"LISTEN_URL": args.listen_url, "CONTROL_URL": url},
         elector=elector,
-        session=forward_session(tls_ca=args.tls_ca),
+        session=forward_session(
+            tls_ca=args.tls_ca,
+            client_cert=(args.tls_cert, args.tls_key) if args.tls_client_ca else None,
+        ),
         tokens=tokens,
     )
     app.extensions["netmaster"] = Runtime(elector, reclaimer, store)
@@ -303,6 +315,8 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
             "certfile": self.args.tls_cert or None,
             "keyfile": self.args.tls_key or None,
             "ssl_context": self._context if self.args.tls_cert else None,
+            "ca_certs": self.args.tls_client_ca or None,
+            "cert_reqs": ssl.CERT_REQUIRED if self.args.tls_client_ca else None,
         }
         options = {
             **tls,
@@ -356,7 +370,7 @@ def _protection(args: Any) -> TokenTable | None:
     refusal = exposure_refusal(args.listen_url, tls, bool(args.auth_token_file), args.insecure)
     if refusal is not None:
         raise SystemExit(refusal)
-    problem = tls_problem(args.tls_cert, args.tls_key, args.tls_ca)
+    problem = tls_problem(args.tls_cert, args.tls_key, args.tls_ca, args.tls_client_ca)
     if problem is not None:
         raise SystemExit(f"netmaster: {problem}")
     if not args.auth_token_file:
@@ -394,7 +408,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     log.info(
         "REST API: %s, %s",
-        "HTTPS" if tls else "plain HTTP",
+        ("HTTPS with client certificates" if args.tls_client_ca else "HTTPS")
+        if tls
+        else "plain HTTP",
         f"bearer tokens ({_role_counts(tokens)})" if tokens else "no authentication",
     )
     if args.insecure and not loopback_only(args.listen_url) and not (tls and tokens):

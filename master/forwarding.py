@@ -23,13 +23,18 @@ FORWARD_REQUEST_HEADERS = ("Content-Type", "Accept", "User-Agent", "Authorizatio
 FORWARD_ANSWER_HEADERS = ("Content-Type", "WWW-Authenticate", SERVED_BY)
 
 
-def forward_session(pool_size: int = 64, tls_ca: str = "") -> requests.Session:
+def forward_session(
+    pool_size: int = 64, tls_ca: str = "", client_cert: tuple[str, str] | None = None
+) -> requests.Session:
     """The HTTP session a follower forwards with: no proxy from the environment, no retries;
-    an https:// leader's certificate is verified with ``tls_ca`` (else the system's CAs)."""
+    an https:// leader's certificate is verified with ``tls_ca`` (else the system's CAs),
+    and ``client_cert`` is presented to a leader that requires one."""
     session = requests.Session()
     session.trust_env = False
     if tls_ca:
         session.verify = tls_ca
+    if client_cert:
+        session.cert = client_cert
     adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)

@@ -52,9 +52,16 @@ class MasterClient:
         session: requests.Session | None = None,
         tls_ca: str = "",
         token: str = "",
+        client_cert: tuple[str, str] | None = None,
     ) -> None:
         self.transport = MasterTransport(
-            base_url, wording, timeout=timeout, session=session, tls_ca=tls_ca, token=token
+            base_url,
+            wording,
+            timeout=timeout,
+            session=session,
+            tls_ca=tls_ca,
+            token=token,
+            client_cert=client_cert,
         )
 
     def request(

@@ -20,6 +20,8 @@ def parser() -> EnvArgumentParser:
         help="CA certificate(s) that signed the masters' certificates (https:// masters; "
         "default: the system's CAs)",
     )
+    p.add_argument("--tls-cert", default="", help="client certificate for masters that require one")
+    p.add_argument("--tls-key", default="", help="the private key of --tls-cert")
     p.add_argument(
         "--auth-token-file",
         default="",

@@ -261,6 +261,8 @@ def run(args: Any) -> None:
         token = client_token(args.auth_token_file, os.environ.get(TOKEN_ENV, ""))
     except CredentialError as e:
         raise SystemExit(f"netplugin: --auth-token-file: {e}") from None
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise SystemExit("netplugin: --tls-cert and --tls-key go together: give both or neither")
     store = open_store(
         split_endpoints(args.etcd_endpoints) or None,
         args.data_dir,
@@ -271,7 +273,11 @@ def run(args: Any) -> None:
     # Calls follow the leader the masters elected, and ride out a failover.
     try:
         master = MasterClient(
-            args.netmaster, leader=leader_url_from_store(store), tls_ca=args.tls_ca, token=token
+            args.netmaster,
+            leader=leader_url_from_store(store),
+            tls_ca=args.tls_ca,
+            token=token,
+            client_cert=(args.tls_cert, args.tls_key) if args.tls_cert else None,
         )
     except ValueError as e:
         raise SystemExit(f"netplugin: --netmaster {args.netmaster!r}: {e}") from None

@@ -112,6 +112,12 @@ def test_a_failed_handshake_says_what_to_do() -> None:
     plain.reason = "WRONG_VERSION_NUMBER"
     failure = no_answer("https://m:1", _ssl_failure(plain), 5)
     assert failure.reason == "it does not speak TLS there (an http:// URL?)"
+    required = ssl.SSLError(1, "[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] ...")
+    required.reason = "TLSV13_ALERT_CERTIFICATE_REQUIRED"
+    failure = no_answer("https://m:1", _ssl_failure(required), 5)
+    assert failure.reason == (
+        "it requires a client certificate: give one with --tls-cert and --tls-key"
+    )
 
 
 # --- netctl against a master that requires tokens ---
@@ -162,6 +168,8 @@ def test_netctl_sends_the_token_from_its_file_or_environment(
         capsys, ["--auth-token-file", str(tmp_path / "none"), "tenant", "ls"], admin_master
     )
     assert rc == 2 and f"token file {tmp_path / 'none'}: cannot read it" in err
+    rc, err = run(capsys, ["--tls-cert", "c.pem", "tenant", "ls"], admin_master)
+    assert rc == 2 and "--tls-cert and --tls-key go together" in err
 
 
 def test_netctl_with_a_role_too_weak_says_which_role_it_needs(
@@ -223,7 +231,7 @@ def test_a_reader_token_cannot_create_a_network_and_docker_is_told_why(tmp_path:
 
 def test_agent_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     args = plugin_parser().parse_args([])
-    assert (args.tls_ca, args.auth_token_file) == ("", "")
+    assert (args.tls_ca, args.tls_cert, args.tls_key, args.auth_token_file) == ("", "", "", "")
     monkeypatch.setenv("NETPLUGIN_TLS_CA", "/etc/np/ca.pem")
     monkeypatch.setenv("NETPLUGIN_AUTH_TOKEN_FILE", "/etc/np/agent.token")
     args = plugin_parser().parse_args([])

@@ -86,6 +86,9 @@ def test_tls_flags(tmp_path: Path) -> None:
     assert (
         tls_problem("c.pem", "", "") == "--tls-cert and --tls-key go together: give both or neither"
     )
+    assert tls_problem("", "", "", "ca.pem") == (
+        "--tls-client-ca needs --tls-cert and --tls-key: client certificates need TLS"
+    )
     missing = str(tmp_path / "none.pem")
     problem = tls_problem(missing, missing, "")
     assert problem == f"--tls-cert {missing} --tls-key {missing}: No such file or directory"
