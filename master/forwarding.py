@@ -12,7 +12,7 @@ import requests
 from flask import Response, request
 from requests.adapters import HTTPAdapter
 
-from common.http import never_sent, short_reason
+from common.http import never_sent, short_reason, tls_reason
 
 from .election import FORWARDED_BY, SERVED_BY, Elector, forward_target
 from .errors import Unavailable
@@ -81,10 +81,11 @@ class Forwarder:
                         return self._send(target)
                     except requests.RequestException as e2:
                         error = e2
+        tls = isinstance(error, requests.exceptions.SSLError)
         raise Unavailable(
             f"netmaster leader {target}",
-            f"unreachable from {self.self_url or 'this master'} ({short_reason(error)}); "
-            "retry the request",
+            f"unreachable from {self.self_url or 'this master'} "
+            f"({tls_reason(error) if tls else short_reason(error)}); retry the request",
         )
 
     def _send(self, target: str) -> Response:

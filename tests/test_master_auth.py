@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import hmac
 import logging
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
+import urllib3
 from flask import Flask
 from test_election import SERVED_BY, AppSession, elector
 
@@ -339,3 +342,33 @@ def test_the_follower_refuses_before_forwarding(two_secured: tuple[Any, ...]) ->
     r = c.delete("/api/v1/tenants/default", headers=bearer(AGENT))
     assert r.status_code == 403 and r.headers[SERVED_BY] == e2.url
     assert session.calls == []
+
+
+class UnverifiedLeader:
+    """A session to a leader whose certificate this follower cannot verify."""
+
+    def request(self, method: str, url: str, **kw: Any) -> Any:
+        inner = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] ...")
+        inner.verify_message = "unable to get local issuer certificate"
+        reason = urllib3.exceptions.SSLError(inner)
+        raise requests.exceptions.SSLError(urllib3.exceptions.MaxRetryError(None, url, reason))  # type: ignore[arg-type]
+
+
+def test_a_leader_the_follower_cannot_verify_is_a_503_saying_why(tmp_path: Path) -> None:
+    store = EmbeddedStore(str(tmp_path / "state.db"))
+    try:
+        e1, e2 = elector(store, "m1"), elector(store, "m2")
+        e1.step()
+        e2.step()
+        app = create_app(
+            ClusterState(store), {"CONTROL_URL": e2.url}, elector=e2, session=UnverifiedLeader()
+        )
+        r = app.test_client().get("/api/v1/tenants")
+        assert r.status_code == 503 and r.json["object"] == f"netmaster leader {e1.url}"
+        assert r.json["reason"] == (
+            f"unreachable from {e2.url} (its certificate cannot be verified (unable to get "
+            "local issuer certificate); give the CA that signed it with --tls-ca); retry the "
+            "request"
+        )
+    finally:
+        store.close()
