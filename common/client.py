@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 import requests
 
-from .http import short_reason
+from .credentials import bearer
+from .http import short_reason, tls_reason
 
 API = "/api/v1"
 # With a leader callable, calls are retried this long: beyond a leader failover (the
@@ -54,12 +55,13 @@ class NoAnswer:
     """A request that got no answer from the master at ``url``.
 
     ``stage`` is where it failed: "connect" (refused, unresolvable, timed out connecting),
-    "answer" (connected, but no reply within ``timeout`` seconds) or "request" (anything
-    else requests gave up on). ``reason`` says why in a few words ("connection refused").
+    "tls" (the handshake failed: an unverifiable certificate, no TLS there), "answer"
+    (connected, but no reply within ``timeout`` seconds) or "request" (anything else
+    requests gave up on). ``reason`` says why in a few words ("connection refused").
     """
 
     url: str
-    stage: Literal["connect", "answer", "request"]
+    stage: Literal["connect", "tls", "answer", "request"]
     reason: str
     timeout: float
 
@@ -67,18 +69,20 @@ class NoAnswer:
 Wording = Callable[[NoAnswer], str]
 
 
-def normalize_url(url: str) -> str:
-    """Accept "host:port" as well as a full URL; drop trailing slashes."""
+def normalize_url(url: str, scheme: str = "http") -> str:
+    """Accept "host:port" (with ``scheme``) as well as a full URL; drop trailing slashes."""
     url = url.strip()
     if not url:
         raise ValueError("empty netmaster URL")
     if "://" not in url:
-        url = f"http://{url}"
+        url = f"{scheme}://{url}"
     return url.rstrip("/")
 
 
 def no_answer(url: str, e: requests.RequestException, timeout: float) -> NoAnswer:
     """What a requests exception says about a request to the master at ``url``."""
+    if isinstance(e, requests.exceptions.SSLError):
+        return NoAnswer(url, "tls", tls_reason(e), timeout)
     if isinstance(e, requests.ConnectTimeout):
         return NoAnswer(url, "connect", f"timed out connecting after {timeout:g}s", timeout)
     if isinstance(e, requests.Timeout):
@@ -137,6 +141,10 @@ class MasterTransport:
 
     Retrying is for idempotent calls only; every call of the master's allocation API is
     (addresses by owner, endpoints by endpoint ID, networks and pools by key).
+
+    ``tls_ca`` verifies an https:// master's certificate (default: the system's CAs),
+    ``client_cert`` (certificate file, key file) is presented to a master that requires
+    one, and ``token`` is sent as ``Authorization: Bearer`` on every call.
     """
 
     def __init__(
@@ -150,8 +158,11 @@ class MasterTransport:
         session: requests.Session | None = None,
         leader: Callable[[], str | None] | None = None,
         deadline: float | None = None,
+        tls_ca: str = "",
+        token: str = "",
+        client_cert: tuple[str, str] | None = None,
     ) -> None:
-        self.base_url = normalize_url(base_url)
+        self.base_url = normalize_url(base_url, "https" if tls_ca else "http")
         self.wording = wording
         self.timeout = timeout
         self.retries = max(1, retries)
@@ -160,6 +171,10 @@ class MasterTransport:
         self.leader = leader
         self.deadline = deadline if deadline is not None else (LEADER_DEADLINE if leader else None)
         self._target: str | None = None  # the resolved master URL; None: resolve again
+        self._tls: dict[str, Any] = {"verify": tls_ca} if tls_ca else {}
+        if client_cert:
+            self._tls["cert"] = client_cert
+        self._headers = bearer(token)
 
     def current_url(self) -> str:
         """The master URL calls go to: the leader when known, else ``base_url``."""
@@ -247,9 +262,11 @@ class MasterTransport:
         timeout: float,
     ) -> requests.Response:
         """One request; a MasterError (status UNREACHABLE) if it got no answer."""
-        kwargs: dict[str, Any] = {"json": body, "timeout": timeout}
+        kwargs: dict[str, Any] = {"json": body, "timeout": timeout, **self._tls}
         if params:
             kwargs["params"] = params
+        if self._headers:
+            kwargs["headers"] = self._headers
         try:
             return self.session.request(method, f"{base}{path}", **kwargs)
         except requests.RequestException as e:

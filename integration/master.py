@@ -12,6 +12,7 @@ from pathlib import Path
 
 import requests
 
+from .pki import MasterSecurity
 from .wait import wait_for
 
 VENV_BIN = Path(sys.executable).parent
@@ -32,11 +33,14 @@ class MasterProcess:
         extra: list[str] | None = None,
         host: str = "127.0.0.1",
         netns: str | None = None,
+        security: MasterSecurity | None = None,
     ) -> None:
         self.port = port or free_port()
         self.host = host
         self.netns = netns  # a network namespace (the test's own) to run it in
-        self.url = f"http://{host}:{self.port}"
+        # With ``security``: HTTPS with its certificate, and its token file.
+        self.security = security
+        self.url = f"{'https' if security else 'http'}://{host}:{self.port}"
         self.data_dir = data_dir
         self.etcd_endpoints = etcd_endpoints
         self.extra = extra or []
@@ -55,6 +59,7 @@ class MasterProcess:
             str(self.data_dir),
             "--etcd-endpoints",
             self.etcd_endpoints,
+            *(self.security.master_flags() if self.security else []),
             *self.extra,
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("NETMASTER_")}
@@ -68,7 +73,7 @@ class MasterProcess:
                     f"netmaster exited with {proc.returncode}:\n{self.log.read_text()}"
                 )
             try:
-                return requests.get(self.url + "/version", timeout=1).ok
+                return requests.get(self.url + "/version", timeout=1, **self.tls()).ok
             except requests.RequestException:
                 return False
 
@@ -78,6 +83,16 @@ class MasterProcess:
             self.stop()
             raise RuntimeError(f"{e}:\n{self.log.read_text()}") from None
         return self
+
+    @property
+    def verify(self) -> str | bool:
+        """What requests verifies this master's certificate with."""
+        return str(self.security.ca) if self.security else True
+
+    def tls(self) -> dict[str, object]:
+        """requests' TLS arguments for this master: verify, and a client certificate."""
+        cert = self.security.client_cert() if self.security else None
+        return {"verify": self.verify, **({"cert": cert} if cert else {})}
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -127,7 +142,12 @@ class MasterProcess:
                 os.kill(pid, signal.SIGKILL)
         self.stop(signal.SIGKILL)
 
-    def api(self, method: str, path: str, **kw: object) -> requests.Response:
+    def api(
+        self, method: str, path: str, *, role: str = "admin", **kw: object
+    ) -> requests.Response:
+        """A REST call (with ``role``'s token when the master requires tokens)."""
+        if self.security is not None:
+            kw = {"headers": self.security.headers(role), **self.tls(), **kw}
         return requests.request(method, f"{self.url}/api/v1/{path.lstrip('/')}", timeout=30, **kw)  # type: ignore[arg-type]
 
 

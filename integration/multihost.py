@@ -4,7 +4,9 @@ Layout (everything named with this run's tag, removed by stop()):
 
     root namespace: underlay bridge UL (192.168.77.254/24: the test's own client address)
                     and VLAN bridge VL (no address: it carries tagged frames between hosts)
-    control namespace: etcd and the masters on 192.168.77.100, its eth0 on UL
+    control namespace: etcd and the masters on 192.168.77.100, its eth0 on UL; the masters
+                    serve HTTPS with a certificate of this run's own CA and require tokens
+                    (the agents present the agent token, the test the admin token)
     host i (i = 1..n), one namespace each:
         eth1 on UL with 192.168.77.i   the VTEP address (moved onto OVS by userspace tunneling)
         eth2 on VL                     the VLAN uplink (--vlan-if)
@@ -38,6 +40,7 @@ from .etcd import EtcdServer
 from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, read_pid
 from .master import MasterProcess
 from .ovs import OvsInstance, stop_pid
+from .pki import MasterSecurity
 from .wait import wait_for
 
 BIN = Path(sys.executable).parent
@@ -72,6 +75,7 @@ class SimHost:
     dockerd: subprocess.Popen[bytes] | None = None
     agent: subprocess.Popen[bytes] | None = None
     agent_extra: list[str] = field(default_factory=list)
+    security: MasterSecurity | None = None  # the masters' CA and the agent's token
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -182,6 +186,12 @@ class SimHost:
         self.docker("load", "-i", str(saved), timeout=120)
 
     def agent_command(self, etcd: str, master: str) -> list[str]:
+        sec = self.security
+        secured = (
+            ["--tls-ca", str(sec.ca), "--auth-token-file", str(sec.token_file("agent"))]
+            if sec is not None
+            else []
+        )
         return [
             str(BIN / "netplugin"),
             "--host", self.name,
@@ -193,6 +203,7 @@ class SimHost:
             "--docker-host", f"unix://{self.docker_sock}",
             "--host-ttl", "3",
             "--log-level", "info",
+            *secured,
             *self.agent_extra,
         ]  # fmt: skip
 
@@ -325,6 +336,8 @@ class Cluster:
         self.vlan_bridge = f"{self.tag}vl"
         self.control_ns = f"{self.tag}ctl"
         self.etcd = EtcdServer(workdir / "etcd", host=CONTROL_IP, netns=self.control_ns)
+        # The masters listen beyond loopback: the secure way, as the README tells operators.
+        self.security = MasterSecurity.create(workdir / "pki", ips=[CONTROL_IP])
         self.masters = [
             MasterProcess(
                 workdir / f"master{i}",
@@ -333,10 +346,14 @@ class Cluster:
                 host=CONTROL_IP,
                 netns=self.control_ns,
                 extra=["--leader-ttl", "3"],
+                security=self.security,
             )
             for i in range(masters)
         ]
-        self.hosts = [SimHost(i + 1, self.tag, workdir / f"h{i + 1}") for i in range(hosts)]
+        self.hosts = [
+            SimHost(i + 1, self.tag, workdir / f"h{i + 1}", security=self.security)
+            for i in range(hosts)
+        ]
         self._rules: list[list[str]] = []
         self._store: Store | None = None
 
@@ -490,18 +507,27 @@ class Cluster:
     def is_leader(self, master: MasterProcess) -> bool:
         """Whether ``master`` leads (it says so itself)."""
         try:
-            info = requests.get(f"{master.url}/api/v1/leader", timeout=5).json()
+            info = requests.get(
+                f"{master.url}/api/v1/leader", timeout=5, verify=master.verify
+            ).json()
         except (requests.RequestException, ValueError):
             return False
         return bool(info.get("self", {}).get("role") == "leader")
 
     def api(self, method: str, path: str, **kw: Any) -> requests.Response:
+        """A REST call to a running master, as the admin."""
+        kw = {"headers": self.security.headers("admin"), "verify": str(self.security.ca), **kw}
         return requests.request(
             method, f"{self.master_url}/api/v1/{path.lstrip('/')}", timeout=30, **kw
         )
 
     def netctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return sh(str(BIN / "netctl"), "--netmaster", self.master_url, *args, check=check)
+        """netctl against a running master, as the admin."""
+        secured = [
+            "--tls-ca", str(self.security.ca),
+            "--auth-token-file", str(self.security.token_file("admin")),
+        ]  # fmt: skip
+        return sh(str(BIN / "netctl"), "--netmaster", self.master_url, *secured, *args, check=check)
 
     def run(self, host: SimHost, name: str, net: str, *extra: str) -> str:
         host.docker(

@@ -28,11 +28,11 @@ from plugin.daemon import open_cluster_store
 from store.base import Store
 from store.etcd import EtcdStore
 
-from .certs import Pki, make_pki
 from .etcd import EtcdServer, free_port, require_etcd
 from .master import MasterProcess
 from .netns import InNetns
 from .ovs import OvsInstance, have_ovs, stop_pid
+from .pki import Pki, make_pki
 from .wait import wait_for
 
 pytestmark = pytest.mark.etcd

@@ -14,8 +14,8 @@ from store import open_store
 from store.base import Compare, Put, Store, StoreError, StoreUnavailable
 from store.etcd import EtcdStore
 
-from .certs import make_pki
 from .etcd import EtcdServer, free_port, require_etcd
+from .pki import make_pki
 
 pytestmark = pytest.mark.etcd
 

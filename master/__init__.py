@@ -2,8 +2,10 @@
 
 One job per module:
 - app.py builds the REST app: routes.py registers each kind of kinds.py, forwarding.py sends
-  a follower's requests to the leader, openapi.py describes them; cli.py starts netmaster;
-  election.py and reclaim.py are the leader's duties (HA).
+  a follower's requests to the leader, openapi.py describes them, auth.py checks bearer
+  tokens and the role each route needs; cli.py starts netmaster (and refuses to serve
+  beyond loopback without TLS and tokens); election.py and reclaim.py are the leader's
+  duties (HA).
 - service.py: ClusterState, the one entry point. Its methods only delegate to the family
   modules below, which it composes.
 - txn.py: the compare-and-swap plumbing (retrying, commit, the compares, the hot cache).

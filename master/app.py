@@ -21,6 +21,7 @@ from common.models import (
 )
 
 from . import __version__
+from .auth import TokenTable, install
 from .election import Elector
 from .errors import ApiError
 from .forwarding import Forwarder, mark_served_by
@@ -35,10 +36,13 @@ def create_app(
     config: dict[str, Any] | None = None,
     elector: Elector | None = None,
     session: Any = None,
+    tokens: TokenTable | None = None,
 ) -> Flask:
     """The app; with an ``elector`` it forwards /api/v1/ requests to the leader when it follows.
 
-    ``session`` (a requests.Session-like object) is what it forwards with.
+    ``session`` (a requests.Session-like object) is what it forwards with. With ``tokens``
+    every request but the public ones needs a bearer token of a role allowed the route
+    (auth.py); without, anyone who reaches the app may call anything.
     """
     app = Flask("netmaster")
     app.config.update(config or {})
@@ -68,6 +72,9 @@ def create_app(
         app.logger.exception("unhandled error on %s %s", request.method, request.path)
         reason = f"internal error: {type(e).__name__}: {e}"
         return json_response({"error": reason, "object": request.path, "reason": reason}, 500)
+
+    if tokens is not None:
+        install(app, tokens)  # first: a follower forwards only what the caller may do
 
     @app.before_request
     def to_leader() -> Response | None:

@@ -12,20 +12,29 @@ import requests
 from flask import Response, request
 from requests.adapters import HTTPAdapter
 
-from common.http import never_sent, short_reason
+from common.http import never_sent, short_reason, tls_reason
 
 from .election import FORWARDED_BY, SERVED_BY, Elector, forward_target
 from .errors import Unavailable
 
 # Request headers a follower passes on to the leader, and answer headers it passes back.
-FORWARD_REQUEST_HEADERS = ("Content-Type", "Accept", "User-Agent")
-FORWARD_ANSWER_HEADERS = ("Content-Type", SERVED_BY)
+# The caller's Authorization goes along: the leader authorises the caller, not the follower.
+FORWARD_REQUEST_HEADERS = ("Content-Type", "Accept", "User-Agent", "Authorization")
+FORWARD_ANSWER_HEADERS = ("Content-Type", "WWW-Authenticate", SERVED_BY)
 
 
-def forward_session(pool_size: int = 64) -> requests.Session:
-    """The HTTP session a follower forwards with: no proxy from the environment, no retries."""
+def forward_session(
+    pool_size: int = 64, tls_ca: str = "", client_cert: tuple[str, str] | None = None
+) -> requests.Session:
+    """The HTTP session a follower forwards with: no proxy from the environment, no retries;
+    an https:// leader's certificate is verified with ``tls_ca`` (else the system's CAs),
+    and ``client_cert`` is presented to a leader that requires one."""
     session = requests.Session()
     session.trust_env = False
+    if tls_ca:
+        session.verify = tls_ca
+    if client_cert:
+        session.cert = client_cert
     adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
@@ -72,10 +81,11 @@ class Forwarder:
                         return self._send(target)
                     except requests.RequestException as e2:
                         error = e2
+        tls = isinstance(error, requests.exceptions.SSLError)
         raise Unavailable(
             f"netmaster leader {target}",
-            f"unreachable from {self.self_url or 'this master'} ({short_reason(error)}); "
-            "retry the request",
+            f"unreachable from {self.self_url or 'this master'} "
+            f"({tls_reason(error) if tls else short_reason(error)}); retry the request",
         )
 
     def _send(self, target: str) -> Response:

@@ -11,6 +11,8 @@ from typing import Any, TextIO
 
 import requests
 
+from common.credentials import client_token
+
 from . import __version__
 from .client import DEFAULT_URL, MasterClient, MasterError, normalize_url
 
@@ -278,6 +280,24 @@ def _name(value: str) -> str:
     return value
 
 
+# Global options that name a file, with the environment variable each falls back to.
+FILE_OPTIONS = (
+    ("--tls-ca", "NETCTL_TLS_CA", "CA certificate that signed the master's (https://)"),
+    ("--tls-cert", "NETCTL_TLS_CERT", "client certificate, for a master that requires one"),
+    ("--tls-key", "NETCTL_TLS_KEY", "the private key of --tls-cert"),
+    (
+        "--auth-token-file",
+        "NETCTL_AUTH_TOKEN_FILE",
+        "file holding the bearer token; else the token in $NETCTL_AUTH_TOKEN",
+    ),
+)
+
+
+def _file_option(args: argparse.Namespace, flag: str) -> str:
+    env = next(e for f, e, _ in FILE_OPTIONS if f == flag)
+    return getattr(args, flag[2:].replace("-", "_"), None) or os.environ.get(env, "")
+
+
 def _common_options() -> argparse.ArgumentParser:
     """Global options, accepted both before and after the subcommand (SUPPRESS defaults)."""
     common = argparse.ArgumentParser(add_help=False)
@@ -288,6 +308,10 @@ def _common_options() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help=f"netmaster URL or host:port (default: $NETMASTER or {DEFAULT_URL})",
     )
+    for flag, env, help_ in FILE_OPTIONS:
+        group.add_argument(
+            flag, metavar="FILE", default=argparse.SUPPRESS, help=f"{help_} (default: ${env})"
+        )
     group.add_argument(
         "--json",
         action="store_true",
@@ -421,11 +445,18 @@ def main(argv: Sequence[str] | None = None, *, session: requests.Session | None 
         if all(v is None for v in (*wanted, args.private_subnet)):
             args.parser.error("nothing to set; give at least one option (see --help)")
     url = getattr(args, "netmaster", None) or os.environ.get("NETMASTER") or DEFAULT_URL
+    tls_ca, cert, key = (_file_option(args, f) for f in ("--tls-ca", "--tls-cert", "--tls-key"))
     try:
-        url = normalize_url(url)
+        url = normalize_url(url, "https" if tls_ca else "http")
+        token = client_token(
+            _file_option(args, "--auth-token-file"), os.environ.get("NETCTL_AUTH_TOKEN", "")
+        )
     except ValueError as e:
         parser.error(str(e))
-    client = MasterClient(url, session=session)
+    if bool(cert) != bool(key):
+        parser.error("--tls-cert and --tls-key go together: give both or neither")
+    client_cert = (cert, key) if cert else None
+    client = MasterClient(url, session=session, tls_ca=tls_ca, token=token, client_cert=client_cert)
     try:
         args.func(client, args, sys.stdout)
     except MasterError as e:

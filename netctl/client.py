@@ -23,6 +23,8 @@ def wording(failure: NoAnswer) -> str:
     """How netctl words a request that got no answer."""
     if failure.stage == "connect":
         return f"cannot reach netmaster at {failure.url}: {failure.reason}"
+    if failure.stage == "tls":
+        return f"no TLS connection to netmaster at {failure.url}: {failure.reason}"
     if failure.stage == "answer":
         return f"netmaster at {failure.url} did not answer within {failure.timeout:g}s"
     return f"request to netmaster at {failure.url} failed: {failure.reason}"
@@ -48,8 +50,19 @@ class MasterClient:
         base_url: str = DEFAULT_URL,
         timeout: float = DEFAULT_TIMEOUT,
         session: requests.Session | None = None,
+        tls_ca: str = "",
+        token: str = "",
+        client_cert: tuple[str, str] | None = None,
     ) -> None:
-        self.transport = MasterTransport(base_url, wording, timeout=timeout, session=session)
+        self.transport = MasterTransport(
+            base_url,
+            wording,
+            timeout=timeout,
+            session=session,
+            tls_ca=tls_ca,
+            token=token,
+            client_cert=client_cert,
+        )
 
     def request(
         self,

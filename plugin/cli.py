@@ -8,11 +8,25 @@ from common.flags import LOG_LEVELS, EnvArgumentParser, setup_logging
 
 DEFAULT_SOCKET = "/run/docker/plugins/netplugin.sock"
 DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
+TOKEN_ENV = "NETPLUGIN_AUTH_TOKEN"  # the token itself, when no --auth-token-file
 
 
 def parser() -> EnvArgumentParser:
     p = EnvArgumentParser(prog="netplugin", description=__doc__, env_prefix="NETPLUGIN")
     p.add_argument("--netmaster", default="http://127.0.0.1:9999", help="URL of a netmaster")
+    p.add_argument(
+        "--tls-ca",
+        default="",
+        help="CA certificate(s) that signed the masters' certificates (https:// masters; "
+        "default: the system's CAs)",
+    )
+    p.add_argument("--tls-cert", default="", help="client certificate for masters that require one")
+    p.add_argument("--tls-key", default="", help="the private key of --tls-cert")
+    p.add_argument(
+        "--auth-token-file",
+        default="",
+        help=f"file holding this agent's bearer token (role agent); else ${TOKEN_ENV}",
+    )
     p.add_argument("--etcd-endpoints", default="", help="comma-separated etcd URLs (multi-host)")
     p.add_argument("--host", default=socket.gethostname(), help="this host's label in the cluster")
     p.add_argument("--vtep-ip", default="", help="underlay IP for VXLAN tunnels")

@@ -16,6 +16,7 @@ from typing import Any
 from werkzeug.serving import make_server
 
 from common import keys
+from common.credentials import CredentialError, client_token
 from common.etcd_tls import EtcdTls
 from common.flags import split_endpoints
 from common.models import Endpoint, Network
@@ -30,6 +31,7 @@ from store import Store
 from store.startup import StoreStartError, open_store_at_start
 
 from .app import create_app
+from .cli import TOKEN_ENV
 from .cluster import ClusterView, HostRegistration, peers, remote_endpoints
 from .docker_sync import ClusterNetwork, DockerSync, cluster_network
 from .driver import Driver
@@ -272,10 +274,22 @@ def open_cluster_store(args: Any) -> Store:
 
 def run(args: Any) -> None:
     """Start everything; serve until SIGINT/SIGTERM, then exit (os-ken threads need os._exit)."""
+    try:
+        token = client_token(args.auth_token_file, os.environ.get(TOKEN_ENV, ""))
+    except CredentialError as e:
+        raise SystemExit(f"netplugin: --auth-token-file: {e}") from None
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise SystemExit("netplugin: --tls-cert and --tls-key go together: give both or neither")
     store = open_cluster_store(args)  # first: a bad TLS setup must stop us before OVS
     # Calls follow the leader the masters elected, and ride out a failover.
     try:
-        master = MasterClient(args.netmaster, leader=leader_url_from_store(store))
+        master = MasterClient(
+            args.netmaster,
+            leader=leader_url_from_store(store),
+            tls_ca=args.tls_ca,
+            token=token,
+            client_cert=(args.tls_cert, args.tls_key) if args.tls_cert else None,
+        )
     except ValueError as e:
         raise SystemExit(f"netplugin: --netmaster {args.netmaster!r}: {e}") from None
     _clear_stale_socket(args.socket)
@@ -333,7 +347,13 @@ def run(args: Any) -> None:
         docker_options=docker.options,
     )
     app = create_app(driver)
-    server = make_server(f"unix://{args.socket}", 0, app, threaded=True)
+    # Whoever may write to the socket may drive the host's networking: root only, from
+    # the moment it exists (the umask), not after a chmod.
+    umask = os.umask(0o177)
+    try:
+        server = make_server(f"unix://{args.socket}", 0, app, threaded=True)
+    finally:
+        os.umask(umask)
     os.chmod(args.socket, 0o600)
     view.start()
     registration.start()

@@ -74,6 +74,8 @@ class MasterClient:
     Without ``leader``, a call makes at most ``retries`` attempts on ``base_url``. With
     ``leader`` (the current leader's URL from the cluster state, or None), calls follow the
     leader until ``deadline`` seconds have passed (see common.client.MasterTransport).
+    ``tls_ca`` verifies the masters' certificates; ``token`` is the agent's bearer token;
+    ``client_cert`` (certificate file, key file) is for masters that require one.
     """
 
     def __init__(
@@ -85,6 +87,9 @@ class MasterClient:
         session: requests.Session | None = None,
         leader: Callable[[], str | None] | None = None,
         deadline: float | None = None,
+        tls_ca: str = "",
+        token: str = "",
+        client_cert: tuple[str, str] | None = None,
     ) -> None:
         self.transport = MasterTransport(
             base_url,
@@ -95,6 +100,9 @@ class MasterClient:
             session=session,
             leader=leader,
             deadline=deadline,
+            tls_ca=tls_ca,
+            token=token,
+            client_cert=client_cert,
         )
 
     def current_url(self) -> str:

@@ -18,6 +18,7 @@ from requests.structures import CaseInsensitiveDict
 
 from common import keys
 from master.app import create_app
+from master.auth import Caller, Role, TokenTable
 from master.service import ClusterState
 from store.embedded import EmbeddedStore
 
@@ -71,6 +72,7 @@ class RealMaster:
     store: EmbeddedStore
     app: Flask
     url: str = URL
+    token: str = ""  # with tokens on: the token of the role asked for
 
     def session(self) -> requests.Session:
         return session_into(self.app)
@@ -81,13 +83,16 @@ class RealMaster:
 
 
 @contextmanager
-def real_master(directory: Path) -> Iterator[RealMaster]:
+def real_master(directory: Path, role: Role | None = None) -> Iterator[RealMaster]:
     """A master with its defaults (the default tenant, the global settings), as netmaster
-    starts one; any failure to build it fails the test."""
+    starts one; any failure to build it fails the test. With ``role`` it requires tokens,
+    and ``token`` is one of that role."""
     store = EmbeddedStore(str(directory / "state.db"))
     try:
         state = ClusterState(store)
         state.ensure_defaults()
-        yield RealMaster(state, store, create_app(state))
+        token = f"{role}-token-0123456789abcdef" if role else ""
+        tokens = TokenTable([(token, Caller(role, "test"))]) if role else None
+        yield RealMaster(state, store, create_app(state, tokens=tokens), token=token)
     finally:
         store.close()

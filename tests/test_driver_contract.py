@@ -29,9 +29,11 @@ NAME = NID[:12]  # the name CreateNetwork gives before docker tells the real one
 MAC = "02:42:0a:05:00:63"
 
 
-@pytest.fixture
-def master(tmp_path: Path) -> Iterator[RealMaster]:
-    with real_master(tmp_path) as m:
+@pytest.fixture(params=[None, "agent"], ids=["open", "agent-token"])
+def master(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[RealMaster]:
+    """A master open to all, and one that requires tokens: the agent role must be enough
+    for every call Docker makes through the plugin."""
+    with real_master(tmp_path, request.param) as m:
         yield m
 
 
@@ -42,7 +44,7 @@ def datapath() -> FakeDatapath:
 
 @pytest.fixture
 def plugin(master: RealMaster, datapath: FakeDatapath) -> FlaskClient:
-    client = MasterClient(master.url, backoff=0, session=master.session())
+    client = MasterClient(master.url, backoff=0, session=master.session(), token=master.token)
     return create_app(Driver(client, datapath, host="host1")).test_client()
 
 
