@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import urllib.parse
@@ -225,7 +224,13 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--host-reclaim-grace {args.host_reclaim_grace:g}: must be >= 0 (0 disables)")
     setup_logging(args.log_level, "netmaster")
     if not split_endpoints(args.etcd_endpoints):
-        os.makedirs(args.data_dir, exist_ok=True)
+        # Before the workers fork: a damaged store stops netmaster here, with one line.
+        from store import StoreError, check_embedded
+
+        try:
+            check_embedded(args.data_dir)
+        except StoreError as e:
+            raise SystemExit(f"netmaster: {e}") from None
     args.master_id = new_master_id()  # before the fork: every worker shares it
     url = control_url(args.listen_url, args.control_url)
     log.info(

@@ -25,7 +25,7 @@ from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
 from datapath.pipeline import RemoteEndpointState
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
-from store import Store, open_store
+from store import Store, StoreError, open_store
 
 from .app import create_app
 from .cluster import ClusterView, HostRegistration, peers, remote_endpoints
@@ -255,13 +255,16 @@ def _link_mtu(ifname: str) -> int:
 
 def run(args: Any) -> None:
     """Start everything; serve until SIGINT/SIGTERM, then exit (os-ken threads need os._exit)."""
-    store = open_store(
-        split_endpoints(args.etcd_endpoints) or None,
-        args.data_dir,
-        ca_cert=args.etcd_ca or None,
-        cert=args.etcd_cert or None,
-        key=args.etcd_key or None,
-    )
+    try:
+        store = open_store(
+            split_endpoints(args.etcd_endpoints) or None,
+            args.data_dir,
+            ca_cert=args.etcd_ca or None,
+            cert=args.etcd_cert or None,
+            key=args.etcd_key or None,
+        )
+    except StoreError as e:  # a damaged embedded store: one line, and no start
+        raise SystemExit(f"netplugin: {e}") from None
     # Calls follow the leader the masters elected, and ride out a failover.
     try:
         master = MasterClient(args.netmaster, leader=leader_url_from_store(store))
