@@ -13,8 +13,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from werkzeug.serving import make_server
-
 from common import keys
 from common.flags import split_endpoints
 from common.models import Endpoint, Network
@@ -33,6 +31,7 @@ from .docker_sync import ClusterNetwork, DockerSync, cluster_network
 from .driver import Driver
 from .master_client import MasterClient, leader_url_from_store
 from .options import PortBinding
+from .server import make_socket_server
 
 log = logging.getLogger("netplugin")
 
@@ -323,8 +322,7 @@ def run(args: Any) -> None:
         docker_options=docker.options,
     )
     app = create_app(driver)
-    server = make_server(f"unix://{args.socket}", 0, app, threaded=True)
-    os.chmod(args.socket, 0o600)
+    server = make_socket_server(args.socket, app)
     view.start()
     registration.start()
     cluster_sync.start()
