@@ -22,10 +22,21 @@ from .decisions.pools import (
     plan_pool_request,
     pool_spec,
     request_obj,
+    request_owners,
     should_release,
 )
 from .errors import BadRequest, NotFound
 from .txn import HotCache, Retry, TxnStore, absent, retrying, unchanged, untouched_since
+
+
+def release_addresses(txn: TxnStore, pool_id: str) -> tuple[list[Op], Compare]:
+    """Deleting every address of a pool with the owner records of the requests holding
+    them; the compare fails the txn if an address was taken meanwhile."""
+    kvs, rev = txn.range(keys.allocs_of(pool_id))
+    holders = request_owners([AllocRecord.decode(kv.value) for kv in kvs])
+    ops: list[Op] = [Delete(keys.allocs_of(pool_id), prefix=True)]
+    ops += [Delete(keys.owner(o)) for o in holders]
+    return ops, untouched_since(keys.allocs_of(pool_id), rev)
 
 
 class Pools:
@@ -66,9 +77,8 @@ class Pools:
                 raise NotFound(obj)
             if PoolRecord.decode(pkv.value).network:
                 return  # owned by a network: released when the network is deleted
-            self.txn.commit(
-                [unchanged(pkv)], [Delete(pkv.key), Delete(keys.allocs_of(pool_id), prefix=True)]
-            )
+            owned, guard = release_addresses(self.txn, pool_id)
+            self.txn.commit([unchanged(pkv), guard], [Delete(pkv.key), *owned])
             self.pools.forget(pool_id)
 
         retrying(obj, attempt)

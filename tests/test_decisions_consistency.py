@@ -163,3 +163,52 @@ def test_a_record_that_does_not_decode_is_named(scan: dict[str, bytes]) -> None:
     assert Problem(key, "does not decode: endpoint record: not JSON") in [
         Problem(p.key, p.what.split(" (")[0]) for p in found
     ]
+
+
+def _check(state: ClusterState) -> list[str]:
+    return [
+        str(p) for p in check_state({kv.key: kv.value for kv in state.store.range(keys.ROOT).kvs})
+    ]
+
+
+def test_releasing_a_pool_frees_its_requests_owner_records(state: ClusterState) -> None:
+    """Found by this check: ReleasePool left the owner records of its address requests, so
+    the same owner, after a new RequestPool, got the old address back unbooked, and the
+    next request was given it too."""
+    state.request_pool(PoolRequest(pool="10.75.0.0/24"))
+    pool = "default:10.75.0.0/24"
+    first = state.request_address(AddressRequest(poolID=pool, owner="req:o1"))
+    state.release_pool(pool)
+    assert _check(state) == []
+    state.request_pool(PoolRequest(pool="10.75.0.0/24"))
+    again = state.request_address(AddressRequest(poolID=pool, owner="req:o1"))
+    other = state.request_address(AddressRequest(poolID=pool, owner="req:o2"))
+    assert again == first and other != again
+    assert _check(state) == []
+
+
+def test_deleting_a_network_frees_its_requests_owner_records(state: ClusterState) -> None:
+    state.put_network(Network(networkName="gone", subnet="10.76.0.0/24"))
+    aux = AddressRequest(poolID="default:10.76.0.0/24", owner="addr:x", address="10.76.0.9")
+    state.request_address(aux)
+    state.delete_network("default", "gone")
+    assert _check(state) == []
+    assert state.store.get(keys.owner("addr:x")) is None
+
+
+def test_a_network_adopting_dockers_pool_takes_its_gateway_whole(state: ClusterState) -> None:
+    """Docker's flow: RequestPool, RequestAddress for the gateway, then CreateNetwork; the
+    network takes the gateway over, and the request's owner record goes with it."""
+    pool = "default:10.77.0.0/24"
+    state.request_pool(PoolRequest(pool="10.77.0.0/24"))
+    gw = owners.docker_gateway(pool, "10.77.0.1")
+    state.request_address(
+        AddressRequest(poolID=pool, owner=gw, address="10.77.0.1", kind="gateway")
+    )
+    assert _check(state) == []
+    state.put_network(Network(networkName="dk", subnet="10.77.0.0/24", gateway="10.77.0.1"))
+    assert _check(state) == []
+    assert state.store.get(keys.owner(gw)) is None
+    again = AddressRequest(poolID=pool, owner=gw, address="10.77.0.1", kind="gateway")
+    assert state.request_address(again) == "10.77.0.1/24"  # Docker's retry still gets it
+    assert _check(state) == []

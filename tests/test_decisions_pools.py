@@ -146,3 +146,17 @@ def test_release_refuses_an_endpoints_address_and_keeps_the_gateway() -> None:
     assert str(e.value) == f"{obj}: it belongs to endpoint e1; delete the endpoint"
     assert should_release(obj, AllocRecord(owners.NETWORK_GATEWAY)) is False
     assert should_release(obj, AllocRecord(owners.docker_static("p", "10.1.0.5"))) is True
+
+
+def test_request_owners_are_the_plain_requests_among_the_holders() -> None:
+    from common.records import AllocRecord
+    from master.decisions.pools import request_owners
+
+    held = [
+        AllocRecord("gateway"),
+        AllocRecord("ep:e1"),
+        AllocRecord("addr:p:10.0.0.5", kind="aux"),
+        AllocRecord("req:1"),
+        AllocRecord("req:1"),
+    ]
+    assert request_owners(held) == ["addr:p:10.0.0.5", "req:1"]

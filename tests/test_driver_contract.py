@@ -205,12 +205,6 @@ def test_network_create_run_stop_and_rm(
     assert [k for k in leftovers(master) if not k.startswith(keys.OWNERS)] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="master: the owner record of Docker's gateway request outlives the network "
-    "(put_network rewrites the address to the network's gateway, the teardown and "
-    "ReleaseAddress leave ipam/owners/gw:<pool>:<address> behind)",
-)
 def test_network_rm_leaves_no_owner_record(plugin: FlaskClient, master: RealMaster) -> None:
     pool_id = network_create(plugin, "10.5.0.0/24")
     ok(call(plugin, "NetworkDriver.DeleteNetwork", {"NetworkID": NID}))

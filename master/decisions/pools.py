@@ -133,3 +133,10 @@ def should_release(obj: str, held: AllocRecord) -> bool:
     if (endpoint := owners.endpoint_of(held.owner)) is not None:
         raise Conflict(obj, f"it belongs to endpoint {endpoint}; delete the endpoint")
     return held.owner != owners.NETWORK_GATEWAY
+
+
+def request_owners(allocs: Sequence[AllocRecord]) -> list[str]:
+    """The plain requests among the holders of a pool's addresses: deleting the pool's
+    addresses must delete their owner records too, or a retried request by the same owner
+    would be given back an address that is no longer booked (and so given twice)."""
+    return sorted({a.owner for a in allocs if owners.is_request(a.owner)})
