@@ -11,7 +11,8 @@ when the buffer holds the request's head and its Content-Length body (or, for a 
 body or ``Expect: 100-continue``, when it looks whole or asks to go on). A slow client
 costs a socket and a buffer, never a thread. A request that has not arrived whole within
 ``request_timeout`` seconds is dropped by the main loop. Kept-alive connections come back
-through the same buffer for their next request.
+through the same buffer for their next request. Under TLS (gunicorn's certfile) the worker
+is stock gthread: buffering would need the handshake in the main loop too.
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
 
     def enqueue_req(self, conn: Any) -> None:
         """Called on the main loop for a new, kept-alive or pipelined connection."""
-        if getattr(conn, "np_ready", False):
+        if self.cfg.is_ssl or getattr(conn, "np_ready", False):
+            # Under TLS the bytes on the socket are the handshake's, which gthread's thread
+            # must see: such connections are served as stock gthread serves them.
             conn.np_ready = False
             super().enqueue_req(conn)
             return
