@@ -34,6 +34,7 @@ class MasterProcess:
         host: str = "127.0.0.1",
         netns: str | None = None,
         security: MasterSecurity | None = None,
+        log: Path | None = None,
     ) -> None:
         self.port = port or free_port()
         self.host = host
@@ -45,7 +46,8 @@ class MasterProcess:
         self.etcd_endpoints = etcd_endpoints
         self.extra = extra or []
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log = data_dir / f"netmaster-{self.port}.log"
+        # Beside the data unless given (a test that fills the data's disk logs elsewhere).
+        self.log = log or data_dir / f"netmaster-{self.port}.log"
 
     def start(self, timeout: float = 20.0) -> MasterProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)

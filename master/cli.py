@@ -90,6 +90,13 @@ def parser() -> EnvArgumentParser:
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.add_argument("--workers", type=int, default=1, help="gunicorn worker processes")
     p.add_argument("--threads", type=int, default=16, help="threads per worker")
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a client may take to send a whole request; a request reaches a "
+        "thread only once it has arrived, so slow clients never hold the threads",
+    )
     return p
 
 
@@ -318,12 +325,14 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
             "ca_certs": self.args.tls_client_ca or None,
             "cert_reqs": ssl.CERT_REQUIRED if self.args.tls_client_ca else None,
         }
+        from .httpworker import worker_class
+
         options = {
             **tls,
             "bind": _bind(self.args.listen_url),
             "workers": self.args.workers,
             "threads": self.args.threads,
-            "worker_class": "gthread",
+            "worker_class": worker_class(self.args.request_timeout),
             "control_socket_disable": True,
             "loglevel": self.args.log_level,
             "accesslog": "-" if self.args.log_level == "debug" else None,
@@ -406,12 +415,21 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.leader_ttl < 1:
         p.error(f"--leader-ttl {args.leader_ttl}: must be at least 1 second")
+    if args.request_timeout <= 0:
+        p.error(f"--request-timeout {args.request_timeout:g}: must be more than 0 seconds")
     if args.host_reclaim_grace < 0:
         p.error(f"--host-reclaim-grace {args.host_reclaim_grace:g}: must be >= 0 (0 disables)")
     setup_logging(args.log_level, "netmaster")
     tokens = _protection(args)  # before anything is created or served
     if not split_endpoints(args.etcd_endpoints):
         os.makedirs(args.data_dir, exist_ok=True)
+        # Before the workers fork: a damaged store stops netmaster here, with one line.
+        from store import StoreError, check_embedded
+
+        try:
+            check_embedded(args.data_dir)
+        except StoreError as e:
+            raise SystemExit(f"netmaster: {e}") from None
     check_store(args)  # here in the arbiter: in a worker it would end in a traceback
     args.master_id = new_master_id()  # before the fork: every worker shares it
     tls = bool(args.tls_cert)

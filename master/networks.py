@@ -24,8 +24,8 @@ from .decisions.networks import (
     renamed,
     renamed_pool,
 )
-from .decisions.pools import request_owners
 from .errors import NotFound
+from .pools import release_addresses
 from .settings import Settings, tag_use
 from .tenants import Tenants
 from .txn import (
@@ -40,18 +40,16 @@ from .txn import (
 from .validate import check_name, normalize_network
 
 
-def teardown(rec: NetworkRecord) -> list[Op]:
-    """Deleting a network's tag, pools and their addresses."""
+def teardown(txn: TxnStore, rec: NetworkRecord) -> tuple[list[Op], list[Compare]]:
+    """Deleting a network's tag, pools and their addresses (with the owner records of the
+    requests holding some), and the compares that nothing was allocated meanwhile."""
     ops: list[Op] = [Delete(keys.tag(rec.encap, rec.pkt_tag))]
+    compares: list[Compare] = []
     for pid in rec.pools:
-        ops += [Delete(keys.pool(pid)), Delete(keys.allocs_of(pid), prefix=True)]
-    return ops
-
-
-def owner_records_of(allocs: list[KV]) -> list[Op]:
-    """Deleting the owner records of the plain requests that hold ``allocs``."""
-    held = request_owners(AllocRecord.decode(kv.value) for kv in allocs)
-    return [Delete(keys.owner(o)) for o in held]
+        owned, guard = release_addresses(txn, pid)
+        ops += [Delete(keys.pool(pid)), *owned]
+        compares.append(guard)
+    return ops, compares
 
 
 class Networks:
@@ -98,7 +96,9 @@ class Networks:
                 endpoints = keys.endpoints_of(net.tenantName, net.networkName)
                 check_readdress(net, len(self.txn.range(endpoints)[0]))
                 compares.append(none_under(endpoints))
-                ops += teardown(old)
+                torn, guards = teardown(self.txn, old)
+                ops += torn
+                compares += guards
             else:
                 compares.append(absent(key))
 
@@ -121,12 +121,8 @@ class Networks:
                 if pool.gateway:
                     gateway = AllocRecord(owners.NETWORK_GATEWAY).encode()
                     ops.append(Put(keys.alloc(pid, pool.gateway), gateway))
-                    # Docker's gateway request held it until now: the network holds it from
-                    # here on, and the request's owner record would outlive the network.
-                    held = self.txn.get(keys.alloc(pid, pool.gateway))
-                    if held is not None:
-                        compares.append(unchanged(held))
-                        ops += owner_records_of([held])
+                    if pid in plan.adopted:
+                        self._take_gateway(pid, pool.gateway, compares, ops)
             compares.append(untouched_since(space, prev))
             ops.append(Put(key, record.encode()))
             self.txn.commit(compares, self.txn.without_overlaps(ops))
@@ -135,6 +131,17 @@ class Networks:
             return net
 
         return retrying(f"network {net.id}", attempt)
+
+    def _take_gateway(self, pid: str, address: str, compares: list[Compare], ops: list[Op]) -> None:
+        """The network takes its gateway address over from the request that held it in the
+        pool it adopts (Docker's gateway request): that request's owner record goes."""
+        akv = self.txn.get(keys.alloc(pid, address))
+        if akv is None:
+            return
+        holder = AllocRecord.decode(akv.value).owner
+        if owners.is_request(holder):
+            compares.append(unchanged(akv))
+            ops.append(Delete(keys.owner(holder)))
 
     def rename(self, tenant: str, name: str, new_name: str) -> Network:
         """Rename a network that has no endpoints yet (docker names arrive after creation)."""
@@ -185,12 +192,8 @@ class Networks:
                 none_under(endpoints),
                 untouched_since(keys.groups_of(tenant), grev),
             ]
-            ops: list[Op] = [Delete(kv.key), *teardown(rec)]
-            for pid in rec.pools:
-                allocs, arev = self.txn.range(keys.allocs_of(pid))
-                compares.append(untouched_since(keys.allocs_of(pid), arev))
-                ops += owner_records_of(allocs)
-            self.txn.commit(compares, ops)
+            torn, guards = teardown(self.txn, rec)
+            self.txn.commit([*compares, *guards], [Delete(kv.key), *torn])
             for pid in rec.pools:
                 self.pools.forget(pid)
 

@@ -29,6 +29,16 @@ from .errors import BadRequest, NotFound
 from .txn import HotCache, Retry, TxnStore, absent, retrying, unchanged, untouched_since
 
 
+def release_addresses(txn: TxnStore, pool_id: str) -> tuple[list[Op], Compare]:
+    """Deleting every address of a pool with the owner records of the requests holding
+    them; the compare fails the txn if an address was taken meanwhile."""
+    kvs, rev = txn.range(keys.allocs_of(pool_id))
+    holders = request_owners([AllocRecord.decode(kv.value) for kv in kvs])
+    ops: list[Op] = [Delete(keys.allocs_of(pool_id), prefix=True)]
+    ops += [Delete(keys.owner(o)) for o in holders]
+    return ops, untouched_since(keys.allocs_of(pool_id), rev)
+
+
 class Pools:
     def __init__(self, txn: TxnStore, hot: HotCache, pools: PoolCache) -> None:
         self.txn = txn
@@ -67,17 +77,8 @@ class Pools:
                 raise NotFound(obj)
             if PoolRecord.decode(pkv.value).network:
                 return  # owned by a network: released when the network is deleted
-            # Addresses Docker never released go with the pool, and so do their owner records.
-            allocs, arev = self.txn.range(keys.allocs_of(pool_id))
-            held = request_owners(AllocRecord.decode(kv.value) for kv in allocs)
-            self.txn.commit(
-                [unchanged(pkv), untouched_since(keys.allocs_of(pool_id), arev)],
-                [
-                    Delete(pkv.key),
-                    Delete(keys.allocs_of(pool_id), prefix=True),
-                    *(Delete(keys.owner(o)) for o in held),
-                ],
-            )
+            owned, guard = release_addresses(self.txn, pool_id)
+            self.txn.commit([unchanged(pkv), guard], [Delete(pkv.key), *owned])
             self.pools.forget(pool_id)
 
         retrying(obj, attempt)

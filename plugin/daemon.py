@@ -13,8 +13,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from werkzeug.serving import make_server
-
 from common import keys
 from common.credentials import CredentialError, client_token
 from common.etcd_tls import EtcdTls
@@ -27,8 +25,8 @@ from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
 from datapath.pipeline import RemoteEndpointState
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
-from store import Store
-from store.startup import StoreStartError, open_store_at_start
+from store import Store, StoreError
+from store.startup import open_store_at_start
 
 from .app import create_app
 from .cli import TOKEN_ENV
@@ -37,6 +35,7 @@ from .docker_sync import ClusterNetwork, DockerSync, cluster_network
 from .driver import Driver
 from .master_client import MasterClient, leader_url_from_store
 from .options import PortBinding
+from .server import make_socket_server
 
 log = logging.getLogger("netplugin")
 
@@ -268,7 +267,7 @@ def open_cluster_store(args: Any) -> Store:
             args.data_dir,
             EtcdTls(args.etcd_ca, args.etcd_cert, args.etcd_key),
         )
-    except StoreStartError as e:
+    except StoreError as e:  # StoreStartError, or a damaged embedded store
         raise SystemExit(f"netplugin: {e}") from None
 
 
@@ -347,14 +346,7 @@ def run(args: Any) -> None:
         docker_options=docker.options,
     )
     app = create_app(driver)
-    # Whoever may write to the socket may drive the host's networking: root only, from
-    # the moment it exists (the umask), not after a chmod.
-    umask = os.umask(0o177)
-    try:
-        server = make_server(f"unix://{args.socket}", 0, app, threaded=True)
-    finally:
-        os.umask(umask)
-    os.chmod(args.socket, 0o600)
+    server = make_socket_server(args.socket, app)
     view.start()
     registration.start()
     cluster_sync.start()

@@ -18,6 +18,7 @@ from store.base import (
     Put,
     RangeResult,
     Store,
+    StoreCorrupt,
     StoreError,
     StoreUnavailable,
     Target,
@@ -47,11 +48,13 @@ __all__ = [
     "Put",
     "RangeResult",
     "Store",
+    "StoreCorrupt",
     "StoreError",
     "StoreUnavailable",
     "Target",
     "TxnResult",
     "Watch",
+    "check_embedded",
     "check_txn",
     "open_store",
     "prefix_end",
@@ -78,6 +81,23 @@ def open_store(
 
     os.makedirs(data_dir, exist_ok=True)
     return EmbeddedStore(os.path.join(data_dir, "state.db"))
+
+
+def check_embedded(data_dir: str) -> str:
+    """Make the embedded store in ``data_dir`` if there is none, else check it; its path.
+
+    Raises StoreCorrupt (a one-line message naming the file, what is wrong and what to do)
+    for a damaged file, which is left as it is; StoreUnavailable if it cannot be read.
+    """
+    from store.embedded_file import prepare
+
+    path = os.path.join(data_dir, "state.db")
+    try:
+        os.makedirs(data_dir, exist_ok=True)
+    except OSError as e:
+        raise StoreUnavailable(f"cannot make the data dir {data_dir}: {e}") from e
+    prepare(path)
+    return path
 
 
 def __getattr__(name: str) -> Any:

@@ -30,6 +30,22 @@ class StoreUnavailable(StoreError):
     """The backend cannot be reached (every etcd endpoint is down, the db file is unusable)."""
 
 
+class StoreCorrupt(StoreError):
+    """The embedded store's file is damaged or is not a store: nothing may start on it."""
+
+    def __init__(self, path: str, damage: str) -> None:
+        name = path.rsplit("/", 1)[-1]
+        super().__init__(
+            f"the embedded store {path} {damage}. Restore it from a backup, or move it aside "
+            f"(with any {name}-wal and {name}-shm beside it) to start with an empty store"
+        )
+        self.path = path
+        self.damage = damage
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.path, self.damage))
+
+
 class Compacted(StoreError):
     """A watch asked for history that has been compacted away; the caller must resync by range."""
 

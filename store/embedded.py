@@ -1,5 +1,7 @@
 """The embedded backend: one SQLite file in WAL mode, shared by the threads and processes of a host.
 
+Opening: ``store.embedded_file.prepare`` makes a new file whole, and refuses a damaged one.
+
 Durability: ``synchronous=FULL`` fsyncs the WAL on every commit, so a committed write
 survives ``kill -9`` (and a power cut). Concurrency: every write is a ``BEGIN IMMEDIATE``
 transaction, which serialises writers across processes through SQLite's file locks;
@@ -36,42 +38,10 @@ from store.base import (
     check_txn,
     prefix_end_bytes,
 )
+from store.embedded_file import describe_error, prepare
 from store.embedded_watch import DELETE, PUT, Changes, EmbeddedWatch, events_since
 
 log = logging.getLogger(__name__)
-
-_SCHEMA = """
-BEGIN IMMEDIATE;
-CREATE TABLE IF NOT EXISTS kv (
-    key BLOB PRIMARY KEY,
-    value BLOB NOT NULL,
-    create_rev INTEGER NOT NULL,
-    mod_rev INTEGER NOT NULL,
-    version INTEGER NOT NULL,
-    lease INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS kv_lease ON kv (lease) WHERE lease != 0;
-CREATE TABLE IF NOT EXISTS events (
-    rev INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
-    key BLOB NOT NULL,
-    type INTEGER NOT NULL,
-    value BLOB NOT NULL,
-    create_rev INTEGER NOT NULL,
-    version INTEGER NOT NULL,
-    lease INTEGER NOT NULL,
-    prev BLOB,
-    PRIMARY KEY (rev, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS leases (
-    id INTEGER PRIMARY KEY,
-    ttl INTEGER NOT NULL,
-    expires_at REAL NOT NULL
-);
-INSERT OR IGNORE INTO meta (name, value) VALUES ('revision', 1), ('compacted', 0), ('schema', 1);
-COMMIT;
-"""
 
 _COLUMN = {"create": "create_rev", "mod": "mod_rev", "version": "version", "value": "value"}
 _SQL_OP = {"==": "=", "!=": "!=", "<": "<", ">": ">"}
@@ -179,17 +149,20 @@ class EmbeddedStore(Store):
             self._conns.add(holder)
         return holder
 
+    def _unavailable(self, e: sqlite3.Error) -> StoreUnavailable:
+        return StoreUnavailable(describe_error(self.path, e))
+
     def _init_db(self) -> None:
+        # A new store is made whole, and a damaged one refused (StoreCorrupt), before any
+        # connection of ours could write to it.
+        prepare(self.path, self._busy_timeout)
         conn = self._conn()
         try:
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                raise StoreUnavailable(f"{self.path}: cannot switch to WAL (journal_mode={mode})")
-            conn.executescript(_SCHEMA)
         except sqlite3.Error as e:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
             raise StoreUnavailable(f"cannot initialise {self.path}: {e}") from e
+        if mode.lower() != "wal":
+            raise StoreUnavailable(f"{self.path}: cannot switch to WAL (journal_mode={mode})")
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -198,7 +171,7 @@ class EmbeddedStore(Store):
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
-                raise StoreUnavailable(f"{self.path}: {e}") from e
+                raise self._unavailable(e) from e
             try:
                 yield conn
                 conn.execute("COMMIT")
@@ -209,7 +182,7 @@ class EmbeddedStore(Store):
                     except sqlite3.Error:
                         log.exception("rollback failed on %s", self.path)
                 if isinstance(e, sqlite3.Error):
-                    raise StoreUnavailable(f"{self.path}: {e}") from e
+                    raise self._unavailable(e) from e
                 raise
         self._changes.committed()
 
@@ -224,7 +197,7 @@ class EmbeddedStore(Store):
                 finally:
                     conn.execute("COMMIT")
             except sqlite3.Error as e:
-                raise StoreUnavailable(f"{self.path}: {e}") from e
+                raise self._unavailable(e) from e
 
     @staticmethod
     def _meta(conn: sqlite3.Connection, name: str) -> int:
@@ -252,7 +225,7 @@ class EmbeddedStore(Store):
                     (key.encode(),),
                 ).fetchone()
         except sqlite3.Error as e:
-            raise StoreUnavailable(f"{self.path}: {e}") from e
+            raise self._unavailable(e) from e
         return None if row is None else KV(row[0].decode(), *row[1:])
 
     def range(self, prefix: str) -> RangeResult:
@@ -271,7 +244,7 @@ class EmbeddedStore(Store):
             with self._using() as conn:
                 return self._meta(conn, "revision")
         except sqlite3.Error as e:
-            raise StoreUnavailable(f"{self.path}: {e}") from e
+            raise self._unavailable(e) from e
 
     # Writes.
 
@@ -439,7 +412,7 @@ class EmbeddedStore(Store):
             if expired is None:
                 return 0
         except sqlite3.Error as e:
-            raise StoreUnavailable(f"{self.path}: {e}") from e
+            raise self._unavailable(e) from e
         with self._write() as conn:
             # Re-read under the write lock: another process may have swept them already.
             ids = [

@@ -20,7 +20,6 @@ from master.decisions.pools import (
     plan_pool_request,
     pool_id_for,
     pool_spec,
-    request_owners,
     should_release,
 )
 from master.errors import BadRequest, Conflict
@@ -150,14 +149,14 @@ def test_release_refuses_an_endpoints_address_and_keeps_the_gateway() -> None:
 
 
 def test_request_owners_are_the_plain_requests_among_the_holders() -> None:
+    from common.records import AllocRecord
+    from master.decisions.pools import request_owners
+
     held = [
-        AllocRecord(owners.NETWORK_GATEWAY),
-        AllocRecord(owners.endpoint("e1")),
-        AllocRecord(owners.docker_static("p", "10.0.0.9")),
-        AllocRecord(owners.docker_gateway("p", "10.0.0.1")),
-        AllocRecord(owners.docker_static("p", "10.0.0.9")),
+        AllocRecord("gateway"),
+        AllocRecord("ep:e1"),
+        AllocRecord("addr:p:10.0.0.5", kind="aux"),
+        AllocRecord("req:1"),
+        AllocRecord("req:1"),
     ]
-    assert request_owners(held) == sorted(
-        [owners.docker_gateway("p", "10.0.0.1"), owners.docker_static("p", "10.0.0.9")]
-    )
-    assert request_owners([]) == []
+    assert request_owners(held) == ["addr:p:10.0.0.5", "req:1"]

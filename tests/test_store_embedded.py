@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -16,7 +15,7 @@ import pytest
 from store_contract import WAIT, Collector, StoreContract, summary, wait_for
 
 from store import open_store
-from store.base import Compacted, Store, StoreUnavailable
+from store.base import Compacted, Store, StoreCorrupt
 from store.embedded import EmbeddedStore
 
 
@@ -258,9 +257,10 @@ def test_lease_of_a_dead_process_expires(tmp_path: Path) -> None:
             w.close()
 
 
-def test_unusable_db_file_is_unavailable(tmp_path: Path) -> None:
+def test_unusable_db_file_is_refused_and_left_alone(tmp_path: Path) -> None:
     bad = tmp_path / "state.db"
     bad.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(StoreUnavailable) as info:
+    with pytest.raises(StoreCorrupt, match="is not an SQLite database") as info:
         EmbeddedStore(str(bad))
-    assert isinstance(info.value.__cause__, sqlite3.DatabaseError)
+    assert str(bad) in str(info.value)
+    assert bad.read_bytes() == b"this is not a database" * 100

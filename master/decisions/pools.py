@@ -3,7 +3,7 @@ cluster state: which pool a request gets, and which addresses may be handed out 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,8 +135,8 @@ def should_release(obj: str, held: AllocRecord) -> bool:
     return held.owner != owners.NETWORK_GATEWAY
 
 
-def request_owners(allocs: Iterable[AllocRecord]) -> list[str]:
-    """The plain address requests (Docker's) among the holders of ``allocs``: their owner
-    records go when the addresses go without a ReleaseAddress (the pool or network goes, or
-    the network takes the gateway over)."""
+def request_owners(allocs: Sequence[AllocRecord]) -> list[str]:
+    """The plain requests among the holders of a pool's addresses: deleting the pool's
+    addresses must delete their owner records too, or a retried request by the same owner
+    would be given back an address that is no longer booked (and so given twice)."""
     return sorted({a.owner for a in allocs if owners.is_request(a.owner)})

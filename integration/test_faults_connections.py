@@ -1,0 +1,197 @@
+"""Connections under faults: slow clients do not starve the master (a real gunicorn), and
+a burst of concurrent connections on the plugin's unix socket is answered whole.
+
+No timing is asserted: the property is "answered at all, within a generous deadline, while
+the slow clients are still connected".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import requests
+
+from .master import MasterProcess
+from .wait import wait_for
+
+ANSWER_DEADLINE = 60.0  # generous: "answered at all"
+
+
+class SlowClients:
+    """Connections that hold the server's attention: some send nothing, some trickle a
+    request's headers, some send headers and trickle the body; one byte each per round."""
+
+    def __init__(self, host: str, port: int, count: int) -> None:
+        self.socks: list[socket.socket] = []
+        self.pending: list[bytes] = []
+        body = json.dumps({"endpointID": "slow", "networkName": "nope"}).encode()
+        head = (
+            f"POST /api/v1/alloc/endpoints HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        for i in range(count):
+            s = socket.create_connection((host, port), timeout=10)
+            self.socks.append(s)
+            match i % 3:
+                case 0:  # connects, sends nothing
+                    self.pending.append(b"")
+                case 1:  # trickles the request line and headers
+                    self.pending.append(head + body)
+                case _:  # whole headers, then trickles the body
+                    s.sendall(head)
+                    self.pending.append(body)
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._trickle, daemon=True)
+
+    def _trickle(self) -> None:
+        # One byte per connection per round, a round every 0.2 s: slow on purpose (the
+        # clients must stay mid-request for the whole test), not a synchronisation.
+        while not self._stop.wait(0.2):
+            for i, s in enumerate(self.socks):
+                data = self.pending[i]
+                if len(data) > 1:  # never the last byte: the request stays unfinished
+                    with contextlib.suppress(OSError):
+                        s.send(data[:1])
+                    self.pending[i] = data[1:]
+            self.rounds += 1
+
+    def connected(self) -> int:
+        """How many of the slow connections the server has not closed."""
+        alive = 0
+        for s in self.socks:
+            s.setblocking(False)
+            try:
+                alive += s.recv(1, socket.MSG_PEEK) != b""
+            except BlockingIOError:
+                alive += 1  # nothing to read: still open
+            except OSError:
+                pass
+            finally:
+                s.setblocking(True)
+        return alive
+
+    def __enter__(self) -> SlowClients:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for s in self.socks:
+            s.close()
+
+
+def test_slow_clients_do_not_starve_the_master(tmp_path: Path) -> None:
+    """Six times more slow clients than threads; the request timeout is long, so they stay
+    connected (mid-request) for the whole test."""
+    threads = 4
+    extra = ["--workers", "1", "--threads", str(threads), "--request-timeout", "600"]
+    master = MasterProcess(tmp_path / "data", extra=extra)
+    try:
+        master.start()
+        assert master.api("POST", "networks/default:n1", json={"subnet": "10.92.0.0/24"}).ok
+        with SlowClients("127.0.0.1", master.port, 6 * threads) as slow:
+            wait_for(lambda: slow.rounds >= 10, 60, "every slow client sent some bytes")
+            for i in range(2 * threads):
+                body = {"endpointID": f"fast{i}", "networkName": "n1"}
+                r = requests.post(
+                    f"{master.url}/api/v1/alloc/endpoints", json=body, timeout=ANSWER_DEADLINE
+                )
+                assert r.status_code == 201, r.text
+                assert requests.get(f"{master.url}/version", timeout=ANSWER_DEADLINE).ok
+            assert slow.connected() == len(slow.socks), "the slow clients were cut off"
+    finally:
+        master.stop()
+
+
+def test_a_request_that_never_arrives_whole_is_dropped(tmp_path: Path) -> None:
+    master = MasterProcess(tmp_path / "data", extra=["--request-timeout", "1"])
+    try:
+        master.start()
+        with SlowClients("127.0.0.1", master.port, 6) as slow:
+            wait_for(lambda: slow.connected() == 0, 60, "the master closed the slow clients")
+        assert requests.get(f"{master.url}/version", timeout=ANSWER_DEADLINE).ok
+    finally:
+        master.stop()
+
+
+PLUGIN_SERVER = """
+import sys
+from plugin.app import create_app
+from plugin.driver import Driver
+from plugin.master_client import MasterClient
+from plugin.server import make_socket_server
+
+# The real app and server; the driver's master and datapath are never reached by the calls
+# this test makes (Activate, GetCapabilities).
+driver = Driver(MasterClient("http://127.0.0.1:9"), datapath=None, host="h1")
+server = make_socket_server(sys.argv[1], create_app(driver))
+print("serving", flush=True)
+server.serve_forever()
+"""
+
+CALLS = ["/Plugin.Activate", "/NetworkDriver.GetCapabilities"]
+
+
+def _connect_now(path: str) -> socket.socket:
+    """Connect as Go's dialer does (Docker's): without blocking, so a full backlog fails."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)
+    try:
+        s.connect(path)
+    except BlockingIOError:
+        s.close()
+        raise
+    s.setblocking(True)
+    s.settimeout(ANSWER_DEADLINE)
+    return s
+
+
+def _answer(s: socket.socket) -> bytes:
+    data = b""
+    with s:
+        while chunk := s.recv(65536):
+            data += chunk
+    return data
+
+
+def test_200_concurrent_connections_on_the_plugin_socket_are_all_answered(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "plugin.sock")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PLUGIN_SERVER, path], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "serving"
+        # The server is frozen while the 200 connect at once (as a busy or paused agent
+        # would be): every connection must wait in the listen backlog, none be refused.
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            socks = [_connect_now(path) for _ in range(200)]
+            for i, s in enumerate(socks):
+                call = CALLS[i % len(CALLS)]
+                s.sendall(
+                    f"POST {call} HTTP/1.1\r\nHost: plugin\r\nContent-Type: application/json\r\n"
+                    "Content-Length: 2\r\nConnection: close\r\n\r\n{}".encode()
+                )
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        with ThreadPoolExecutor(32) as pool:
+            answers = list(pool.map(_answer, socks))
+        for i, answer in enumerate(answers):
+            assert answer.startswith(b"HTTP/1.1 200"), (i, answer[:200])
+            expected = b"NetworkDriver" if i % 2 == 0 else b'"Scope"'
+            assert expected in answer, (i, answer[-200:])
+    finally:
+        proc.kill()
+        proc.wait(10)

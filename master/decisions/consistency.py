@@ -1,0 +1,284 @@
+"""Whether a snapshot of the cluster state holds together: a pure check over {key: value}.
+
+The control plane writes every object together with the keys that point at it, in one
+transaction (an endpoint with its index entry and its address allocations; an address
+request with its owner record; a network with its tag, pools and gateway address). A
+crash, a lost answer or a bug must never leave half of such a group behind. This check
+reads a full scan of the store (every key under keys.ROOT) and names every key that breaks
+a link, so tests (kill -9 in the middle of a storm, disk full, ...) and tools can use it.
+
+It checks, for every record:
+- endpoint <-> index: each endpoint has its index entry pointing at it, each index entry
+  points at an endpoint of that ID, and the endpoint's network exists;
+- endpoint <-> addresses: each address an endpoint was given is allocated to it, and each
+  allocation owned by an endpoint is one of that endpoint's addresses (none orphaned);
+- plain requests: each allocation held by a request has its owner record, and each owner
+  record's address is allocated to that owner;
+- the network's gateway: held as "gateway" only at its pool's gateway address;
+- no address is given twice: the same (pool, address) in two endpoints, two allocation keys
+  spelling the same address, an address outside its pool, or two overlapping pools of one
+  address space (which would let one address be booked twice);
+- networks <-> pools and tags: a network's pools and tag exist and point back at it, and
+  every pool, tag and allocation belongs to something that exists.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+from common import keys, owners
+from common.models import Endpoint
+from common.records import (
+    AllocRecord,
+    NetworkRecord,
+    OwnerRecord,
+    PoolRecord,
+    RecordError,
+    decode_endpoint,
+)
+
+from .endpoints import addresses_of
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One broken link: the key that shows it and what is wrong."""
+
+    key: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.what}"
+
+
+def _under(kvs: Mapping[str, bytes], prefix: str) -> Iterator[tuple[str, str, bytes]]:
+    """(key, the key's rest after ``prefix``, value) for every key under ``prefix``."""
+    for key in sorted(kvs):
+        if key.startswith(prefix):
+            yield key, key[len(prefix) :], kvs[key]
+
+
+class _Check:
+    def __init__(self, kvs: Mapping[str, bytes]) -> None:
+        self.kvs = kvs
+        self.problems: list[Problem] = []
+
+    def bad(self, key: str, what: str) -> None:
+        self.problems.append(Problem(key, what))
+
+    def decoded(self, key: str, value: bytes, decode: Callable[[bytes], R]) -> R | None:
+        try:
+            return decode(value)
+        except (RecordError, ValueError, TypeError) as e:
+            self.bad(key, f"does not decode: {e}")
+            return None
+
+
+def check_state(kvs: Mapping[str, bytes]) -> list[Problem]:
+    """Every broken link in a full scan of the store (empty: the state holds together)."""
+    c = _Check(kvs)
+    networks = _networks(c)
+    pools = _pools(c, networks)
+    endpoints = _endpoints(c, networks, pools)
+    allocs = _allocations(c, pools, endpoints)
+    _owner_records(c, allocs)
+    _tags(c, networks)
+    return sorted(c.problems)
+
+
+def _networks(c: _Check) -> dict[str, tuple[str, NetworkRecord]]:
+    """network id -> (key, record)."""
+    found = {}
+    for key, _, value in _under(c.kvs, keys.NETWORKS):
+        rec = c.decoded(key, value, NetworkRecord.decode)
+        if rec is None:
+            continue
+        if key != keys.network(rec.config.tenantName, rec.config.networkName):
+            c.bad(key, f"holds network {rec.id}, whose key is another")
+        found[rec.id] = (key, rec)
+    return found
+
+
+def _pools(c: _Check, networks: Mapping[str, tuple[str, NetworkRecord]]) -> dict[str, PoolRecord]:
+    pools: dict[str, PoolRecord] = {}
+    for key, pid, value in _under(c.kvs, keys.POOLS):
+        pool = c.decoded(key, value, PoolRecord.decode)
+        if pool is None:
+            continue
+        pools[pid] = pool
+        if pool.network:
+            net = networks.get(pool.network)
+            if net is None:
+                c.bad(key, f"belongs to network {pool.network}, which does not exist")
+            elif pid not in net[1].pools:
+                c.bad(key, f"belongs to network {pool.network}, which does not name it")
+    for nkey, net in networks.values():
+        for pid in net.pools:
+            if pid not in pools:
+                c.bad(nkey, f"its pool {pid} does not exist")
+            elif pools[pid].network != net.id:
+                c.bad(nkey, f"its pool {pid} belongs to {pools[pid].network or 'no network'}")
+    _overlaps(c, pools)
+    return pools
+
+
+def _overlaps(c: _Check, pools: Mapping[str, PoolRecord]) -> None:
+    by_space: dict[str, list[tuple[str, ipaddress.IPv4Network | ipaddress.IPv6Network]]] = (
+        defaultdict(list)
+    )
+    for pid, pool in pools.items():
+        try:
+            by_space[pid.split(":", 1)[0]].append((pid, ipaddress.ip_network(pool.cidr)))
+        except ValueError:
+            c.bad(keys.pool(pid), f"its cidr {pool.cidr!r} is not a network")
+    for space in by_space.values():
+        for i, (a, na) in enumerate(space):
+            for b, nb in space[i + 1 :]:
+                if na.version == nb.version and na.overlaps(nb):  # type: ignore[arg-type]
+                    c.bad(keys.pool(a), f"overlaps pool {b}: an address could be booked twice")
+
+
+def _endpoints(
+    c: _Check, networks: Mapping[str, tuple[str, NetworkRecord]], pools: Mapping[str, PoolRecord]
+) -> dict[str, tuple[str, Endpoint]]:
+    """endpoint id -> (key, endpoint)."""
+    found: dict[str, tuple[str, Endpoint]] = {}
+    given: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for key, _, value in _under(c.kvs, keys.ENDPOINTS):
+        ep = c.decoded(key, value, decode_endpoint)
+        if ep is None:
+            continue
+        if key != keys.endpoint(ep.tenantName, ep.networkName, ep.endpointID):
+            c.bad(key, f"holds endpoint {ep.endpointID} of {ep.network_id}, whose key is another")
+        if ep.endpointID in found:
+            c.bad(key, f"endpoint ID {ep.endpointID} is also {found[ep.endpointID][0]}")
+        found[ep.endpointID] = (key, ep)
+        if ep.network_id not in networks:
+            c.bad(key, f"its network {ep.network_id} does not exist")
+        index = c.kvs.get(keys.endpoint_index(ep.endpointID))
+        if index is None:
+            c.bad(key, "has no index entry")
+        elif index != key.encode():
+            c.bad(key, f"its index entry points at {index!r}")
+        for pid, addr in addresses_of(ep):
+            given[(pid, addr)].append(ep.endpointID)
+            if pid not in pools:
+                c.bad(key, f"its pool {pid} does not exist")
+            held = c.kvs.get(keys.alloc(pid, addr))
+            if held is None:
+                c.bad(key, f"its address {addr} in pool {pid} is not allocated")
+            else:
+                rec = c.decoded(keys.alloc(pid, addr), held, AllocRecord.decode)
+                if rec is not None and rec.owner != owners.endpoint(ep.endpointID):
+                    c.bad(key, f"its address {addr} in pool {pid} is held by {rec.owner}")
+    for (pid, addr), ids in given.items():
+        if len(ids) > 1:
+            c.bad(keys.alloc(pid, addr), f"given to several endpoints: {', '.join(sorted(ids))}")
+    for key, ep_id, value in _under(c.kvs, keys.ENDPOINT_INDEX):
+        target = value.decode(errors="replace")
+        if target not in c.kvs or not target.startswith(keys.ENDPOINTS):
+            c.bad(key, f"points at {target}, which does not exist")
+        elif found.get(ep_id, ("",))[0] != target:
+            c.bad(key, f"points at {target}, which is not endpoint {ep_id}")
+    return found
+
+
+def _allocations(
+    c: _Check, pools: Mapping[str, PoolRecord], endpoints: Mapping[str, tuple[str, Endpoint]]
+) -> dict[tuple[str, str], AllocRecord]:
+    allocs: dict[tuple[str, str], AllocRecord] = {}
+    spelled: dict[tuple[str, str], str] = {}
+    for key, rest, value in _under(c.kvs, keys.ALLOC):
+        pid, _, addr = rest.rpartition("/")
+        rec = c.decoded(key, value, AllocRecord.decode)
+        if rec is None:
+            continue
+        allocs[(pid, addr)] = rec
+        try:
+            ip = ipaddress.ip_address(addr)
+        except ValueError:
+            c.bad(key, f"{addr!r} is not an address")
+            continue
+        if str(ip) != addr:
+            c.bad(key, f"{addr} is not written as {ip}: one address could be booked twice")
+        if (pid, str(ip)) in spelled:
+            c.bad(key, f"the same address as {spelled[(pid, str(ip))]}")
+        spelled[(pid, str(ip))] = key
+        pool = pools.get(pid)
+        if pool is None:
+            c.bad(key, f"its pool {pid} does not exist (orphaned)")
+        elif not _inside(ip, pool.cidr):
+            c.bad(key, f"{addr} is outside pool {pid}")
+        _holder(c, key, pid, addr, rec, pool, endpoints)
+    return allocs
+
+
+def _inside(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, cidr: str) -> bool:
+    try:
+        return ip in ipaddress.ip_network(cidr)
+    except ValueError:
+        return True  # a pool whose cidr is not a network is reported by _overlaps
+
+
+def _holder(
+    c: _Check,
+    key: str,
+    pid: str,
+    addr: str,
+    rec: AllocRecord,
+    pool: PoolRecord | None,
+    endpoints: Mapping[str, tuple[str, Endpoint]],
+) -> None:
+    """Whether the holder an allocation names exists and knows it holds the address."""
+    ep_id = owners.endpoint_of(rec.owner)
+    if ep_id is not None:
+        found = endpoints.get(ep_id)
+        if found is None:
+            c.bad(key, f"held by endpoint {ep_id}, which does not exist (orphaned)")
+        elif (pid, addr) not in addresses_of(found[1]):
+            c.bad(key, f"held by endpoint {ep_id}, which does not have it")
+    elif rec.owner == owners.NETWORK_GATEWAY:
+        if pool is not None and pool.gateway != addr:
+            c.bad(key, f"held as the gateway of pool {pid}, whose gateway is {pool.gateway!r}")
+    elif owners.is_request(rec.owner):
+        okey = keys.owner(rec.owner)
+        value = c.kvs.get(okey)
+        held = c.decoded(okey, value, OwnerRecord.decode) if value is not None else None
+        if held is None:
+            c.bad(key, f"held by request {rec.owner}, which has no owner record (orphaned)")
+        elif (held.pool, held.address) != (pid, addr):
+            c.bad(key, f"held by request {rec.owner}, whose record says {held.address}")
+    else:
+        c.bad(key, "held by nobody")
+    if pool is not None and pool.gateway == addr and rec.owner != owners.NETWORK_GATEWAY:
+        c.bad(key, f"the gateway of pool {pid} is held by {rec.owner}")
+
+
+def _owner_records(c: _Check, allocs: Mapping[tuple[str, str], AllocRecord]) -> None:
+    for key, owner, value in _under(c.kvs, keys.OWNERS):
+        held = c.decoded(key, value, OwnerRecord.decode)
+        if held is None:
+            continue
+        rec = allocs.get((held.pool, held.address))
+        if rec is None:
+            c.bad(key, f"holds {held.address} in pool {held.pool}, which is not allocated")
+        elif rec.owner != owner:
+            c.bad(key, f"holds {held.address} in pool {held.pool}, allocated to {rec.owner}")
+
+
+def _tags(c: _Check, networks: Mapping[str, tuple[str, NetworkRecord]]) -> None:
+    for key, _, value in _under(c.kvs, keys.TAGS):
+        net = networks.get(value.decode(errors="replace"))
+        if net is None:
+            c.bad(key, f"held by network {value!r}, which does not exist")
+        elif key != keys.tag(net[1].encap, net[1].pkt_tag):
+            c.bad(key, f"held by network {net[1].id}, whose tag is another")
+    for nkey, net in networks.values():
+        if c.kvs.get(keys.tag(net.encap, net.pkt_tag)) != net.id.encode():
+            c.bad(nkey, f"its tag {net.encap} {net.pkt_tag} is not held by it")
