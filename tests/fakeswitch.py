@@ -27,6 +27,8 @@ class FakeSwitch:
         self.controller = controller
         self.flows = set(flows)
         self.flow_mods: list[Any] = []
+        self.stats_requests = 0  # flow-stats reads: a full reconcile makes one
+        self.barriers = 0
         self.refuse: set[Flow] = set()
         # Called with the flow table after each flow-mod: what packets meet mid-reconcile.
         self.after_flow_mod = after_flow_mod
@@ -46,6 +48,7 @@ class FakeSwitch:
         elif isinstance(msg, ofp_parser.OFPFlowMod):
             self._flow_mod(msg)
         elif isinstance(msg, ofp_parser.OFPBarrierRequest):
+            self.barriers += 1
             self.controller._on_reply(self._reply(msg.xid))
         return True
 
@@ -53,6 +56,7 @@ class FakeSwitch:
         return type("Reply", (), {"xid": xid, "datapath": self, "flags": 0, **fields})()
 
     def _stats(self, msg: Any) -> None:
+        self.stats_requests += 1
         mine = sorted(
             (f for f in self.flows if f.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask),
             key=str,
