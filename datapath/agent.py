@@ -350,7 +350,8 @@ class DatapathAgent:
                     self.links.disable_tx_offload(container)
                 ep = self._state.endpoints[endpoint.id] = replace(endpoint, ofport=ofport)
                 self._apply(Change(endpoints={ep.id: endpoint_state(ep)}))
-                self._sync_nat()
+                if ep.port_mappings or self._nat is None:
+                    self._sync_nat()
             except BaseException:
                 self._state.endpoints.pop(endpoint.id, None)
                 if endpoint.id in self._model.endpoints:
@@ -363,15 +364,17 @@ class DatapathAgent:
     def delete_endpoint_port(self, endpoint_id: str) -> None:
         self._wait_ready()
         with self._lock:
-            self._remove_endpoint(endpoint_id)
+            gone = self._remove_endpoint(endpoint_id)
             self._apply(Change(endpoints={endpoint_id: None}))
-            self._sync_nat()
+            if (gone is not None and gone.port_mappings) or self._nat is None:
+                self._sync_nat()
 
-    def _remove_endpoint(self, endpoint_id: str) -> None:
-        self._state.endpoints.pop(endpoint_id, None)
+    def _remove_endpoint(self, endpoint_id: str) -> LocalEndpoint | None:
+        gone = self._state.endpoints.pop(endpoint_id, None)
         host, _ = veth_names(endpoint_id)
         self.ovs.del_port(self.config.bridge, host)
         self.links.delete_veth(endpoint_id)
+        return gone
 
     def set_port_mappings(self, endpoint_id: str, mappings: Iterable[PortMapping]) -> None:
         self._wait_ready()
@@ -449,7 +452,9 @@ class DatapathAgent:
             self.controller.apply(delta)
 
     def _sync_nat(self, force: bool = False) -> None:
-        """iptables, if its inputs changed since they were last applied (or ``force``)."""
+        """iptables, if its inputs changed since they were last applied (or ``force``).
+        An endpoint without published ports cannot change them: its calls skip this scan
+        of every endpoint unless the last sync failed."""
         nets = tuple(
             GatewayNet(n.subnet, n.gateway_port, n.internal)
             for n in self._state.networks.values()

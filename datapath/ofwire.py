@@ -52,7 +52,7 @@ class SwitchWire:
         self.reply_timeout = reply_timeout
         self._current = current
         self._pending: dict[int, _Pending] = {}
-        self._flow_mods: dict[int, str] = {}
+        self._flow_mods: dict[int, tuple[str, Flow]] = {}  # xid -> what it did, to which flow
         self._flow_mod_errors: list[str] = []
 
     def on_reply(self, msg: Any) -> None:
@@ -77,7 +77,8 @@ class SwitchWire:
                 pending.error = text
                 pending.done.set()
             elif msg.xid in self._flow_mods:
-                self._flow_mod_errors.append(f"{text} for {self._flow_mods[msg.xid]}")
+                verb, flow = self._flow_mods[msg.xid]
+                self._flow_mod_errors.append(f"{text} for {verb} {flow}")
                 return None
         return text
 
@@ -132,7 +133,7 @@ class SwitchWire:
         dp.set_xid(msg)
         verb = "delete" if command == ofp.OFPFC_DELETE_STRICT else "add"
         with self._lock:
-            self._flow_mods[msg.xid] = f"{verb} {flow}"
+            self._flow_mods[msg.xid] = (verb, flow)
         if not dp.send_msg(msg):
             raise Disconnected
 
