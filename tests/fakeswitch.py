@@ -25,7 +25,7 @@ class FakeSwitch:
         after_flow_mod: Callable[[set[Flow]], None] | None = None,
     ) -> None:
         self.controller = controller
-        self.flows = set(flows)
+        self.table: dict[tuple[Any, ...], Flow] = {f.identity: f for f in flows}
         self.flow_mods: list[Any] = []
         self.stats_requests = 0  # flow-stats reads: a full reconcile makes one
         self.barriers = 0
@@ -35,6 +35,15 @@ class FakeSwitch:
         self.id = 0xAB
         self.address = ("127.0.0.1", 1)
         self._xid = 0
+
+    @property
+    def flows(self) -> set[Flow]:
+        """The flow table (one flow per identity, as on a switch)."""
+        return set(self.table.values())
+
+    @flows.setter
+    def flows(self, flows: Iterable[Flow]) -> None:
+        self.table = {f.identity: f for f in flows}
 
     def set_xid(self, msg: Any) -> None:
         self._xid += 1
@@ -58,7 +67,11 @@ class FakeSwitch:
     def _stats(self, msg: Any) -> None:
         self.stats_requests += 1
         mine = sorted(
-            (f for f in self.flows if f.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask),
+            (
+                f
+                for f in self.table.values()
+                if f.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask
+            ),
             key=str,
         )
         body = [
@@ -84,16 +97,14 @@ class FakeSwitch:
                 error = self._reply(msg.xid, type=ofp.OFPET_BAD_ACTION, code=0)
                 self.controller._on_error(error)
                 return
-            self.flows = {g for g in self.flows if g.identity != f.identity} | {f}
+            self.table[f.identity] = f
         elif msg.command == ofp.OFPFC_DELETE_STRICT:
             assert (msg.out_port, msg.out_group) == (ofp.OFPP_ANY, ofp.OFPG_ANY)
-            self.flows = {
-                g
-                for g in self.flows
-                if not (g.identity == f.identity and g.cookie & msg.cookie_mask == msg.cookie)
-            }
+            held = self.table.get(f.identity)
+            if held is not None and held.cookie & msg.cookie_mask == msg.cookie:
+                del self.table[f.identity]
         if self.after_flow_mod is not None:
-            self.after_flow_mod(set(self.flows))
+            self.after_flow_mod(self.flows)
 
 
 def reconcile(switch: FakeSwitch, desired: set[Flow]) -> ReconcileStats:
