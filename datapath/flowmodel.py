@@ -229,8 +229,8 @@ class FlowModel:
             remote |= self._remotes_of.get(n, set())
         objects = [
             *(("net", n) for n in nets),
-            *(("ep", e) for e in local),
-            *(("remote", r) for r in remote),
+            *(("ep", e) for e in sorted(local)),
+            *(("remote", r) for r in sorted(remote)),
             *(("tunnel", h) for h in tuns),
             *([("uplink", "")] if uplink != self.uplink else []),
         ]
