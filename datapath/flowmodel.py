@@ -152,9 +152,6 @@ class FlowModel:
         """Every flow of the host."""
         return frozenset(self._count)
 
-    def unit_flows(self, unit: Unit) -> frozenset[Flow]:
-        return self._units.get(unit, _EMPTY)
-
     def state(self) -> DesiredState:
         """The model as a DesiredState (compile_flows of it gives flows())."""
         return DesiredState(
