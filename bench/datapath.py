@@ -1,4 +1,5 @@
-"""Single-host datapath benchmarks: docker run, driver call latency, throughput, flow compile."""
+"""Single-host datapath benchmarks: docker run, driver call latency, throughput, flow compile,
+and what one endpoint costs in-process (endpoint_churn)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -13,6 +15,7 @@ from typing import Any
 
 import requests_unixsocket
 
+from datapath.flowmodel import Change, FlowModel
 from datapath.flows import diff
 from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
 from integration.host import TEST_LABEL
@@ -138,7 +141,7 @@ def bench_state(endpoints: int = 500, networks: int = 10) -> DesiredState:
         NetworkState(
             id=f"t:n{i}",
             segment=100 + i,
-            gateway_port=1000 + i,
+            gateway_port=65_000 + i,  # above every endpoint's
             gateway_mac=f"02:4e:50:00:00:{i:02x}",
             gateway_ip=f"10.{i}.0.1",
         )
@@ -169,6 +172,114 @@ def flow_compile(endpoints: int = 500) -> dict[str, float]:
     t2 = time.perf_counter()
     assert not d.to_add and not d.to_delete
     return {"flows": len(flows), "compile_ms": (t1 - t0) * 1000, "diff_ms": (t2 - t1) * 1000}
+
+
+def _ms(seconds: list[float]) -> float:
+    return statistics.median(seconds) * 1000
+
+
+def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -> dict[int, Any]:
+    """What one more endpoint costs beside ``standing`` ones (10 networks), in-process: no
+    docker, OVS, netlink or iptables (the unit tests' fakes and fake switch stand in).
+
+    Per standing count, medians of ``runs`` adds (each undone before the next):
+    - full_compile_ms: the path before issue 9: compile every flow, diff against the last set;
+    - incremental_ms: the flow model's apply(): the touched units and their delta;
+    - full_reconcile_ms: the controller reads all flows from the (fake) switch, diffs, sends;
+    - delta_send_ms: the controller sends the delta's flow-mods and a barrier;
+    - agent_create_ms: DatapathAgent.create_endpoint_port with the fakes, plus the
+      controller's turn that sends its delta;
+    - flows_changed: the delta's flow-mods; switch_reads: flow-stats reads of the
+      incremental path (the full one reads every flow each time).
+    """
+    tests = str(Path(__file__).resolve().parent.parent / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from fakes_datapath import FakeIptables, FakeLinks, FakeOvs  # type: ignore[import-not-found]
+    from fakeswitch import FakeSwitch  # type: ignore[import-not-found]
+
+    from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
+    from datapath.ofapp import FlowController
+
+    out: dict[int, Any] = {}
+    for n in standing:
+        state = bench_state(n)
+        new = EndpointState("new", "t:n3", 90_000, "02:42:0b:00:00:01", "10.3.250.250")
+        bigger = DesiredState(state.networks, [*state.endpoints, new])
+        base = compile_flows(state)
+        with_new = frozenset(compile_flows(bigger))
+        model = FlowModel()
+        model.replace(state)
+        ctl = FlowController()
+        switch = FakeSwitch(ctl, base)
+        ctl._on_connect(switch)
+        ctl._run_once()
+        ctl.set_desired(base)
+        ctl._run_once()
+        full, incremental, reconcile, send, changed = [], [], [], [], []
+        reads = 0
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            diff(compile_flows(bigger), base)
+            t1 = time.perf_counter()
+            before = switch.stats_requests
+            delta = model.apply(Change(endpoints={new.id: new}))
+            t2 = time.perf_counter()
+            ctl.apply(delta)
+            ctl._run_once()
+            t3 = time.perf_counter()
+            ctl.apply(model.apply(Change(endpoints={new.id: None})))
+            ctl._run_once()
+            t4 = time.perf_counter()
+            reads += switch.stats_requests - before
+            ctl._reconcile(switch, 1, with_new, 0)
+            t5 = time.perf_counter()
+            ctl.resync()
+            ctl._run_once()
+            full.append(t1 - t0)
+            incremental.append(t2 - t1)
+            send.append(t3 - t2)
+            reconcile.append(t5 - t4)
+            changed.append(len(delta.to_add) + len(delta.to_delete))
+        assert reads == 0, f"the incremental path read the switch {reads} times"
+
+        agent_ctl = FlowController()
+        agent_switch = FakeSwitch(agent_ctl)
+        agent_ctl._on_connect(agent_switch)
+        agent = DatapathAgent(
+            AgentConfig(datapath_type="system"), FakeOvs(), agent_ctl, FakeIptables(), FakeLinks()
+        )
+        agent.resync(
+            [LocalNetwork(f"t:n{i}", 100 + i, f"10.{i}.0.0/16", f"10.{i}.0.1") for i in range(10)],
+            [],
+        )
+        agent_ctl._run_once()
+        for j, ep in enumerate(state.endpoints):
+            agent.create_endpoint_port(
+                LocalEndpoint(f"{j:011x}{'0' * 53}", ep.network_id, ep.mac, ep.ipv4 or "")
+            )
+        agent_ctl._run_once()
+        created = []
+        one = LocalEndpoint("f" * 64, new.network_id, new.mac, new.ipv4 or "")
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            agent.create_endpoint_port(one)
+            agent_ctl._run_once()
+            created.append(time.perf_counter() - t0)
+            agent.delete_endpoint_port(one.id)
+            agent_ctl._run_once()
+        assert agent_switch.flows == compile_flows(agent.desired())
+        out[n] = {
+            "flows": len(base),
+            "full_compile_ms": _ms(full),
+            "incremental_ms": _ms(incremental),
+            "full_reconcile_ms": _ms(reconcile),
+            "delta_send_ms": _ms(send),
+            "agent_create_ms": _ms(created),
+            "flows_changed": statistics.median(changed),
+            "switch_reads": reads,  # by the incremental path: none
+        }
+    return out
 
 
 def reconcile_round_trip(workdir: Path, endpoints: int = 500) -> dict[str, Any]:
@@ -284,6 +395,7 @@ def run(workdir: Path) -> dict[str, Any]:
             "iperf": {"netplugin": np_gbps, "bridge": br_gbps},
             "flows": flow_compile(),
             "reconcile": reconcile_round_trip(workdir),
+            "churn": endpoint_churn(),
             "datapath_type": _sh(
                 "ovs-vsctl", "get", "bridge", "netplugin", "datapath_type"
             ).strip(),

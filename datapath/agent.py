@@ -3,30 +3,47 @@
 It keeps the desired local state (networks and endpoints on this host) and makes the
 switch, the kernel and iptables match it. Every operation is idempotent, nothing that is
 already right is recreated, and a failure part-way removes what it made.
+
+Flows: resync compiles every flow (pipeline.compile_flows) and the controller reads the
+switch back and diffs; every later change goes through the incremental model
+(datapath.flowmodel), which recompiles only what the change touches, and the controller
+sends only that delta. iptables is synced only when its inputs (the gateway networks and
+the published ports) changed.
 """
 
 from __future__ import annotations
 
-import hashlib
-import ipaddress
 import logging
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .effects import HostNat, Links, OpenFlow, Ovsdb
+from .flowmodel import Change, FlowModel, by_key, changes
 from .flows import Flow
 from .hostnat import (
     DNAT_CHAIN,
     GatewayNet,
     PortMapping,
-    gateway_port_name,
     parse_dnat_rules,
+)
+from .local import (
+    VLAN_SEGMENT_BASE,
+    VXLAN_OVERHEAD,
+    AgentConfig,
+    LocalEndpoint,
+    LocalNetwork,
+    endpoint_state,
+    gateway_addresses,
+    gateway_mac,
+    network_state,
+    tunnel_port_name,
 )
 from .ovs import PortInfo
 from .pipeline import (
+    ArpMode,
     DesiredState,
-    EndpointState,
     NetworkState,
     RemoteEndpointState,
     TunnelState,
@@ -34,86 +51,28 @@ from .pipeline import (
 )
 from .veth import NetlinkLinks, veth_names
 
+__all__ = [
+    "EXT_ENDPOINT",
+    "EXT_NETWORK",
+    "EXT_TUNNEL",
+    "EXT_UPLINK",
+    "VLAN_SEGMENT_BASE",
+    "VXLAN_OVERHEAD",
+    "AgentConfig",
+    "DatapathAgent",
+    "LocalEndpoint",
+    "LocalNetwork",
+    "gateway_addresses",
+    "gateway_mac",
+    "tunnel_port_name",
+]
+
 log = logging.getLogger(__name__)
 
 EXT_ENDPOINT = "netplugin-endpoint"
 EXT_NETWORK = "netplugin-network"
 EXT_TUNNEL = "netplugin-tunnel"  # value: the peer host
 EXT_UPLINK = "netplugin-uplink"
-VLAN_SEGMENT_BASE = 1 << 24
-VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
-
-
-@dataclass(frozen=True)
-class LocalNetwork:
-    id: str  # tenant:name
-    tag: int  # the network's pkt-tag: its VNI or VLAN id (cluster-unique per encap)
-    subnet: str = ""
-    gateway: str = ""
-    ipv6_subnet: str = ""
-    ipv6_gateway: str = ""
-    internal: bool = False
-    encap: str = "vxlan"  # vxlan | vlan
-
-    @property
-    def segment(self) -> int:
-        """The local segment id: VNIs as they are, VLANs above every VNI (a VLAN and a VNI
-        may share a number)."""
-        return self.tag if self.encap == "vxlan" else VLAN_SEGMENT_BASE | self.tag
-
-    @property
-    def gateway_port(self) -> str:
-        return gateway_port_name(self.tag) if self.encap == "vxlan" else f"npgwv{self.tag}"
-
-    @property
-    def gateway_mac(self) -> str:
-        return gateway_mac(self.segment)
-
-
-@dataclass(frozen=True)
-class LocalEndpoint:
-    id: str
-    network_id: str
-    mac: str
-    ipv4: str = ""
-    ipv6: str = ""
-    ofport: int = 0
-    port_mappings: tuple[PortMapping, ...] = ()
-
-
-def gateway_mac(segment: int) -> str:
-    """Locally administered, distinct from endpoint MACs (02:42:...), unique per network and
-    the same on every host (the gateway is distributed)."""
-    prefix = "02:4e:50:" if segment < VLAN_SEGMENT_BASE else "02:4e:56:"
-    return prefix + ":".join(f"{(segment >> s) & 0xFF:02x}" for s in (16, 8, 0))
-
-
-def tunnel_port_name(remote_ip: str) -> str:
-    """The VXLAN port toward a peer VTEP: vx + the IPv4 address in hex (a digest for IPv6)."""
-    addr = ipaddress.ip_address(remote_ip)
-    if addr.version == 4:
-        return "vx" + addr.packed.hex()
-    return "vx" + hashlib.sha256(addr.packed).hexdigest()[:11]
-
-
-@dataclass
-class AgentConfig:
-    bridge: str = "netplugin"
-    controller: str = "tcp:127.0.0.1:6653"
-    datapath_type: str | None = None  # None: system if the kernel module exists, else netdev
-    mtu: int = 0  # container interfaces; 0: from the uplink and the encapsulation
-    uplink_mtu: int = 1500  # of the interface that carries VXLAN traffic
-    vlan_mtu: int = 1500  # of the VLAN uplink
-    vlan_uplink: str = ""  # interface that carries VLAN networks to other hosts
-    tunnels: bool = False  # this host has a VTEP: VXLAN networks span hosts
-
-    def mtu_for(self, encap: str) -> int:
-        """VXLAN costs its header where the network spans hosts; VLAN costs nothing."""
-        if self.mtu:
-            return self.mtu
-        if encap == "vlan":
-            return self.vlan_mtu
-        return self.uplink_mtu - VXLAN_OVERHEAD if self.tunnels else self.uplink_mtu
 
 
 @dataclass
@@ -126,15 +85,6 @@ class _State:
     remote_endpoints: tuple[RemoteEndpointState, ...] = ()
     uplink_ofport: int | None = None
     arp_mode: str = "proxy"
-
-
-def gateway_addresses(net: LocalNetwork) -> list[str]:
-    """The addresses of a network's gateway port, with the prefix length of its subnet."""
-    return [
-        f"{gw}/{ipaddress.ip_network(subnet).prefixlen}"
-        for subnet, gw in ((net.subnet, net.gateway), (net.ipv6_subnet, net.ipv6_gateway))
-        if subnet and gw
-    ]
 
 
 class DatapathAgent:
@@ -156,6 +106,8 @@ class DatapathAgent:
         self.links: Links = links if links is not None else NetlinkLinks()
         self._lock = threading.RLock()
         self._state = _State()
+        self._model = FlowModel()  # the flows the controller was given, by unit
+        self._nat: tuple[tuple[GatewayNet, ...], tuple[PortMapping, ...]] | None = None
         # Until the first resync the local state is partial: pushing it would delete the
         # flows of endpoints we have not re-read yet.
         self._ready = threading.Event()
@@ -269,7 +221,7 @@ class DatapathAgent:
             self._ensure_tunnels(peers, self.ovs.list_ports(self.config.bridge))
             self._state.remote_endpoints = tuple(remote_endpoints)
             self._state.arp_mode = arp_mode
-            self._push()
+            self._apply(self._cluster_change())
 
     def _ensure_tunnels(self, peers: Mapping[str, str], ports: Mapping[str, PortInfo]) -> None:
         """Add a tunnel per peer (kept when it exists), delete the tunnels of peers gone."""
@@ -338,7 +290,8 @@ class DatapathAgent:
         self._wait_ready()
         with self._lock:
             self._ensure_network(net)
-            self._push()
+            self._apply(self._cluster_change(networks={net.id: self._network_state(net)}))
+            self._sync_nat()
 
     def _ensure_network(self, net: LocalNetwork) -> None:
         ofport = self.ovs.add_port(
@@ -369,7 +322,9 @@ class DatapathAgent:
             for ep in stale:
                 self._remove_endpoint(ep.id)
             self.ovs.del_port(self.config.bridge, net.gateway_port)
-            self._push()
+            gone = dict.fromkeys(e.id for e in stale)
+            self._apply(self._cluster_change(networks={network_id: None}, endpoints=gone))
+            self._sync_nat()
 
     # --- endpoints ---
 
@@ -393,10 +348,14 @@ class DatapathAgent:
                 )
                 if self.datapath_type == "netdev":
                     self.links.disable_tx_offload(container)
-                self._state.endpoints[endpoint.id] = replace(endpoint, ofport=ofport)
-                self._push()
+                ep = self._state.endpoints[endpoint.id] = replace(endpoint, ofport=ofport)
+                self._apply(Change(endpoints={ep.id: endpoint_state(ep)}))
+                if ep.port_mappings or self._nat is None:
+                    self._sync_nat()
             except BaseException:
                 self._state.endpoints.pop(endpoint.id, None)
+                if endpoint.id in self._model.endpoints:
+                    self._apply(Change(endpoints={endpoint.id: None}))
                 self.ovs.del_port(self.config.bridge, host)
                 self.links.delete_veth(endpoint.id)
                 raise
@@ -405,14 +364,17 @@ class DatapathAgent:
     def delete_endpoint_port(self, endpoint_id: str) -> None:
         self._wait_ready()
         with self._lock:
-            self._remove_endpoint(endpoint_id)
-            self._push()
+            gone = self._remove_endpoint(endpoint_id)
+            self._apply(Change(endpoints={endpoint_id: None}))
+            if (gone is not None and gone.port_mappings) or self._nat is None:
+                self._sync_nat()
 
-    def _remove_endpoint(self, endpoint_id: str) -> None:
-        self._state.endpoints.pop(endpoint_id, None)
+    def _remove_endpoint(self, endpoint_id: str) -> LocalEndpoint | None:
+        gone = self._state.endpoints.pop(endpoint_id, None)
         host, _ = veth_names(endpoint_id)
         self.ovs.del_port(self.config.bridge, host)
         self.links.delete_veth(endpoint_id)
+        return gone
 
     def set_port_mappings(self, endpoint_id: str, mappings: Iterable[PortMapping]) -> None:
         self._wait_ready()
@@ -435,47 +397,72 @@ class DatapathAgent:
     def desired(self) -> DesiredState:
         s = self._state
         return DesiredState(
-            networks=[
-                NetworkState(
-                    id=n.id,
-                    segment=n.segment,
-                    gateway_port=s.gateway_ofports.get(n.id),
-                    gateway_mac=n.gateway_mac,
-                    gateway_ip=n.gateway or None,
-                    vni=n.tag if n.encap == "vxlan" else None,
-                    vlan=n.tag if n.encap == "vlan" else None,
-                )
-                for n in s.networks.values()
-            ],
-            endpoints=[
-                EndpointState(
-                    id=e.id,
-                    network_id=e.network_id,
-                    ofport=e.ofport,
-                    mac=e.mac,
-                    ipv4=e.ipv4 or None,
-                    ipv6=e.ipv6 or None,
-                )
-                for e in s.endpoints.values()
-            ],
-            remote_endpoints=[r for r in s.remote_endpoints if r.network_id in s.networks],
+            networks=[self._network_state(n) for n in s.networks.values()],
+            endpoints=[endpoint_state(e) for e in s.endpoints.values()],
+            remote_endpoints=list(self._remote_states().values()),
             tunnels=[TunnelState(h, p) for h, p in sorted(s.tunnels.items())],
             uplink_port=s.uplink_ofport,
-            arp_mode="flood" if s.arp_mode == "flood" else "proxy",
+            arp_mode=self._arp_mode(),
         )
 
+    def _network_state(self, n: LocalNetwork) -> NetworkState:
+        return network_state(n, self._state.gateway_ofports.get(n.id))
+
+    def _remote_states(self) -> dict[str, RemoteEndpointState]:
+        """Other hosts' endpoints of the networks on this host (only those cost flows)."""
+        s = self._state
+        local = [r for r in s.remote_endpoints if r.network_id in s.networks]
+        return by_key(local, lambda r: r.id, "endpoint {} is listed twice")
+
+    def _arp_mode(self) -> ArpMode:
+        return "flood" if self._state.arp_mode == "flood" else "proxy"
+
     def flows(self) -> set[Flow]:
+        """Every flow of the desired state, compiled in full."""
         return compile_flows(self.desired())
 
     def _push(self) -> None:
-        self.controller.set_desired(self.flows())
-        self._sync_nat()
+        """Everything anew (resync): the full compile goes to the controller, which reads
+        the switch back and diffs; the incremental model restarts from the same state."""
+        state = self.desired()
+        flows = compile_flows(state)
+        model = FlowModel()
+        model.replace(state)
+        if model.flows() != flows:  # a bug in the model: the full compile wins
+            log.error("incremental flows differ from the full compile; using the full one")
+        self._model = model
+        self.controller.set_desired(flows)
+        self._sync_nat(force=True)
 
-    def _sync_nat(self) -> None:
-        nets = [
+    def _cluster_change(self, **change: Any) -> Change:
+        """A Change that also brings the tunnels, other hosts' endpoints and the ARP mode
+        in line with the state (O(other hosts' endpoints): no flow is compiled for it)."""
+        model = self._model
+        return Change(
+            remotes=changes(model.remotes, self._remote_states()),
+            tunnels=changes(model.tunnels, self._state.tunnels),
+            arp_mode=self._arp_mode(),
+            **change,
+        )
+
+    def _apply(self, change: Change) -> None:
+        """Recompile what the change touches; the controller sends only the delta."""
+        delta = self._model.apply(change)
+        if delta.to_add or delta.to_delete:
+            self.controller.apply(delta)
+
+    def _sync_nat(self, force: bool = False) -> None:
+        """iptables, if its inputs changed since they were last applied (or ``force``).
+        An endpoint without published ports cannot change them: its calls skip this scan
+        of every endpoint unless the last sync failed."""
+        nets = tuple(
             GatewayNet(n.subnet, n.gateway_port, n.internal)
             for n in self._state.networks.values()
             if n.subnet
-        ]
-        mappings = [m for e in self._state.endpoints.values() for m in e.port_mappings]
-        self.iptables.sync(nets, mappings)
+        )
+        mappings = tuple(m for e in self._state.endpoints.values() for m in e.port_mappings)
+        if not force and (nets, mappings) == self._nat:
+            return
+        self._nat = None  # unknown until sync succeeds
+        self.iptables.sync(list(nets), list(mappings))
+        self._nat = (nets, mappings)

@@ -9,6 +9,7 @@ use it. Nothing here knows about tables or flows.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -161,142 +162,212 @@ def _check_ofport(owner: str, ofport: int) -> None:
         raise ValueError(f"{owner}: ofport {ofport} is not a valid switch port")
 
 
-def _reaches(net: NetworkState, host: str, state: DesiredState, tunnels: dict[str, int]) -> bool:
+def reaches(net: NetworkState, host: str, tunnels: Mapping[str, int], uplink: int | None) -> bool:
     """True if this host has a way to carry packets of ``net`` to ``host``."""
     if net.vni is not None:
         return host in tunnels
-    return net.vlan is not None and state.uplink_port is not None
+    return net.vlan is not None and uplink is not None
 
 
-def _networks(state: DesiredState) -> dict[str, NetworkState]:
-    networks: dict[str, NetworkState] = {}
-    segments: dict[int, str] = {}
-    for net in state.networks:
-        if net.id in networks:
-            raise ValueError(f"network {net.id} is listed twice")
-        if not 0 < net.segment <= SEGMENT_MASK:
-            raise ValueError(f"network {net.id}: segment {net.segment} is out of 1-{SEGMENT_MASK}")
-        if net.segment in segments:
-            raise ValueError(
-                f"networks {segments[net.segment]} and {net.id} share segment {net.segment}"
-            )
-        if net.vni is not None and net.vlan is not None:
-            raise ValueError(f"network {net.id}: a VNI and a VLAN; pick one encapsulation")
-        if net.vni is not None and not 0 < net.vni < 1 << 24:
-            raise ValueError(f"network {net.id}: VNI {net.vni} is out of 1-16777215")
-        if net.vlan is not None and not 0 < net.vlan < 4095:
-            raise ValueError(f"network {net.id}: VLAN {net.vlan} is out of 1-4094")
-        networks[net.id] = net
-        segments[net.segment] = net.id
-    return networks
+# ---------------------------------------------------------------- what each object uses
+#
+# Every constraint between objects is "no two objects use one key" (an ofport, a MAC or IP
+# in a segment, a segment, a VNI, an endpoint ID...). Each object lists the keys it claims;
+# validate() and the incremental datapath.flowmodel check the same claims, so they refuse
+# the same states.
+
+Key = tuple[Any, ...]
+Claim = tuple[Key, str]  # (key, owner)
+_IDS = ("network", "endpoint", "tunnel")
 
 
-def _local_ports(state: DesiredState, networks: dict[str, NetworkState]) -> list[SegmentPort]:
-    ports: list[SegmentPort] = []
-    for net in state.networks:
-        if net.gateway_port is not None:
-            owner = f"network {net.id} gateway"
-            ports.append(
-                SegmentPort(
-                    net.gateway_port,
-                    net.segment,
-                    _unicast_mac(owner, net.gateway_mac),
-                    _address(owner, net.gateway_ip, 4),
-                    None,
-                    True,
-                    owner,
-                )
-            )
-    seen_ids: set[str] = set()
-    for ep in state.endpoints:
-        owner = f"endpoint {ep.id}"
-        if ep.id in seen_ids:
-            raise ValueError(f"{owner} is listed twice")
-        seen_ids.add(ep.id)
-        net = networks.get(ep.network_id)
-        if net is None:
-            raise ValueError(f"{owner}: network {ep.network_id} is unknown")
-        mac = _unicast_mac(owner, ep.mac)
-        if mac is None:
-            raise ValueError(f"{owner}: a MAC address is required")
-        ports.append(
-            SegmentPort(
-                ep.ofport,
-                net.segment,
-                mac,
-                _address(owner, ep.ipv4, 4),
-                _address(owner, ep.ipv6, 6),
-                False,
-                owner,
-            )
-        )
-    return ports
+def conflict_message(key: Key, first: str, second: str) -> str:
+    """Why two owners cannot both claim ``key``."""
+    kind = key[0]
+    if kind == "network":
+        return f"network {key[1]} is listed twice"
+    if kind == "endpoint":
+        return f"endpoint {key[1]} is listed twice"
+    if kind == "tunnel":
+        return f"host {key[1]} has two tunnels"
+    if kind in ("segment", "vni", "vlan"):
+        what = {"segment": "segment", "vni": "VNI", "vlan": "VLAN"}[kind]
+        return f"{first} and {second} share {what} {key[1]}"
+    if kind == "ofport":
+        return f"{first} and {second} both use ofport {key[1]}"
+    return f"{first} and {second} both use {kind} {key[2]}"  # MAC or IP, in one segment
+
+
+class Claims:
+    """Who claims which key; a key claimed twice is a conflict. Claims can be withdrawn,
+    so the incremental model keeps one of these for the whole host."""
+
+    def __init__(self) -> None:
+        self._owners: dict[Key, list[str]] = {}
+        self.conflicts: set[Key] = set()
+
+    def add(self, claims: Iterable[Claim]) -> None:
+        for key, owner in claims:
+            owners = self._owners.setdefault(key, [])
+            owners.append(owner)
+            if len(owners) > 1:
+                self.conflicts.add(key)
+
+    def remove(self, claims: Iterable[Claim]) -> None:
+        for key, owner in claims:
+            owners = self._owners[key]
+            owners.remove(owner)
+            if len(owners) <= 1:
+                self.conflicts.discard(key)
+            if not owners:
+                del self._owners[key]
+
+    def check(self) -> None:
+        """Raise ValueError naming one conflict, if there is any."""
+        if self.conflicts:
+            # An object listed twice claims everything twice: say that, not one of them.
+            key = min(self.conflicts, key=lambda k: (k[0] not in _IDS, repr(k)))
+            first, second = self._owners[key][:2]
+            raise ValueError(conflict_message(key, first, second))
+
+
+def check_network(net: NetworkState) -> None:
+    """Refuse a network that is wrong by itself."""
+    if not 0 < net.segment <= SEGMENT_MASK:
+        raise ValueError(f"network {net.id}: segment {net.segment} is out of 1-{SEGMENT_MASK}")
+    if net.vni is not None and net.vlan is not None:
+        raise ValueError(f"network {net.id}: a VNI and a VLAN; pick one encapsulation")
+    if net.vni is not None and not 0 < net.vni < 1 << 24:
+        raise ValueError(f"network {net.id}: VNI {net.vni} is out of 1-16777215")
+    if net.vlan is not None and not 0 < net.vlan < 4095:
+        raise ValueError(f"network {net.id}: VLAN {net.vlan} is out of 1-4094")
+
+
+def gateway_port(net: NetworkState) -> SegmentPort | None:
+    """The network's host-side gateway port, if it has one."""
+    if net.gateway_port is None:
+        return None
+    owner = f"network {net.id} gateway"
+    _check_ofport(owner, net.gateway_port)
+    return SegmentPort(
+        net.gateway_port,
+        net.segment,
+        _unicast_mac(owner, net.gateway_mac),
+        _address(owner, net.gateway_ip, 4),
+        None,
+        True,
+        owner,
+    )
+
+
+def endpoint_port(ep: EndpointState, net: NetworkState) -> SegmentPort:
+    """A local endpoint's port in its network's segment."""
+    owner = f"endpoint {ep.id}"
+    _check_ofport(owner, ep.ofport)
+    mac = _unicast_mac(owner, ep.mac)
+    if mac is None:
+        raise ValueError(f"{owner}: a MAC address is required")
+    return SegmentPort(
+        ep.ofport,
+        net.segment,
+        mac,
+        _address(owner, ep.ipv4, 4),
+        _address(owner, ep.ipv6, 6),
+        False,
+        owner,
+    )
+
+
+def remote_port(rep: RemoteEndpointState, net: NetworkState) -> tuple[RemotePort, list[Claim]]:
+    """Another host's endpoint of a local network, and the addresses it claims there."""
+    owner = f"endpoint {rep.id} on host {rep.host}"
+    mac = _unicast_mac(owner, rep.mac)
+    if mac is None:
+        raise ValueError(f"{owner}: a MAC address is required")
+    ipv4 = _address(owner, rep.ipv4, 4)
+    ipv6 = _address(owner, rep.ipv6, 6)
+    claims = [(("MAC", net.segment, mac), owner)]
+    claims += [(("IP", net.segment, ip), owner) for ip in (ipv4, ipv6) if ip is not None]
+    return RemotePort(net, rep.host, mac, ipv4, owner), claims
+
+
+def network_claims(net: NetworkState, gateway: SegmentPort | None) -> list[Claim]:
+    """Its ID, segment and tag, and its gateway port's."""
+    owner = f"network {net.id}"
+    claims = [(("network", net.id), owner), (("segment", net.segment), owner)]
+    if net.vni is not None:
+        claims.append((("vni", net.vni), owner))
+    if net.vlan is not None:
+        claims.append((("vlan", net.vlan), owner))
+    return claims + (port_claims(gateway) if gateway is not None else [])
+
+
+def port_claims(port: SegmentPort) -> list[Claim]:
+    """A local port's ofport, and its MAC and IPs in its segment."""
+    claims = [(("ofport", port.ofport), port.owner)]
+    if port.mac is not None:
+        claims.append((("MAC", port.segment, port.mac), port.owner))
+    claims += [
+        (("IP", port.segment, ip), port.owner) for ip in (port.ipv4, port.ipv6) if ip is not None
+    ]
+    return claims
+
+
+def endpoint_claims(endpoint_id: str, owner: str) -> list[Claim]:
+    """Endpoint IDs are unique across this host's and other hosts' endpoints."""
+    return [(("endpoint", endpoint_id), owner)]
+
+
+def tunnel_claims(tunnel: TunnelState) -> list[Claim]:
+    owner = f"tunnel to host {tunnel.host}"
+    _check_ofport(owner, tunnel.ofport)
+    return [(("tunnel", tunnel.host), owner), (("ofport", tunnel.ofport), owner)]
+
+
+def uplink_claims(ofport: int) -> list[Claim]:
+    _check_ofport("uplink", ofport)
+    return [(("ofport", ofport), "uplink")]
 
 
 def validate(state: DesiredState) -> ValidState:
     """The state, validated; raises ValueError naming the object at fault."""
-    networks = _networks(state)
+    claims = Claims()
+    networks: dict[str, NetworkState] = {}
+    ports: list[SegmentPort] = []
+    for net in state.networks:
+        check_network(net)
+        gateway = gateway_port(net)
+        claims.add(network_claims(net, gateway))
+        networks.setdefault(net.id, net)
+        if gateway is not None:
+            ports.append(gateway)
     tunnels: dict[str, int] = {}
-    used_ofports: dict[int, str] = {}
     for t in state.tunnels:
-        owner = f"tunnel to host {t.host}"
-        _check_ofport(owner, t.ofport)
-        if t.host in tunnels:
-            raise ValueError(f"host {t.host} has two tunnels")
-        tunnels[t.host] = t.ofport
-        used_ofports[t.ofport] = owner
+        claims.add(tunnel_claims(t))
+        tunnels.setdefault(t.host, t.ofport)
     if state.uplink_port is not None:
-        _check_ofport("uplink", state.uplink_port)
-        if state.uplink_port in used_ofports:
-            raise ValueError(f"uplink and {used_ofports[state.uplink_port]} share an ofport")
-        used_ofports[state.uplink_port] = "uplink"
-
-    ports = _local_ports(state, networks)
-    by_ofport: dict[int, SegmentPort] = {}
-    addresses: dict[tuple[int, str], str] = {}
-
-    def claim(segment: int, kind: str, addr: str | None, owner: str) -> None:
-        if addr is None:
-            return
-        other = addresses.setdefault((segment, addr), owner)
-        if other != owner:
-            raise ValueError(f"{other} and {owner} both use {kind} {addr}")
-
-    for port in ports:
-        _check_ofport(port.owner, port.ofport)
-        if port.ofport in by_ofport or port.ofport in used_ofports:
-            other = (
-                by_ofport[port.ofport].owner
-                if port.ofport in by_ofport
-                else used_ofports[port.ofport]
-            )
-            raise ValueError(f"{other} and {port.owner} both use ofport {port.ofport}")
-        by_ofport[port.ofport] = port
-        claim(port.segment, "MAC", port.mac, port.owner)
-        claim(port.segment, "IP", port.ipv4, port.owner)
-        claim(port.segment, "IP", port.ipv6, port.owner)
-
-    local_ids = {ep.id for ep in state.endpoints}
+        claims.add(uplink_claims(state.uplink_port))
+    for ep in state.endpoints:
+        net = networks.get(ep.network_id)
+        if net is None:
+            raise ValueError(f"endpoint {ep.id}: network {ep.network_id} is unknown")
+        port = endpoint_port(ep, net)
+        claims.add(endpoint_claims(ep.id, port.owner))
+        claims.add(port_claims(port))
+        ports.append(port)
     remotes: list[RemotePort] = []
     hosts_of: dict[int, set[str]] = {}
     for rep in state.remote_endpoints:
-        owner = f"endpoint {rep.id} on host {rep.host}"
-        if rep.id in local_ids:
-            raise ValueError(f"endpoint {rep.id} is listed twice")
-        local_ids.add(rep.id)
+        claims.add(endpoint_claims(rep.id, f"endpoint {rep.id} on host {rep.host}"))
         net = networks.get(rep.network_id)
         if net is None:
             continue  # a network without local endpoints: nothing here talks to it
-        mac = _unicast_mac(owner, rep.mac)
-        if mac is None:
-            raise ValueError(f"{owner}: a MAC address is required")
-        ipv4 = _address(owner, rep.ipv4, 4)
-        claim(net.segment, "MAC", mac, owner)
-        claim(net.segment, "IP", ipv4, owner)
-        claim(net.segment, "IP", _address(owner, rep.ipv6, 6), owner)
-        if _reaches(net, rep.host, state, tunnels):
-            remotes.append(RemotePort(net, rep.host, mac, ipv4, owner))
+        remote, addresses = remote_port(rep, net)
+        claims.add(addresses)
+        if reaches(net, rep.host, tunnels, state.uplink_port):
+            remotes.append(remote)
             hosts_of.setdefault(net.segment, set()).add(rep.host)
+    claims.check()
     return ValidState(
         networks,
         sorted(ports, key=lambda p: p.ofport),

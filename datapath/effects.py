@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from datapath.flows import Flow
+from datapath.flows import Flow, FlowDiff
 from datapath.hostnat import GatewayNet, PortMapping
 from datapath.ovs import PortInfo
 
@@ -91,8 +91,12 @@ class HostNat(Protocol):
 
 
 class OpenFlow(Protocol):
-    """The bridge's flows: the controller keeps them equal to the last desired set."""
+    """The bridge's flows: the controller keeps them equal to the desired set."""
 
     def set_desired(self, flows: Iterable[Flow]) -> int:
-        """Replace the desired flows; returns the generation."""
+        """Replace the desired flows (read the switch back and diff); the generation."""
+        ...
+
+    def apply(self, delta: FlowDiff) -> int:
+        """Change some desired flows (only their flow-mods are sent); the generation."""
         ...

@@ -1,11 +1,14 @@
 """The OpenFlow 1.3 controller that keeps one bridge's flows equal to a desired set.
 
 os-ken runs in-process on native threads (never eventlet/gevent monkey patching). On every
-(re)connect and on every set_desired() the controller reads the switch's flows (only those
-carrying our cookie), diffs them against the desired set, sends strict deletes for stale
-ones and adds for missing or changed ones in the order datapath.tables.write_plan gives,
-then a barrier. Flows that are already right are
-never touched, so their counters and durations survive controller restarts.
+(re)connect, on every set_desired(), on resync() and after an error reply, the controller
+reads the switch's flows (only those carrying our cookie), diffs them against the desired
+set, sends strict deletes for stale ones and adds for missing or changed ones in the order
+datapath.tables.write_plan gives, then a barrier: a full reconcile. Flows that are already
+right are never touched, so their counters and durations survive controller restarts.
+Between full reconciles, apply() sends only a delta's flow-mods (same order, then a
+barrier), diffed against what the controller knows the switch holds (datapath.ofstate):
+one endpoint costs its own flow-mods, not a read of every flow.
 
 os-ken keeps process-wide state (its config, AppManager and service registry) and leaves
 non-daemon threads behind (its accept loop cannot be stopped), so: one FlowController per
@@ -13,8 +16,9 @@ process, and a process that is done should call stop() and then os._exit().
 
 `python -m datapath.ofapp` runs it standalone from a state file (datapath.ofrunner).
 
-The codec between Flows and os-ken objects lives in datapath.ofcodec and the os-ken app in
-datapath.osken_app; their public names are re-exported here.
+The codec between Flows and os-ken objects lives in datapath.ofcodec, the os-ken app in
+datapath.osken_app, the messages of a reconcile in datapath.ofwire; their public names are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -25,14 +29,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
-from os_ken.ofproto import ofproto_v1_3 as ofp
-from os_ken.ofproto import ofproto_v1_3_parser as parser
-
-from datapath.flows import COOKIE, COOKIE_MASK, Flow, diff, index_by_identity, replaced
+from datapath.flows import Flow, FlowDiff, diff, replaced
 from datapath.ofcodec import flow_mod, from_ofp_flow, to_ofp_instructions, to_ofp_match
+from datapath.ofstate import Job, ReconcileStats, SwitchBook
+from datapath.ofwire import Disconnected, ReconcileError, SwitchWire
 from datapath.osken_app import NetpluginOFApp, start_os_ken, stop_os_ken
 from datapath.pipeline import PIPELINE, write_plan
 
@@ -62,39 +65,6 @@ _started = False
 # ---------------------------------------------------------------- the controller
 
 
-@dataclass(frozen=True)
-class ReconcileStats:
-    """What one reconcile found and changed."""
-
-    connection: int  # sequence number of the switch connection it ran on (1 = first)
-    dpid: int
-    generation: int  # the set_desired() generation it applied
-    desired: int
-    found: int  # our flows on the switch before it
-    added: int  # missing or changed flows sent as ADD (changed ones are also in replaced)
-    replaced: int
-    deleted: int
-    seconds: float
-    errors: tuple[str, ...] = ()
-
-
-class ReconcileError(RuntimeError):
-    """The switch refused a flow or did not answer in time."""
-
-
-class _Disconnected(Exception):
-    pass
-
-
-@dataclass
-class _Pending:
-    datapath: Any
-    done: threading.Event = field(default_factory=threading.Event)
-    replies: list[Any] = field(default_factory=list)
-    error: str | None = None
-    disconnected: bool = False
-
-
 class FlowController:
     """Keeps the flows of the (one) bridge connected to it equal to set_desired()."""
 
@@ -119,13 +89,10 @@ class FlowController:
         self._changed = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        self._desired: frozenset[Flow] = frozenset()
-        self._generation = 0
+        self._book = SwitchBook()
         self._datapath: Any = None
         self._connection = 0
-        self._pending: dict[int, _Pending] = {}
-        self._flow_mods: dict[int, str] = {}
-        self._flow_mod_errors: list[str] = []
+        self._wire = SwitchWire(self._lock, reply_timeout, lambda: self._datapath)
         self._last: ReconcileStats | None = None
         self._last_error: str | None = None
         self._reconcile_count = 0
@@ -159,17 +126,33 @@ class FlowController:
                 ) from e
 
     def set_desired(self, flows: Iterable[Flow]) -> int:
-        """Replace the desired flows; reconciles at once if a switch is connected.
+        """Replace the desired flows; a full reconcile follows at once if a switch is
+        connected.
 
         Returns the generation number to pass to wait_reconciled(). Raises ValueError
         if two flows share one identity (table, priority, match).
         """
-        desired = frozenset(flows)
-        index_by_identity(desired)
         with self._lock:
-            self._desired = desired
-            self._generation += 1
-            generation = self._generation
+            generation = self._book.set_desired(flows)
+        self._wake.set()
+        return generation
+
+    def apply(self, delta: FlowDiff) -> int:
+        """Change some desired flows: delete the identities of delta.to_delete, add (or
+        replace in place) delta.to_add. Only their flow-mods are sent, unless a full
+        reconcile is due anyway. Returns the generation for wait_reconciled()."""
+        with self._lock:
+            before = self._book.generation
+            generation = self._book.apply(delta)
+        if generation != before:
+            self._wake.set()
+        return generation
+
+    def resync(self) -> int:
+        """Read the switch's flows and diff them against the desired ones (a full
+        reconcile), e.g. when something else may have touched them; the generation."""
+        with self._lock:
+            generation = self._book.resync()
         self._wake.set()
         return generation
 
@@ -189,7 +172,7 @@ class FlowController:
                 last is not None
                 and self._datapath is not None
                 and last.connection == self._connection
-                and last.generation >= (generation or self._generation)
+                and last.generation >= (generation or self._book.generation)
                 and not last.errors
             )
 
@@ -219,8 +202,9 @@ class FlowController:
                 "connected": dp is not None,
                 "dpid": dp.id if dp is not None else None,
                 "connection": self._connection,
-                "generation": self._generation,
-                "desired": len(self._desired),
+                "generation": self._book.generation,
+                "desired": len(self._book.desired),
+                "switch_known": self._book.known,
                 "reconcile_count": self._reconcile_count,
                 "last": asdict(self._last) if self._last else None,
                 "last_error": self._last_error,
@@ -287,33 +271,15 @@ class FlowController:
         self._notify()
 
     def _on_reply(self, msg: Any) -> None:
-        with self._lock:
-            pending = self._pending.get(msg.xid)
-            if pending is None or pending.datapath is not msg.datapath:
-                return
-            pending.replies.append(msg)
-            if not getattr(msg, "flags", 0) & ofp.OFPMPF_REPLY_MORE:
-                pending.done.set()
+        self._wire.on_reply(msg)
 
     def _on_error(self, msg: Any) -> None:
-        text = (
-            f"switch error {ofp.ofp_error_type_to_str(msg.type)}"
-            f"/{ofp.ofp_error_code_to_str(msg.type, msg.code)}"
-        )
-        with self._lock:
-            pending = self._pending.get(msg.xid)
-            if pending is not None:
-                pending.error = text
-                pending.done.set()
-            elif msg.xid in self._flow_mods:
-                self._flow_mod_errors.append(f"{text} for {self._flow_mods[msg.xid]}")
-                return
-        log.warning("%s (xid %s)", text, msg.xid)
+        text = self._wire.on_error(msg)
+        if text is not None:
+            log.warning("%s (xid %s)", text, msg.xid)
 
     def _fail_pending(self) -> None:
-        for pending in self._pending.values():
-            pending.disconnected = True
-            pending.done.set()
+        self._wire.fail_pending()
 
     def _notify(self) -> None:
         if self._on_change is not None:
@@ -330,36 +296,48 @@ class FlowController:
             self._wake.clear()
             if self._stopping.is_set():
                 return
+            self._run_once()
+
+    def _run_once(self) -> None:
+        """Take the next job and do it: a full reconcile or a delta's flow-mods."""
+        with self._lock:
+            dp, connection = self._datapath, self._connection
+            # Before the first set_desired nobody has said what the flows should be (e.g. a
+            # restarted agent still reading its state): touching the switch now would wipe
+            # running containers' flows; secure fail-mode keeps them until it is known.
+            job = self._book.next_job(connection) if dp is not None else None
+        if job is None:
+            return
+        try:
+            if job.full is not None:
+                stats = self._reconcile(dp, connection, job.full, job.generation)
+            else:
+                stats = self._send_delta(dp, connection, job)
+        except Disconnected:
             with self._lock:
-                dp, connection = self._datapath, self._connection
-                desired, generation = self._desired, self._generation
-            # Generation 0: nobody has said what the flows should be yet (e.g. a restarted
-            # agent still reading its state). Touching the switch now would wipe running
-            # containers' flows; secure fail-mode keeps them until desired state is known.
-            if dp is None or generation == 0:
-                continue
-            try:
-                stats = self._reconcile(dp, connection, desired, generation)
-            except _Disconnected:
-                continue  # the next connection triggers a fresh reconcile
-            except Exception as e:
-                if not isinstance(e, ReconcileError):
-                    log.exception("reconcile crashed")
-                log.error("reconcile failed, retrying in %.0fs: %s", self.retry_interval, e)
-                with self._changed:
-                    self._last_error = str(e)
-                    self._changed.notify_all()
-                self._retry_later()
-                continue
+                self._book.forget()
+            return  # the next connection triggers a fresh reconcile
+        except Exception as e:
+            if not isinstance(e, ReconcileError):
+                log.exception("reconcile crashed")
+            log.error("reconcile failed, retrying in %.0fs: %s", self.retry_interval, e)
             with self._changed:
-                self._last = stats
-                self._last_error = "; ".join(stats.errors) or None
-                self._reconcile_count += 1
+                self._book.forget()
+                self._last_error = str(e)
                 self._changed.notify_all()
-            if stats.errors:
-                log.error("switch refused %d flow(s): %s", len(stats.errors), stats.errors[:5])
-                self._retry_later()
-            self._notify()
+            self._retry_later()
+            return
+        with self._changed:
+            # After an error reply the switch may hold anything: the retry reads it back.
+            self._book.done(job, connection, clean=not stats.errors)
+            self._last = stats
+            self._last_error = "; ".join(stats.errors) or None
+            self._reconcile_count += 1
+            self._changed.notify_all()
+        if stats.errors:
+            log.error("switch refused %d flow(s): %s", len(stats.errors), stats.errors[:5])
+            self._retry_later()
+        self._notify()
 
     def _retry_later(self) -> None:
         timer = threading.Timer(self.retry_interval, self._wake.set)
@@ -370,7 +348,7 @@ class FlowController:
         self, dp: Any, connection: int, desired: frozenset[Flow], generation: int
     ) -> ReconcileStats:
         started = time.monotonic()
-        actual = self._read_flows(dp)
+        actual = self._wire.read_flows(dp)
         flow_diff = diff(desired, actual)
         changed = replaced(flow_diff, actual)
         n_replaced = len(changed)
@@ -378,23 +356,7 @@ class FlowController:
             have = {f.identity: f for f in actual}
             for f in changed:
                 log.debug("replacing flow\n  switch: %s\n  wanted: %s", have[f.identity], f)
-        with self._lock:
-            self._flow_mods.clear()
-            self._flow_mod_errors.clear()
-        try:
-            plan = write_plan(flow_diff, PIPELINE)
-            for f in plan.delete_first:
-                self._send_flow_mod(dp, f, ofp.OFPFC_DELETE_STRICT)
-            for f in plan.add:
-                self._send_flow_mod(dp, f, ofp.OFPFC_ADD)
-            for f in plan.delete_last:
-                self._send_flow_mod(dp, f, ofp.OFPFC_DELETE_STRICT)
-            # Errors for the flow-mods arrive before the barrier's reply.
-            self._request(dp, parser.OFPBarrierRequest(dp))
-        finally:
-            with self._lock:
-                errors = tuple(self._flow_mod_errors)
-                self._flow_mods.clear()
+        errors = self._wire.send_plan(dp, write_plan(flow_diff, PIPELINE))
         stats = ReconcileStats(
             connection=connection,
             dpid=dp.id,
@@ -418,56 +380,34 @@ class FlowController:
         )
         return stats
 
-    def _read_flows(self, dp: Any) -> set[Flow]:
-        request = parser.OFPFlowStatsRequest(
-            dp,
-            table_id=ofp.OFPTT_ALL,
-            out_port=ofp.OFPP_ANY,
-            out_group=ofp.OFPG_ANY,
-            cookie=COOKIE,
-            cookie_mask=COOKIE_MASK,
+    def _send_delta(self, dp: Any, connection: int, job: Job) -> ReconcileStats:
+        """Send a delta's flow-mods in write_plan's order, then a barrier; no read."""
+        assert job.delta is not None
+        started = time.monotonic()
+        errors: tuple[str, ...] = ()
+        if job.delta.to_add or job.delta.to_delete:
+            errors = self._wire.send_plan(dp, write_plan(job.delta, PIPELINE))
+        stats = ReconcileStats(
+            connection=connection,
+            dpid=dp.id,
+            generation=job.generation,
+            desired=len(self._book.desired),
+            found=job.found,
+            added=len(job.delta.to_add),
+            replaced=job.replaced,
+            deleted=len(job.delta.to_delete),
+            seconds=round(time.monotonic() - started, 4),
+            errors=errors,
+            full=False,
         )
-        flows: set[Flow] = set()
-        for reply in self._request(dp, request):
-            for stat in reply.body:
-                flows.add(
-                    from_ofp_flow(
-                        stat.table_id, stat.priority, stat.cookie, stat.match, stat.instructions
-                    )
-                )
-        return flows
-
-    def _send_flow_mod(self, dp: Any, flow: Flow, command: int) -> None:
-        msg = flow_mod(dp, flow, command)
-        dp.set_xid(msg)
-        verb = "delete" if command == ofp.OFPFC_DELETE_STRICT else "add"
-        with self._lock:
-            self._flow_mods[msg.xid] = f"{verb} {flow}"
-        if not dp.send_msg(msg):
-            raise _Disconnected
-
-    def _request(self, dp: Any, msg: Any) -> list[Any]:
-        pending = _Pending(dp)
-        dp.set_xid(msg)
-        with self._lock:
-            if self._datapath is not dp:
-                raise _Disconnected
-            self._pending[msg.xid] = pending
-        try:
-            if not dp.send_msg(msg):
-                raise _Disconnected
-            if not pending.done.wait(self.reply_timeout):
-                raise ReconcileError(
-                    f"no reply to {type(msg).__name__} within {self.reply_timeout}s"
-                )
-            if pending.disconnected:
-                raise _Disconnected
-            if pending.error:
-                raise ReconcileError(f"{type(msg).__name__} failed: {pending.error}")
-            return pending.replies
-        finally:
-            with self._lock:
-                self._pending.pop(msg.xid, None)
+        log.debug(
+            "sent switch %016x a delta: %d added (%d replaced), %d deleted",
+            dp.id,
+            stats.added,
+            stats.replaced,
+            stats.deleted,
+        )
+        return stats
 
 
 def main(argv: list[str] | None = None) -> int:

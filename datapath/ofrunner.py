@@ -1,7 +1,9 @@
 """Run the flow controller standalone (the integration tests and the benchmarks do, inside
 the bridge's network namespace):
     python -m datapath.ofapp --listen-port 6653 --state-file S.json --status-file T.json
-It compiles S.json (a DesiredState), re-reads it on SIGHUP, and keeps T.json current.
+It compiles S.json (a DesiredState) and keeps T.json current. On SIGHUP it re-reads S.json
+and sends the switch only the delta (datapath.flowmodel), as the agent does; on SIGUSR1 it
+reconciles in full (reads the switch's flows back and diffs).
 """
 
 from __future__ import annotations
@@ -15,15 +17,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from datapath.flows import Flow
+from datapath.flowmodel import FlowModel
 from datapath.ofapp import DEFAULT_LISTEN_HOST, DEFAULT_LISTEN_PORT, FlowController
 from datapath.pipeline import DesiredState, compile_flows
 
 log = logging.getLogger(__name__)
 
 
-def _load_flows(path: Path) -> set[Flow]:
-    return compile_flows(DesiredState.from_dict(json.loads(path.read_text())))
+def _load(path: Path) -> DesiredState:
+    return DesiredState.from_dict(json.loads(path.read_text()))
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -47,18 +49,26 @@ def main(argv: list[str] | None = None) -> int:
 
     dirty = threading.Event()
     reload = threading.Event()
+    resync = threading.Event()
     stop = threading.Event()
     ctl = FlowController(args.listen_host, args.listen_port, on_change=dirty.set)
     signal.signal(signal.SIGHUP, lambda *_: reload.set())
+    signal.signal(signal.SIGUSR1, lambda *_: resync.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    ctl.set_desired(_load_flows(args.state_file))
+    model = FlowModel()
+    state = _load(args.state_file)
+    model.replace(state)
+    ctl.set_desired(compile_flows(state))
     ctl.start()
     while not stop.is_set():
+        if resync.is_set():
+            resync.clear()
+            ctl.resync()
         if reload.is_set():
             reload.clear()
             try:
-                ctl.set_desired(_load_flows(args.state_file))
+                ctl.apply(model.replace(_load(args.state_file)))
             except (OSError, ValueError, TypeError) as e:
                 log.error("keeping the previous state: %s: %s", args.state_file, e)
         if args.status_file:

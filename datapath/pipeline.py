@@ -21,7 +21,7 @@ This module also re-exports the names other rooms import from it: the table decl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from datapath.desired import (
@@ -33,7 +33,6 @@ from datapath.desired import (
     RemotePort,
     SegmentPort,
     TunnelState,
-    ValidState,
     validate,
 )
 from datapath.flows import Action, Flow, flow
@@ -112,12 +111,15 @@ OFPVID_PRESENT = 0x1000
 OFPP_IN_PORT = 0xFFFFFFF8  # output back where the packet came from
 
 
-def _to_host(world: ValidState, net: NetworkState, host: str) -> tuple[Action, ...]:
-    """Actions that carry a packet of ``net`` to ``host`` (validate() made sure there is a way)."""
+def to_host(
+    net: NetworkState, host: str, tunnels: Mapping[str, int], uplink: int | None
+) -> tuple[Action, ...]:
+    """Actions that carry a packet of ``net`` to ``host`` (the caller made sure there is a
+    way: datapath.desired.reaches)."""
     if net.vni is not None:
-        return (("set_field", "tunnel_id", net.vni), ("output", world.tunnels[host]))
-    assert net.vlan is not None and world.uplink_port is not None
-    return _vlan_out(net.vlan, world.uplink_port)
+        return (("set_field", "tunnel_id", net.vni), ("output", tunnels[host]))
+    assert net.vlan is not None and uplink is not None
+    return _vlan_out(net.vlan, uplink)
 
 
 def _vlan_out(vlan: int, uplink: int) -> tuple[Action, ...]:
@@ -128,16 +130,19 @@ def _vlan_out(vlan: int, uplink: int) -> tuple[Action, ...]:
     )
 
 
-def _flood_out(world: ValidState, net: NetworkState) -> tuple[Action, ...]:
-    """Actions that send a packet of ``net`` to every other host of the network."""
+def flood_out(
+    net: NetworkState, hosts: Iterable[str], tunnels: Mapping[str, int], uplink: int | None
+) -> tuple[Action, ...]:
+    """Actions that send a packet of ``net`` to every other host of the network (``hosts``:
+    those with endpoints in it that this host reaches)."""
     if net.vni is not None:
-        hosts = sorted(world.hosts_of.get(net.segment, ()))
+        hosts = sorted(hosts)
         if not hosts:
             return ()
-        return (("set_field", "tunnel_id", net.vni), *(("output", world.tunnels[h]) for h in hosts))
-    if net.vlan is not None and world.uplink_port is not None:
+        return (("set_field", "tunnel_id", net.vni), *(("output", tunnels[h]) for h in hosts))
+    if net.vlan is not None and uplink is not None:
         # Always: the VLAN may hold hosts and routers netplugin does not know.
-        return _vlan_out(net.vlan, world.uplink_port)
+        return _vlan_out(net.vlan, uplink)
     return ()
 
 
@@ -296,22 +301,42 @@ def _flood(segment: int, ports: list[SegmentPort], out: tuple[Action, ...]) -> I
             )
 
 
+def port_flows(port: SegmentPort, mode: ArpMode) -> Iterable[Flow]:
+    """The flows of one local port (an endpoint or a gateway): they depend on it alone."""
+    yield from _classify(port)
+    yield from _ingress(port)
+    yield from _arp(port, mode)
+    yield from _forward(port)
+
+
+def network_flows(
+    net: NetworkState, ports: list[SegmentPort], out: tuple[Action, ...], uplink: int | None
+) -> Iterable[Flow]:
+    """What arrives from other hosts, and the floods of the segment (``ports``: its local
+    ports by ofport, ``out``: flood_out)."""
+    yield from _classify_remote(net, uplink)
+    yield from _flood(net.segment, ports, out)
+
+
+def remote_flows(remote: RemotePort, to_host: tuple[Action, ...], mode: ArpMode) -> Iterable[Flow]:
+    """The flows of another host's endpoint (``to_host``: the way there)."""
+    yield from _arp_remote(remote, to_host, mode)
+    yield from _forward_remote(remote, to_host)
+
+
 def compile_flows(state: DesiredState) -> set[Flow]:
     """All flows of the bridge for this state; raises ValueError naming a bad object, or
     a flow its table's declaration does not allow."""
     world = validate(state)
+    tunnels, uplink = world.tunnels, world.uplink_port
     flows: set[Flow] = {PIPELINE.miss_flow(spec) for spec in PIPELINE}
     for net in world.networks.values():
-        flows.update(_classify_remote(net, world.uplink_port))
-        flows.update(_flood(net.segment, world.ports_of(net.segment), _flood_out(world, net)))
+        out = flood_out(net, world.hosts_of.get(net.segment, ()), tunnels, uplink)
+        flows.update(network_flows(net, world.ports_of(net.segment), out, uplink))
     for port in world.ports:
-        flows.update(_classify(port))
-        flows.update(_ingress(port))
-        flows.update(_arp(port, world.arp_mode))
-        flows.update(_forward(port))
+        flows.update(port_flows(port, world.arp_mode))
     for remote in world.remotes:
-        to_host = _to_host(world, remote.network, remote.host)
-        flows.update(_arp_remote(remote, to_host, world.arp_mode))
-        flows.update(_forward_remote(remote, to_host))
+        to = to_host(remote.network, remote.host, tunnels, uplink)
+        flows.update(remote_flows(remote, to, world.arp_mode))
     PIPELINE.check_all(flows)
     return flows

@@ -3,10 +3,12 @@ and NetlinkLinks, the agent's real Links (datapath.effects)."""
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import hashlib
 import ipaddress
 import re
-import subprocess
+import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -110,12 +112,32 @@ def host_veths() -> list[str]:
     return sorted(n for n in names if n and n.startswith(HOST_PREFIX) and len(n) == 2 + _ID_CHARS)
 
 
-def disable_tx_offload(ifname: str, netns: str | None = None) -> None:
-    """Userspace OVS gets partial TX checksums via AF_PACKET: make the kernel finish them."""
-    cmd = ["ethtool", "-K", ifname, "tx", "off"]
-    if netns:
-        cmd = ["ip", "netns", "exec", netns, *cmd]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=10)
+SIOCETHTOOL = 0x8946
+ETHTOOL_STXCSUM = 0x17  # set TX checksumming (struct ethtool_value)
+
+
+class _EthtoolValue(ctypes.Structure):
+    _fields_ = (("cmd", ctypes.c_uint32), ("data", ctypes.c_uint32))
+
+
+class _Ifreq(ctypes.Structure):
+    _fields_ = (
+        ("name", ctypes.c_char * 16),
+        ("data", ctypes.c_void_p),
+        ("_pad", ctypes.c_char * 16),
+    )
+
+
+def disable_tx_offload(ifname: str) -> None:
+    """Userspace OVS gets partial TX checksums via AF_PACKET: make the kernel finish them.
+
+    One SIOCETHTOOL ioctl (ETHTOOL_STXCSUM off), what `ethtool -K IF tx off` does without a
+    process per endpoint; the kernel drops the features that need TX checksumming (TSO,
+    ...) with it."""
+    value = _EthtoolValue(ETHTOOL_STXCSUM, 0)
+    request = _Ifreq(ifname.encode(), ctypes.addressof(value))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        fcntl.ioctl(sock.fileno(), SIOCETHTOOL, request)
 
 
 def wait_link(ip: IPRoute, name: str, timeout: float = 5.0) -> int:
@@ -141,8 +163,8 @@ def address_link(ifname: str, mtu: int, addresses: Sequence[str]) -> None:
 
 
 class NetlinkLinks:
-    """The agent's links through netlink, ethtool and ``proc_sys`` (a managed plugin sees the
-    host's as /host/proc/sys)."""
+    """The agent's links through netlink, the ethtool ioctl and ``proc_sys`` (a managed
+    plugin sees the host's as /host/proc/sys)."""
 
     def __init__(self, proc_sys: str | Path = "/proc/sys") -> None:
         self.proc_sys = Path(proc_sys)

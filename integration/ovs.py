@@ -206,9 +206,14 @@ class ControllerProcess:
         return self
 
     def reload(self) -> None:
-        """Ask the controller to re-read the state file (SIGHUP)."""
+        """Ask the controller to re-read the state file and send the change (SIGHUP)."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGHUP)
+
+    def resync(self) -> None:
+        """Ask the controller for a full reconcile: read the switch back and diff (SIGUSR1)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGUSR1)
 
     def kill(self) -> None:
         """kill -9, as a crash would."""

@@ -326,6 +326,44 @@ def test_removed_endpoint_deletes_exactly_its_flows(lab: Lab) -> None:
         lab.apply(*ALL)
 
 
+def test_a_change_is_a_delta_and_resync_reads_the_switch_back(lab: Lab) -> None:
+    """The controller sends a change's flow-mods without reading the switch: a flow deleted
+    behind its back stays deleted through a delta, and comes back with a resync."""
+    c1, c2 = lab.containers["c1"], lab.containers["c2"]
+    every, fewer = compile_flows(lab.state(*ALL)), compile_flows(lab.state("c1", "c3"))
+    try:
+        last = lab.apply("c1", "c3")["last"]
+        expected = diff(fewer, every)
+        assert not last["full"] and last["errors"] == []
+        assert (last["added"], last["replaced"], last["deleted"]) == (
+            len(expected.to_add),
+            len(expected.to_add),
+            len(expected.to_delete),
+        )
+        assert len(lab.ovs.dump_flows(BRIDGE)) == len(fewer)
+        assert not lab.ping("c1", c2.ip) and lab.ping("c1", GW_A[2])
+
+        # c1's classify flow goes behind the controller's back; c2 comes back as a delta.
+        lab.ovs.ofctl("del-flows", BRIDGE, "--strict", f"table=0,priority=100,in_port={c1.ofport}")
+        last = lab.apply(*ALL)["last"]
+        assert not last["full"] and last["found"] == len(fewer)  # its model, not a read
+        assert len(lab.ovs.dump_flows(BRIDGE)) == len(every) - 1
+        assert not lab.ping("c1", c2.ip)
+
+        generation = lab.controller.status()["generation"]
+        lab.controller.resync()
+        st = lab.controller.wait_status(
+            lambda st: st["last"] and st["last"]["generation"] > generation
+        )
+        assert st["last"]["full"] and st["last"]["found"] == len(every) - 1
+        assert (st["last"]["added"], st["last"]["deleted"]) == (1, 0)
+        assert len(lab.ovs.dump_flows(BRIDGE)) == len(every)
+        assert lab.ping("c1", c2.ip)
+    finally:
+        lab.controller.resync()
+        lab.apply(*ALL)
+
+
 def test_switch_restarts_are_resynced_without_leaking_threads(lab: Lab) -> None:
     desired = len(compile_flows(lab.state("c1", "c3")))
     try:

@@ -6,6 +6,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
 from pyroute2 import IPRoute
 
 from datapath.veth import (
@@ -43,9 +44,12 @@ def test_veth_lifecycle() -> None:
             assert path.read_text().strip() == value, path
         with IPRoute() as ip:  # no IPv6 link-local: the host stack stays off the port
             assert not ip.get_addr(index=ip.link_lookup(ifname=host)[0])
-        disable_tx_offload(container)
+        disable_tx_offload(container)  # an ioctl, not a process
         out = subprocess.run(["ethtool", "-k", container], capture_output=True, text=True).stdout
         assert "tx-checksumming: off" in out
+        assert "tx-tcp-segmentation: off" in out  # needs TX checksums: off with them
+        with pytest.raises(OSError):
+            disable_tx_offload("np-no-such-if")
 
         # Docker moves the container end into the sandbox; deleting the host end removes it.
         with IPRoute() as ip:

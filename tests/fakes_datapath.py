@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from datapath.flows import Flow
+from datapath.flows import Flow, FlowDiff
 from datapath.hostnat import DNAT_CHAIN, GatewayNet, PortMapping, dnat_rules
 from datapath.ovs import PortInfo
 from datapath.veth import CONTAINER_PREFIX, HOST_PREFIX, veth_names
@@ -52,13 +52,26 @@ class FakeOvs:
 
 
 class FakeController:
-    """Records every desired flow set pushed to it."""
+    """Records the desired flows after every set_desired (full) and apply (delta)."""
 
     def __init__(self) -> None:
-        self.pushed: list[set[Flow]] = []
+        self.pushed: list[set[Flow]] = []  # the desired flows after each call
+        self.full: list[set[Flow]] = []  # what each set_desired gave
+        self.deltas: list[FlowDiff] = []  # what each apply gave
 
     def set_desired(self, flows: Iterable[Flow]) -> int:
+        self.full.append(set(flows))
         self.pushed.append(set(flows))
+        return len(self.pushed)
+
+    def apply(self, delta: FlowDiff) -> int:
+        table = {f.identity: f for f in self.pushed[-1]} if self.pushed else {}
+        for f in delta.to_delete:
+            del table[f.identity]  # a delta deletes only what is there
+        for f in delta.to_add:
+            table[f.identity] = f
+        self.deltas.append(delta)
+        self.pushed.append(set(table.values()))
         return len(self.pushed)
 
 

@@ -25,14 +25,25 @@ class FakeSwitch:
         after_flow_mod: Callable[[set[Flow]], None] | None = None,
     ) -> None:
         self.controller = controller
-        self.flows = set(flows)
+        self.table: dict[tuple[Any, ...], Flow] = {f.identity: f for f in flows}
         self.flow_mods: list[Any] = []
+        self.stats_requests = 0  # flow-stats reads: a full reconcile makes one
+        self.barriers = 0
         self.refuse: set[Flow] = set()
         # Called with the flow table after each flow-mod: what packets meet mid-reconcile.
         self.after_flow_mod = after_flow_mod
         self.id = 0xAB
         self.address = ("127.0.0.1", 1)
         self._xid = 0
+
+    @property
+    def flows(self) -> set[Flow]:
+        """The flow table (one flow per identity, as on a switch)."""
+        return set(self.table.values())
+
+    @flows.setter
+    def flows(self, flows: Iterable[Flow]) -> None:
+        self.table = {f.identity: f for f in flows}
 
     def set_xid(self, msg: Any) -> None:
         self._xid += 1
@@ -46,6 +57,7 @@ class FakeSwitch:
         elif isinstance(msg, ofp_parser.OFPFlowMod):
             self._flow_mod(msg)
         elif isinstance(msg, ofp_parser.OFPBarrierRequest):
+            self.barriers += 1
             self.controller._on_reply(self._reply(msg.xid))
         return True
 
@@ -53,8 +65,13 @@ class FakeSwitch:
         return type("Reply", (), {"xid": xid, "datapath": self, "flags": 0, **fields})()
 
     def _stats(self, msg: Any) -> None:
+        self.stats_requests += 1
         mine = sorted(
-            (f for f in self.flows if f.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask),
+            (
+                f
+                for f in self.table.values()
+                if f.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask
+            ),
             key=str,
         )
         body = [
@@ -80,16 +97,14 @@ class FakeSwitch:
                 error = self._reply(msg.xid, type=ofp.OFPET_BAD_ACTION, code=0)
                 self.controller._on_error(error)
                 return
-            self.flows = {g for g in self.flows if g.identity != f.identity} | {f}
+            self.table[f.identity] = f
         elif msg.command == ofp.OFPFC_DELETE_STRICT:
             assert (msg.out_port, msg.out_group) == (ofp.OFPP_ANY, ofp.OFPG_ANY)
-            self.flows = {
-                g
-                for g in self.flows
-                if not (g.identity == f.identity and g.cookie & msg.cookie_mask == msg.cookie)
-            }
+            held = self.table.get(f.identity)
+            if held is not None and held.cookie & msg.cookie_mask == msg.cookie:
+                del self.table[f.identity]
         if self.after_flow_mod is not None:
-            self.after_flow_mod(set(self.flows))
+            self.after_flow_mod(self.flows)
 
 
 def reconcile(switch: FakeSwitch, desired: set[Flow]) -> ReconcileStats:

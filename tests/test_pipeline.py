@@ -72,6 +72,10 @@ def test_one_more_endpoint_changes_a_bounded_number_of_flows() -> None:
             lambda s: s.networks.append(NetworkState("x", 9, vni=1, vlan=2)),
             "network x: a VNI and a VLAN",
         ),
+        # Two networks on one VNI or VLAN would both classify what arrives with it.
+        (lambda s: s.networks.append(NetworkState("x", 9, vni=VNI_A)), "share VNI 5000"),
+        (lambda s: s.networks.append(NetworkState("x", 9, vlan=300)), "share VLAN 300"),
+        (lambda s: s.networks.append(s.networks[0]), f"network {NET_A} is listed twice"),
     ],
 )
 def test_bad_cluster_state_is_refused_with_the_object_named(mutate: Any, message: str) -> None:

@@ -1,0 +1,431 @@
+"""The host's flows kept incrementally: a change recompiles only the flows it touches.
+
+Flows are pure functions of the desired state (datapath.pipeline), partitioned by what they
+depend on. Each *unit* owns a set of flows:
+
+    ("net", id)       what arrives for the network from other hosts, the segment's floods
+                      and its gateway port's flows: the network, its local ports, the hosts
+                      with endpoints in it and their tunnels (or the uplink)
+    ("ep", id)        a local endpoint's port flows: the endpoint, its segment, the ARP mode
+    ("remote", id)    another host's endpoint: it, its network, the way to its host, the
+                      ARP mode
+    ("misses", "")    each table's miss flow: nothing
+
+The host's flows are the union of the units' sets. A Change (objects put or removed) marks
+the units that depend on what changed, recompiles them, and the difference between their
+old and new sets is the delta, a FlowDiff with datapath.flows.diff's meaning: what to add
+(new or changed) and what to delete (identity no longer wanted). One more endpoint touches
+its own unit and its network's, so it costs O(ports of that segment), not O(host).
+
+Validation is incremental too: each object claims the keys it uses (datapath.desired), and
+a change withdraws and re-adds only the claims of what it touches. A change that would
+make the state invalid raises ValueError naming the object, and leaves the model as it was.
+compile_flows(model.state()) == model.flows() always holds: compile_flows stays the full
+path (resync) and the oracle of the tests.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from datapath.desired import (
+    ArpMode,
+    Claim,
+    Claims,
+    DesiredState,
+    EndpointState,
+    NetworkState,
+    RemoteEndpointState,
+    RemotePort,
+    SegmentPort,
+    TunnelState,
+    check_network,
+    endpoint_claims,
+    endpoint_port,
+    gateway_port,
+    network_claims,
+    port_claims,
+    reaches,
+    remote_port,
+    tunnel_claims,
+    uplink_claims,
+)
+from datapath.flows import Flow, FlowDiff, Match
+from datapath.pipeline import (
+    PIPELINE,
+    flood_out,
+    network_flows,
+    port_flows,
+    remote_flows,
+    to_host,
+)
+
+Unit = tuple[str, str]
+MISSES: Unit = ("misses", "")
+_EMPTY: frozenset[Flow] = frozenset()
+
+
+class _Keep:
+    """The uplink is left as it is."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP = _Keep()
+
+
+@dataclass(frozen=True)
+class Change:
+    """Objects to put (a new value) or remove (None), by ID (tunnels: by host, to ofport)."""
+
+    networks: Mapping[str, NetworkState | None] = field(default_factory=dict)
+    endpoints: Mapping[str, EndpointState | None] = field(default_factory=dict)
+    remotes: Mapping[str, RemoteEndpointState | None] = field(default_factory=dict)
+    tunnels: Mapping[str, int | None] = field(default_factory=dict)
+    uplink: int | _Keep | None = KEEP
+    arp_mode: ArpMode | None = None
+
+
+class _Journal:
+    """Undo steps of a change in progress, replayed backwards if it fails."""
+
+    def __init__(self) -> None:
+        self.steps: list[Callable[[], None]] = []
+
+    def put(self, table: dict[Any, Any], key: Any, value: Any) -> None:
+        """table[key] = value, or del table[key] if value is None."""
+        had, old = key in table, table.get(key)
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+        self.steps.append(lambda: table.__setitem__(key, old) if had else table.pop(key, None))
+
+    def undo(self) -> None:
+        for step in reversed(self.steps):
+            step()
+        self.steps.clear()
+
+
+def _index(table: dict[str, set[str]], key: str, member: str, add: bool) -> None:
+    members = table.setdefault(key, set())
+    if add:
+        members.add(member)
+    else:
+        members.discard(member)
+        if not members:
+            del table[key]
+
+
+class FlowModel:
+    """A host's desired state and its flows, changed by Change and kept by unit."""
+
+    def __init__(self) -> None:
+        self.networks: dict[str, NetworkState] = {}
+        self.endpoints: dict[str, EndpointState] = {}
+        self.remotes: dict[str, RemoteEndpointState] = {}
+        self.tunnels: dict[str, int] = {}
+        self.uplink: int | None = None
+        self.arp_mode: ArpMode = "proxy"
+        self._claims = Claims()
+        self._held: dict[tuple[str, str], list[Claim]] = {}  # object -> its claims
+        self._gateways: dict[str, SegmentPort] = {}  # network id -> its gateway port
+        self._ports: dict[str, SegmentPort] = {}  # local endpoint id -> its port
+        self._remote_ports: dict[str, RemotePort] = {}  # remotes of local networks
+        self._eps_of: dict[str, set[str]] = {}  # network id -> its local endpoints
+        self._remotes_of: dict[str, set[str]] = {}  # network id -> its remote endpoints
+        self._remotes_on: dict[str, set[str]] = {}  # host -> its endpoints
+        self._hosts_in: dict[str, Counter[str]] = {}  # network id -> host -> endpoints
+        misses = frozenset(PIPELINE.miss_flow(spec) for spec in PIPELINE)
+        self._units: dict[Unit, frozenset[Flow]] = {MISSES: misses}
+        self._count: Counter[Flow] = Counter(misses)
+        self._by_identity: dict[tuple[int, int, Match], Flow] = {f.identity: f for f in misses}
+        self.last_units = 0  # how many units the last change recompiled
+
+    # -- reading
+
+    def flows(self) -> frozenset[Flow]:
+        """Every flow of the host."""
+        return frozenset(self._count)
+
+    def state(self) -> DesiredState:
+        """The model as a DesiredState (compile_flows of it gives flows())."""
+        return DesiredState(
+            networks=list(self.networks.values()),
+            endpoints=list(self.endpoints.values()),
+            remote_endpoints=list(self.remotes.values()),
+            tunnels=[TunnelState(h, p) for h, p in self.tunnels.items()],
+            uplink_port=self.uplink,
+            arp_mode=self.arp_mode,
+        )
+
+    def change_to(self, state: DesiredState) -> Change:
+        """The Change that makes the model hold ``state`` (O(state): no flow is compiled)."""
+        networks = by_key(state.networks, lambda n: n.id, "network {} is listed twice")
+        endpoints = by_key(state.endpoints, lambda e: e.id, "endpoint {} is listed twice")
+        remotes = by_key(state.remote_endpoints, lambda r: r.id, "endpoint {} is listed twice")
+        tunnels = by_key(state.tunnels, lambda t: t.host, "host {} has two tunnels")
+        return Change(
+            networks=changes(self.networks, networks),
+            endpoints=changes(self.endpoints, endpoints),
+            remotes=changes(self.remotes, remotes),
+            tunnels=changes(self.tunnels, {h: t.ofport for h, t in tunnels.items()}),
+            uplink=state.uplink_port,
+            arp_mode=state.arp_mode,
+        )
+
+    # -- changing
+
+    def replace(self, state: DesiredState) -> FlowDiff:
+        """Make the model hold ``state``; the delta."""
+        return self.apply(self.change_to(state))
+
+    def apply(self, change: Change) -> FlowDiff:
+        """Apply a change; the flows to add and delete. Raises ValueError (and changes
+        nothing) if the state would be invalid."""
+        journal = _Journal()
+        try:
+            dirty = self._mutate(change, journal)
+            self._claims.check()
+            new = {unit: self._compile(unit) for unit in dirty}
+            delta, gone = self._delta(new)
+        except BaseException:
+            journal.undo()
+            raise
+        self._install(new, delta, gone)
+        self.last_units = len(new)
+        return delta
+
+    def _mutate(self, change: Change, journal: _Journal) -> set[Unit]:
+        nets = {k: v for k, v in change.networks.items() if self.networks.get(k) != v}
+        eps = {k: v for k, v in change.endpoints.items() if self.endpoints.get(k) != v}
+        rems = {k: v for k, v in change.remotes.items() if self.remotes.get(k) != v}
+        tuns = {k: v for k, v in change.tunnels.items() if self.tunnels.get(k) != v}
+        for key, value in (*nets.items(), *eps.items(), *rems.items()):
+            if value is not None and value.id != key:
+                raise ValueError(f"{key}: the object put there is {value.id}")
+        uplink = change.uplink if not isinstance(change.uplink, _Keep) else self.uplink
+        mode = change.arp_mode or self.arp_mode
+        dirty: set[Unit] = set()
+        if uplink != self.uplink or mode != self.arp_mode:
+            # Rare, and most flows depend on them: recompile everything.
+            dirty.update(self._units)
+            dirty.update(("net", n) for n in self.networks)
+            dirty.update(("ep", e) for e in self.endpoints)
+            dirty.update(("remote", r) for r in self.remotes)
+        # The claims of what changes, and of what depends on a changed network, are
+        # withdrawn under the old state and made again under the new one.
+        local = set(eps)
+        remote = set(rems)
+        for n in nets:
+            local |= self._eps_of.get(n, set())
+            remote |= self._remotes_of.get(n, set())
+        objects = [
+            *(("net", n) for n in nets),
+            *(("ep", e) for e in sorted(local)),
+            *(("remote", r) for r in sorted(remote)),
+            *(("tunnel", h) for h in tuns),
+            *([("uplink", "")] if uplink != self.uplink else []),
+        ]
+        for obj in objects:
+            self._withdraw(obj, journal)
+        for n, net in nets.items():
+            journal.put(self.networks, n, net)
+            dirty.add(("net", n))
+        for e, ep in eps.items():
+            old = self.endpoints.get(e)
+            journal.put(self.endpoints, e, ep)
+            for version, add in ((old, False), (ep, True)):
+                if version is not None:
+                    self._reindex(journal, self._eps_of, version.network_id, e, add)
+                    dirty.add(("net", version.network_id))
+        for r, rep in rems.items():
+            self._put_remote(r, rep, journal, dirty)
+        for h, ofport in tuns.items():
+            journal.put(self.tunnels, h, ofport)
+            for rid in self._remotes_on.get(h, ()):
+                dirty.update({("remote", rid), ("net", self.remotes[rid].network_id)})
+        old_uplink, old_mode = self.uplink, self.arp_mode
+        self.uplink, self.arp_mode = uplink, mode
+
+        def restore() -> None:
+            self.uplink, self.arp_mode = old_uplink, old_mode
+
+        journal.steps.append(restore)
+        for obj in objects:
+            self._claim(obj, journal)
+        dirty.update(("ep", e) for e in local)
+        dirty.update(("remote", r) for r in remote)
+        return dirty
+
+    def _put_remote(
+        self, r: str, rep: RemoteEndpointState | None, journal: _Journal, dirty: set[Unit]
+    ) -> None:
+        old = self.remotes.get(r)
+        journal.put(self.remotes, r, rep)
+        for version, add in ((old, False), (rep, True)):
+            if version is None:
+                continue
+            self._reindex(journal, self._remotes_of, version.network_id, r, add)
+            self._reindex(journal, self._remotes_on, version.host, r, add)
+            hosts = self._hosts_in.get(version.network_id, Counter())
+            before = hosts[version.host] > 0
+            hosts = (
+                hosts + Counter({version.host: 1}) if add else hosts - Counter({version.host: 1})
+            )
+            journal.put(self._hosts_in, version.network_id, hosts or None)
+            if before != (hosts[version.host] > 0):
+                dirty.add(("net", version.network_id))  # the hosts its floods reach changed
+
+    def _reindex(
+        self, journal: _Journal, table: dict[str, set[str]], key: str, member: str, add: bool
+    ) -> None:
+        _index(table, key, member, add)
+        journal.steps.append(lambda: _index(table, key, member, not add))
+
+    def _withdraw(self, obj: tuple[str, str], journal: _Journal) -> None:
+        held = self._held.get(obj)
+        if held is None:
+            return
+        self._claims.remove(held)
+        journal.steps.append(lambda: self._claims.add(held))
+        journal.put(self._held, obj, None)
+
+    def _claim(self, obj: tuple[str, str], journal: _Journal) -> None:
+        """Work out what an object uses under the current state, and claim it."""
+        kind, key = obj
+        claims: list[Claim] = []
+        if kind == "net":
+            net = self.networks.get(key)
+            gateway = None
+            if net is not None:
+                check_network(net)
+                gateway = gateway_port(net)
+                claims = network_claims(net, gateway)
+            journal.put(self._gateways, key, gateway)
+        elif kind == "ep":
+            ep = self.endpoints.get(key)
+            port = None
+            if ep is not None:
+                net = self.networks.get(ep.network_id)
+                if net is None:
+                    raise ValueError(f"endpoint {ep.id}: network {ep.network_id} is unknown")
+                port = endpoint_port(ep, net)
+                claims = endpoint_claims(ep.id, port.owner) + port_claims(port)
+            journal.put(self._ports, key, port)
+        elif kind == "remote":
+            rep = self.remotes.get(key)
+            remote = None
+            if rep is not None:
+                claims = endpoint_claims(rep.id, f"endpoint {rep.id} on host {rep.host}")
+                net = self.networks.get(rep.network_id)
+                if net is not None:
+                    remote, addresses = remote_port(rep, net)
+                    claims += addresses
+            journal.put(self._remote_ports, key, remote)
+        elif kind == "tunnel":
+            if key in self.tunnels:
+                claims = tunnel_claims(TunnelState(key, self.tunnels[key]))
+        elif self.uplink is not None:
+            claims = uplink_claims(self.uplink)
+        if claims:
+            self._claims.add(claims)
+            journal.steps.append(lambda: self._claims.remove(claims))
+            journal.put(self._held, obj, claims)
+
+    # -- compiling
+
+    def _compile(self, unit: Unit) -> frozenset[Flow]:
+        kind, key = unit
+        flows: Iterable[Flow] = ()
+        if kind == "net" and key in self.networks:
+            net = self.networks[key]
+            gateway = self._gateways.get(key)
+            ports = [self._ports[e] for e in self._eps_of.get(key, ())]
+            if gateway is not None:
+                ports.append(gateway)
+            ports.sort(key=lambda p: p.ofport)
+            hosts = [
+                h for h in self._hosts_in.get(key, {}) if reaches(net, h, self.tunnels, self.uplink)
+            ]
+            out = flood_out(net, hosts, self.tunnels, self.uplink)
+            flows = [*network_flows(net, ports, out, self.uplink)]
+            if gateway is not None:
+                flows += port_flows(gateway, self.arp_mode)
+        elif kind == "ep" and key in self._ports:
+            flows = port_flows(self._ports[key], self.arp_mode)
+        elif kind == "remote" and key in self._remote_ports:
+            remote = self._remote_ports[key]
+            net, host = remote.network, remote.host
+            if reaches(net, host, self.tunnels, self.uplink):
+                to = to_host(net, host, self.tunnels, self.uplink)
+                flows = remote_flows(remote, to, self.arp_mode)
+        elif kind == "misses":
+            return self._units[MISSES]
+        result = frozenset(flows)
+        PIPELINE.check_all(result)
+        return result
+
+    def _delta(self, new: Mapping[Unit, frozenset[Flow]]) -> tuple[FlowDiff, set[Flow]]:
+        """What the union of the units gains and loses (the delta, and every flow that
+        goes, replaced ones included); refuses two flows of one identity."""
+        leaving: Counter[Flow] = Counter()
+        entering: Counter[Flow] = Counter()
+        for unit, flows in new.items():
+            old = self._units.get(unit, _EMPTY)
+            leaving.update(old - flows)
+            entering.update(flows - old)
+        count = self._count
+        gone = {f for f, n in leaving.items() if count[f] - n + entering[f] == 0}
+        added = {f for f, n in entering.items() if count[f] == 0 and n > leaving[f]}
+        added_ids: dict[tuple[int, int, Match], Flow] = {}
+        for f in added:
+            other = added_ids.setdefault(f.identity, f)
+            held = self._by_identity.get(f.identity)
+            if other is f and held is not None and held not in gone:
+                other = held
+            if other is not f:
+                raise ValueError(f"two flows with one identity:\n  {other}\n  {f}")
+        to_delete = frozenset(f for f in gone if f.identity not in added_ids)
+        return FlowDiff(frozenset(added), to_delete), gone
+
+    def _install(
+        self, new: Mapping[Unit, frozenset[Flow]], delta: FlowDiff, gone: set[Flow]
+    ) -> None:
+        for unit, flows in new.items():
+            old = self._units.get(unit, _EMPTY)
+            self._count.subtract(old - flows)
+            self._count.update(flows - old)
+            if flows:
+                self._units[unit] = flows
+            else:
+                self._units.pop(unit, None)
+        for f in gone:
+            del self._count[f]
+            if self._by_identity.get(f.identity) == f:
+                del self._by_identity[f.identity]
+        for f in delta.to_add:
+            self._by_identity[f.identity] = f
+
+
+def by_key(items: Iterable[Any], key: Callable[[Any], str], twice: str) -> dict[str, Any]:
+    """Items by key; ``twice`` (formatted with the key) is the error for a repeated one."""
+    out: dict[str, Any] = {}
+    for item in items:
+        k = key(item)
+        if k in out:
+            raise ValueError(twice.format(k))
+        out[k] = item
+    return out
+
+
+def changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
+    """What a Change must put (new or different values) and remove (None) to turn
+    ``current`` into ``wanted``."""
+    out: dict[str, Any] = {k: None for k in current if k not in wanted}
+    out.update({k: v for k, v in wanted.items() if current.get(k) != v})
+    return out

@@ -1,0 +1,121 @@
+"""What the datapath agent is told about this host: its configuration, and the networks
+and endpoints on it; and how they become the desired state the flows are compiled from
+(datapath.desired). Pure data."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from dataclasses import dataclass
+
+from .desired import EndpointState, NetworkState
+from .hostnat import PortMapping, gateway_port_name
+
+VLAN_SEGMENT_BASE = 1 << 24
+VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
+
+
+@dataclass(frozen=True)
+class LocalNetwork:
+    id: str  # tenant:name
+    tag: int  # the network's pkt-tag: its VNI or VLAN id (cluster-unique per encap)
+    subnet: str = ""
+    gateway: str = ""
+    ipv6_subnet: str = ""
+    ipv6_gateway: str = ""
+    internal: bool = False
+    encap: str = "vxlan"  # vxlan | vlan
+
+    @property
+    def segment(self) -> int:
+        """The local segment id: VNIs as they are, VLANs above every VNI (a VLAN and a VNI
+        may share a number)."""
+        return self.tag if self.encap == "vxlan" else VLAN_SEGMENT_BASE | self.tag
+
+    @property
+    def gateway_port(self) -> str:
+        return gateway_port_name(self.tag) if self.encap == "vxlan" else f"npgwv{self.tag}"
+
+    @property
+    def gateway_mac(self) -> str:
+        return gateway_mac(self.segment)
+
+
+@dataclass(frozen=True)
+class LocalEndpoint:
+    id: str
+    network_id: str
+    mac: str
+    ipv4: str = ""
+    ipv6: str = ""
+    ofport: int = 0
+    port_mappings: tuple[PortMapping, ...] = ()
+
+
+def gateway_mac(segment: int) -> str:
+    """Locally administered, distinct from endpoint MACs (02:42:...), unique per network and
+    the same on every host (the gateway is distributed)."""
+    prefix = "02:4e:50:" if segment < VLAN_SEGMENT_BASE else "02:4e:56:"
+    return prefix + ":".join(f"{(segment >> s) & 0xFF:02x}" for s in (16, 8, 0))
+
+
+def tunnel_port_name(remote_ip: str) -> str:
+    """The VXLAN port toward a peer VTEP: vx + the IPv4 address in hex (a digest for IPv6)."""
+    addr = ipaddress.ip_address(remote_ip)
+    if addr.version == 4:
+        return "vx" + addr.packed.hex()
+    return "vx" + hashlib.sha256(addr.packed).hexdigest()[:11]
+
+
+@dataclass
+class AgentConfig:
+    bridge: str = "netplugin"
+    controller: str = "tcp:127.0.0.1:6653"
+    datapath_type: str | None = None  # None: system if the kernel module exists, else netdev
+    mtu: int = 0  # container interfaces; 0: from the uplink and the encapsulation
+    uplink_mtu: int = 1500  # of the interface that carries VXLAN traffic
+    vlan_mtu: int = 1500  # of the VLAN uplink
+    vlan_uplink: str = ""  # interface that carries VLAN networks to other hosts
+    tunnels: bool = False  # this host has a VTEP: VXLAN networks span hosts
+
+    def mtu_for(self, encap: str) -> int:
+        """VXLAN costs its header where the network spans hosts; VLAN costs nothing."""
+        if self.mtu:
+            return self.mtu
+        if encap == "vlan":
+            return self.vlan_mtu
+        return self.uplink_mtu - VXLAN_OVERHEAD if self.tunnels else self.uplink_mtu
+
+
+def gateway_addresses(net: LocalNetwork) -> list[str]:
+    """The addresses of a network's gateway port, with the prefix length of its subnet."""
+    return [
+        f"{gw}/{ipaddress.ip_network(subnet).prefixlen}"
+        for subnet, gw in ((net.subnet, net.gateway), (net.ipv6_subnet, net.ipv6_gateway))
+        if subnet and gw
+    ]
+
+
+def network_state(n: LocalNetwork, gateway_ofport: int | None) -> NetworkState:
+    """A network as the flow compiler sees it (its gateway port once it has an ofport)."""
+    return NetworkState(
+        id=n.id,
+        segment=n.segment,
+        gateway_port=gateway_ofport,
+        gateway_mac=n.gateway_mac,
+        gateway_ip=n.gateway or None,
+        vni=n.tag if n.encap == "vxlan" else None,
+        vlan=n.tag if n.encap == "vlan" else None,
+    )
+
+
+def endpoint_state(e: LocalEndpoint) -> EndpointState:
+    """An endpoint as the flow compiler sees it."""
+    return EndpointState(
+        id=e.id,
+        network_id=e.network_id,
+        ofport=e.ofport,
+        mac=e.mac,
+        ipv4=e.ipv4 or None,
+        ipv6=e.ipv6 or None,
+    )

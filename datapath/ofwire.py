@@ -1,0 +1,162 @@
+"""The OpenFlow messages of one reconcile: read our flows, send flow-mods in a plan's order
+and a barrier, and match the switch's replies and error replies to what was sent.
+
+FlowController (datapath.ofapp) decides what to send; SwitchWire sends it on the current
+connection and waits for the answers. os-ken's event thread hands replies and errors to
+on_reply() and on_error().
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from datapath.flows import COOKIE, COOKIE_MASK, Flow
+from datapath.ofcodec import flow_mod, from_ofp_flow
+from datapath.tables import WritePlan
+
+
+class ReconcileError(RuntimeError):
+    """The switch refused a flow or did not answer in time."""
+
+
+class Disconnected(Exception):
+    """The connection went away while a reconcile was using it."""
+
+
+@dataclass
+class _Pending:
+    datapath: Any
+    done: threading.Event = field(default_factory=threading.Event)
+    replies: list[Any] = field(default_factory=list)
+    error: str | None = None
+    disconnected: bool = False
+
+
+class SwitchWire:
+    """Requests and flow-mods to a switch connection, with their replies and errors.
+
+    ``lock`` is the controller's; ``current`` returns the connection in use (a request on
+    any other one fails as Disconnected).
+    """
+
+    def __init__(
+        self, lock: threading.Lock, reply_timeout: float, current: Callable[[], Any]
+    ) -> None:
+        self._lock = lock
+        self.reply_timeout = reply_timeout
+        self._current = current
+        self._pending: dict[int, _Pending] = {}
+        self._flow_mods: dict[int, tuple[str, Flow]] = {}  # xid -> what it did, to which flow
+        self._flow_mod_errors: list[str] = []
+
+    def on_reply(self, msg: Any) -> None:
+        with self._lock:
+            pending = self._pending.get(msg.xid)
+            if pending is None or pending.datapath is not msg.datapath:
+                return
+            pending.replies.append(msg)
+            if not getattr(msg, "flags", 0) & ofp.OFPMPF_REPLY_MORE:
+                pending.done.set()
+
+    def on_error(self, msg: Any) -> str | None:
+        """Record an error reply; returns its text unless it answers one of our flow-mods
+        (those are reported by send_plan)."""
+        text = (
+            f"switch error {ofp.ofp_error_type_to_str(msg.type)}"
+            f"/{ofp.ofp_error_code_to_str(msg.type, msg.code)}"
+        )
+        with self._lock:
+            pending = self._pending.get(msg.xid)
+            if pending is not None:
+                pending.error = text
+                pending.done.set()
+            elif msg.xid in self._flow_mods:
+                verb, flow = self._flow_mods[msg.xid]
+                self._flow_mod_errors.append(f"{text} for {verb} {flow}")
+                return None
+        return text
+
+    def fail_pending(self) -> None:
+        """The connection is gone: wake every request waiting on it (call with the lock)."""
+        for pending in self._pending.values():
+            pending.disconnected = True
+            pending.done.set()
+
+    def read_flows(self, dp: Any) -> set[Flow]:
+        """Our flows on the switch (those carrying our cookie)."""
+        request = parser.OFPFlowStatsRequest(
+            dp,
+            table_id=ofp.OFPTT_ALL,
+            out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY,
+            cookie=COOKIE,
+            cookie_mask=COOKIE_MASK,
+        )
+        flows: set[Flow] = set()
+        for reply in self.request(dp, request):
+            for stat in reply.body:
+                flows.add(
+                    from_ofp_flow(
+                        stat.table_id, stat.priority, stat.cookie, stat.match, stat.instructions
+                    )
+                )
+        return flows
+
+    def send_plan(self, dp: Any, plan: WritePlan) -> tuple[str, ...]:
+        """Send a plan's flow-mods in its order, then a barrier; the switch's error replies
+        to them (they arrive before the barrier's reply)."""
+        with self._lock:
+            self._flow_mods.clear()
+            self._flow_mod_errors.clear()
+        try:
+            for f in plan.delete_first:
+                self._send_flow_mod(dp, f, ofp.OFPFC_DELETE_STRICT)
+            for f in plan.add:
+                self._send_flow_mod(dp, f, ofp.OFPFC_ADD)
+            for f in plan.delete_last:
+                self._send_flow_mod(dp, f, ofp.OFPFC_DELETE_STRICT)
+            self.request(dp, parser.OFPBarrierRequest(dp))
+        finally:
+            with self._lock:
+                errors = tuple(self._flow_mod_errors)
+                self._flow_mods.clear()
+        return errors
+
+    def _send_flow_mod(self, dp: Any, flow: Flow, command: int) -> None:
+        msg = flow_mod(dp, flow, command)
+        dp.set_xid(msg)
+        verb = "delete" if command == ofp.OFPFC_DELETE_STRICT else "add"
+        with self._lock:
+            self._flow_mods[msg.xid] = (verb, flow)
+        if not dp.send_msg(msg):
+            raise Disconnected
+
+    def request(self, dp: Any, msg: Any) -> list[Any]:
+        """Send a request and wait for its whole reply."""
+        pending = _Pending(dp)
+        dp.set_xid(msg)
+        with self._lock:
+            if self._current() is not dp:
+                raise Disconnected
+            self._pending[msg.xid] = pending
+        try:
+            if not dp.send_msg(msg):
+                raise Disconnected
+            if not pending.done.wait(self.reply_timeout):
+                raise ReconcileError(
+                    f"no reply to {type(msg).__name__} within {self.reply_timeout}s"
+                )
+            if pending.disconnected:
+                raise Disconnected
+            if pending.error:
+                raise ReconcileError(f"{type(msg).__name__} failed: {pending.error}")
+            return pending.replies
+        finally:
+            with self._lock:
+                self._pending.pop(msg.xid, None)

@@ -1,0 +1,152 @@
+"""The agent's changes after resync go to the controller as deltas of the incremental model
+(resync alone sends every flow), and the flows it holds are always the full compile of its
+desired state; iptables runs only when its inputs change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
+
+from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
+from datapath.hostnat import PortMapping
+from datapath.pipeline import RemoteEndpointState, compile_flows
+
+NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
+VLAN = LocalNetwork(id="default:v", tag=9, subnet="10.3.0.0/24", gateway="10.3.0.1", encap="vlan")
+
+
+def ep(n: int, network: str = NET.id) -> LocalEndpoint:
+    return LocalEndpoint(f"{n:02x}" * 32, network, f"02:42:0a:01:00:{n:02x}", f"10.1.0.{n}")
+
+
+PEERS = {"h2": "192.168.50.2", "h3": "192.168.50.3"}
+R1 = RemoteEndpointState("r1", NET.id, "h2", "02:42:0a:01:01:01", "10.1.1.1")
+R2 = RemoteEndpointState("r2", NET.id, "h3", "02:42:0a:01:01:02", "10.1.1.2")
+R3 = RemoteEndpointState("r3", VLAN.id, "h2", "02:42:0a:03:01:03", "10.3.1.3")
+ELSEWHERE = RemoteEndpointState("r4", "default:other", "h3", "02:42:0a:09:01:04", "10.9.1.4")
+
+
+@pytest.fixture
+def agent() -> DatapathAgent:
+    config = AgentConfig(datapath_type="system", tunnels=True, vlan_uplink="eth9")
+    a = DatapathAgent(config, FakeOvs(), FakeController(), FakeIptables(), FakeLinks())
+    a.ready_timeout = 0.1
+    a.start()  # the VLAN uplink port
+    return a
+
+
+def ctl(agent: DatapathAgent) -> FakeController:
+    assert isinstance(agent.controller, FakeController)
+    return agent.controller
+
+
+def nat_syncs(agent: DatapathAgent) -> int:
+    assert isinstance(agent.iptables, FakeIptables)
+    return len(agent.iptables.synced)
+
+
+def test_every_change_after_resync_is_a_delta_to_the_full_compile(agent: DatapathAgent) -> None:
+    steps: list[tuple[str, Any]] = [
+        ("create", ep(2)),
+        ("create", ep(3)),
+        ("cluster", (PEERS, [R1, R2, ELSEWHERE], "proxy")),
+        ("network", VLAN),
+        ("create", ep(5, VLAN.id)),
+        ("cluster", (PEERS, [R1, R2, R3, ELSEWHERE], "proxy")),
+        ("cluster", ({"h2": PEERS["h2"]}, [R1, R3], "flood")),
+        ("publish", ep(2)),
+        ("delete", ep(3)),
+        ("remove", VLAN),
+        ("cluster", (PEERS, [R1, R2, R3], "proxy")),
+        ("network", VLAN),
+        ("delete", ep(2)),
+    ]
+    agent.resync([NET], [])
+    assert len(ctl(agent).full) == 1
+    for kind, arg in steps:
+        if kind == "create":
+            agent.create_endpoint_port(arg)
+        elif kind == "delete":
+            agent.delete_endpoint_port(arg.id)
+        elif kind == "cluster":
+            agent.set_cluster(*arg)
+        elif kind == "network":
+            agent.ensure_network(arg)
+        elif kind == "remove":
+            agent.remove_network(arg.id)
+        elif kind == "publish":
+            agent.set_port_mappings(arg.id, [PortMapping("tcp", "", 8080, arg.ipv4, 80)])
+        assert ctl(agent).pushed[-1] == compile_flows(agent.desired()), (kind, arg)
+    assert len(ctl(agent).full) == 1 and len(ctl(agent).deltas) == len(steps) - 1  # publish
+    # A resync after all this finds nothing to change.
+    before = ctl(agent).pushed[-1]
+    agent.resync([NET, VLAN], [], peers=PEERS, remote_endpoints=[R1, R2, R3])
+    assert ctl(agent).full[-1] == before
+
+
+def test_an_endpoint_is_a_small_delta_and_no_iptables_run(agent: DatapathAgent) -> None:
+    agent.resync([NET], [])
+    for n in range(2, 40):
+        agent.create_endpoint_port(ep(n))
+    syncs = nat_syncs(agent)
+    agent.create_endpoint_port(ep(40))
+    added = ctl(agent).deltas[-1]
+    agent.delete_endpoint_port(ep(40).id)
+    removed = ctl(agent).deltas[-1]
+    # Its own 6 flows and its segment's 3 floods; the floods are rewritten in place.
+    assert (len(added.to_add), len(added.to_delete)) == (9, 0)
+    assert (len(removed.to_add), len(removed.to_delete)) == (3, 6)
+    assert nat_syncs(agent) == syncs  # no port mappings: nothing for iptables
+
+
+def test_iptables_runs_when_networks_or_published_ports_change(agent: DatapathAgent) -> None:
+    agent.resync([NET], [])
+    assert nat_syncs(agent) == 1  # resync always syncs: it may follow a restart
+    agent.ensure_network(NET)  # already there
+    agent.create_endpoint_port(ep(2))
+    assert nat_syncs(agent) == 1
+    agent.set_port_mappings(ep(2).id, [PortMapping("tcp", "", 8080, "10.1.0.2", 80)])
+    agent.set_port_mappings(ep(2).id, [PortMapping("tcp", "", 8080, "10.1.0.2", 80)])
+    assert nat_syncs(agent) == 2
+    agent.ensure_network(VLAN)
+    assert nat_syncs(agent) == 3
+    agent.delete_endpoint_port(ep(2).id)  # its published port goes with it
+    assert nat_syncs(agent) == 4
+    agent.remove_network(VLAN.id)
+    assert nat_syncs(agent) == 5
+    agent.set_cluster(PEERS, [R1], "flood")
+    assert nat_syncs(agent) == 5
+
+
+def test_a_refused_endpoint_leaves_no_port_and_no_flow(agent: DatapathAgent) -> None:
+    agent.resync([NET], [])
+    agent.create_endpoint_port(ep(2))
+    flows, deltas = ctl(agent).pushed[-1], len(ctl(agent).deltas)
+    twin = LocalEndpoint("ee" * 32, NET.id, ep(2).mac, "10.1.0.99")  # the MAC of ep 2
+    with pytest.raises(ValueError, match="both use MAC"):
+        agent.create_endpoint_port(twin)
+    assert not agent.has_endpoint(twin.id) and len(ctl(agent).deltas) == deltas
+    assert isinstance(agent.ovs, FakeOvs)
+    assert len(agent.ovs.ports) == 3  # the uplink, the gateway, ep 2
+    agent.create_endpoint_port(ep(3))  # and the model took nothing of it
+    assert ctl(agent).pushed[-1] == compile_flows(agent.desired()) != flows
+
+
+def test_a_failed_iptables_sync_is_retried_on_the_next_change(agent: DatapathAgent) -> None:
+    agent.resync([NET], [])
+    agent.create_endpoint_port(ep(2))
+    ipt = agent.iptables
+    assert isinstance(ipt, FakeIptables)
+    original = ipt.sync
+
+    def broken(*args: Any, **kw: Any) -> bool:
+        raise RuntimeError("iptables-restore: resource busy")
+
+    ipt.sync = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="busy"):
+        agent.set_port_mappings(ep(2).id, [PortMapping("tcp", "", 8080, "10.1.0.2", 80)])
+    ipt.sync = original  # type: ignore[method-assign]
+    agent.create_endpoint_port(ep(3))  # the inputs did not change since, but never applied
+    assert ipt.synced[-1][1] == [PortMapping("tcp", "", 8080, "10.1.0.2", 80)]

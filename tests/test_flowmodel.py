@@ -1,0 +1,362 @@
+"""The incremental flow model against the full compiler: after any sequence of changes it
+holds exactly compile_flows() of the same state, its deltas carry the previous flows to the
+new ones, and it refuses exactly the states compile_flows refuses, changing nothing."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from datapath_states import E1, E2, NET_A, R1, TUN_H2, cluster, world
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from datapath.flowmodel import Change, FlowModel
+from datapath.flows import Flow, FlowDiff, diff
+from datapath.pipeline import (
+    DesiredState,
+    EndpointState,
+    NetworkState,
+    RemoteEndpointState,
+    TunnelState,
+    compile_flows,
+)
+
+NET_IDS = ("n1", "n2", "n3")
+HOSTS = ("h1", "h2", "h3")
+EP_IDS = ("e1", "e2", "e3", "e4", "e5", "e6")
+REMOTE_IDS = ("r1", "r2", "r3", "r4", "r5", "e1")  # e1: also a local endpoint's ID
+OFPORTS = st.integers(1, 60)
+# Small pools, so that two objects sometimes claim one key; rarely an invalid value.
+MACS = st.sampled_from([f"02:00:00:00:00:{i:02x}" for i in range(1, 41)] + ["01:00:5e:00:00:01"])
+IPV4 = st.sampled_from([None, *(f"10.0.0.{i}" for i in range(1, 41)), "fd00::9"])
+IPV6 = st.sampled_from([None, *(f"fd00::{i}" for i in range(1, 9))])
+NETWORK_OF = st.sampled_from((*NET_IDS, *NET_IDS, *NET_IDS, "n9"))  # n9: never a network
+
+
+@st.composite
+def networks(draw: Any) -> NetworkState:
+    encap = draw(st.sampled_from(["vni", "vni", "vni", "vlan", "vlan", "none", "both"]))
+    segment = draw(st.sampled_from([1, 2, 3, 4, 1 << 24 | 10, 1 << 24 | 11]))
+    return NetworkState(
+        id=draw(st.sampled_from(NET_IDS)),
+        segment=segment,
+        gateway_port=draw(st.none() | OFPORTS),
+        gateway_mac=draw(st.none() | MACS),
+        gateway_ip=draw(IPV4),
+        vni=draw(st.sampled_from([5000, 5001, 5002, 5003])) if encap in ("vni", "both") else None,
+        vlan=draw(st.sampled_from([10, 11, 12])) if encap in ("vlan", "both") else None,
+    )
+
+
+endpoints = st.builds(
+    EndpointState,
+    id=st.sampled_from(EP_IDS),
+    network_id=NETWORK_OF,
+    ofport=OFPORTS,
+    mac=MACS,
+    ipv4=IPV4,
+    ipv6=IPV6,
+)
+remotes = st.builds(
+    RemoteEndpointState,
+    id=st.sampled_from(REMOTE_IDS),
+    network_id=NETWORK_OF,
+    host=st.sampled_from(HOSTS),
+    mac=MACS,
+    ipv4=IPV4,
+    ipv6=IPV6,
+)
+tunnels = st.builds(TunnelState, host=st.sampled_from(HOSTS), ofport=OFPORTS)
+
+
+def _put(items: list[Any], item: Any, key: Callable[[Any], str]) -> None:
+    """Replace the item with the same key, or append it."""
+    for i, old in enumerate(items):
+        if key(old) == key(item):
+            items[i] = item
+            return
+    items.append(item)
+
+
+def _drop(items: list[Any], name: str, key: Callable[[Any], str]) -> None:
+    items[:] = [i for i in items if key(i) != name]
+
+
+def applied(before: set[Flow] | frozenset[Flow], delta: FlowDiff) -> set[Flow]:
+    """The flows a switch holding ``before`` holds after the delta's flow-mods (an ADD
+    replaces the flow of the same identity, a strict delete removes it)."""
+    table = {f.identity: f for f in before}
+    for f in delta.to_delete:
+        del table[f.identity]
+    for f in delta.to_add:
+        table[f.identity] = f
+    return set(table.values())
+
+
+class IncrementalMatchesFullCompile(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = DesiredState()
+        self.model = FlowModel()
+        self.flows = compile_flows(self.state)
+        self.refused = 0
+
+    def step(self, new: DesiredState, change: Change | None = None) -> None:
+        """Apply one change to the model (targeted, or the difference to ``new``) and
+        check it against the full compile of ``new``."""
+        try:
+            expected: set[Flow] | None = compile_flows(new)
+        except ValueError:
+            expected = None
+        before = self.model.flows()
+        try:
+            delta = self.model.apply(change if change is not None else self.model.change_to(new))
+        except ValueError as e:
+            assert expected is None, f"refused a state compile_flows accepts: {e}"
+            assert self.model.flows() == before == self.flows
+            assert compile_flows(self.model.state()) == self.flows  # nothing changed
+            self.refused += 1
+            return
+        assert expected is not None, "accepted a state compile_flows refuses"
+        assert self.model.flows() == expected
+        assert delta == diff(expected, self.flows)
+        assert applied(self.flows, delta) == expected
+        self.state, self.flows = new, expected
+
+    @initialize(
+        nets=st.lists(networks(), max_size=3, unique_by=lambda n: n.id),
+        tuns=st.lists(tunnels, max_size=3, unique_by=lambda t: t.host),
+    )
+    def start(self, nets: list[NetworkState], tuns: list[TunnelState]) -> None:
+        """Usually from a few networks and tunnels, so that endpoints have somewhere to go."""
+        self.step(self._with(lambda s: setattr(s, "networks", nets)))
+        self.step(self._with(lambda s: setattr(s, "tunnels", tuns)))
+
+    def _with(self, edit: Callable[[DesiredState], None]) -> DesiredState:
+        new = copy.deepcopy(self.state)
+        edit(new)
+        return new
+
+    @rule(net=networks())
+    def put_network(self, net: NetworkState) -> None:
+        self.step(
+            self._with(lambda s: _put(s.networks, net, lambda n: n.id)),
+            Change(networks={net.id: net}),
+        )
+
+    @rule(name=st.sampled_from(NET_IDS), with_endpoints=st.booleans())
+    def remove_network(self, name: str, with_endpoints: bool) -> None:
+        """The agent removes a network with its endpoints; alone, it is refused while it
+        has some."""
+        gone = [e.id for e in self.state.endpoints if e.network_id == name and with_endpoints]
+
+        def edit(s: DesiredState) -> None:
+            _drop(s.networks, name, lambda n: n.id)
+            s.endpoints[:] = [e for e in s.endpoints if e.id not in gone]
+
+        self.step(
+            self._with(edit),
+            Change(networks={name: None}, endpoints=dict.fromkeys(gone)),
+        )
+
+    @rule(ep=endpoints)
+    def put_endpoint(self, ep: EndpointState) -> None:
+        self.step(
+            self._with(lambda s: _put(s.endpoints, ep, lambda e: e.id)),
+            Change(endpoints={ep.id: ep}),
+        )
+
+    @rule(eps=st.lists(endpoints, min_size=2, max_size=6, unique_by=lambda e: e.id))
+    def put_endpoints_one_by_one(self, eps: list[EndpointState]) -> None:
+        for ep in eps:
+            self.put_endpoint(ep)
+
+    @rule(name=st.sampled_from(EP_IDS))
+    def remove_endpoint(self, name: str) -> None:
+        self.step(
+            self._with(lambda s: _drop(s.endpoints, name, lambda e: e.id)),
+            Change(endpoints={name: None}),
+        )
+
+    @rule(rep=remotes)
+    def put_remote(self, rep: RemoteEndpointState) -> None:
+        self.step(
+            self._with(lambda s: _put(s.remote_endpoints, rep, lambda r: r.id)),
+            Change(remotes={rep.id: rep}),
+        )
+
+    @rule(name=st.sampled_from(REMOTE_IDS))
+    def remove_remote(self, name: str) -> None:
+        self.step(
+            self._with(lambda s: _drop(s.remote_endpoints, name, lambda r: r.id)),
+            Change(remotes={name: None}),
+        )
+
+    @rule(tunnel=tunnels)
+    def put_tunnel(self, tunnel: TunnelState) -> None:
+        self.step(
+            self._with(lambda s: _put(s.tunnels, tunnel, lambda t: t.host)),
+            Change(tunnels={tunnel.host: tunnel.ofport}),
+        )
+
+    @rule(host=st.sampled_from(HOSTS))
+    def remove_tunnel(self, host: str) -> None:
+        self.step(
+            self._with(lambda s: _drop(s.tunnels, host, lambda t: t.host)),
+            Change(tunnels={host: None}),
+        )
+
+    @rule(uplink=st.none() | OFPORTS)
+    def set_uplink(self, uplink: int | None) -> None:
+        self.step(self._with(lambda s: setattr(s, "uplink_port", uplink)), Change(uplink=uplink))
+
+    @rule(mode=st.sampled_from(["proxy", "flood"]))
+    def set_arp_mode(self, mode: Any) -> None:
+        self.step(self._with(lambda s: setattr(s, "arp_mode", mode)), Change(arp_mode=mode))
+
+    @rule(
+        nets=st.lists(networks(), max_size=2),
+        eps=st.lists(endpoints, max_size=4),
+        reps=st.lists(remotes, max_size=4),
+        tuns=st.lists(tunnels, max_size=2),
+        drop_eps=st.lists(st.sampled_from(EP_IDS), max_size=2),
+        drop_nets=st.lists(st.sampled_from(NET_IDS), max_size=1),
+        duplicate=st.sampled_from([False] * 5 + [True]),
+    )
+    def several_at_once(
+        self,
+        nets: list[NetworkState],
+        eps: list[EndpointState],
+        reps: list[RemoteEndpointState],
+        tuns: list[TunnelState],
+        drop_eps: list[str],
+        drop_nets: list[str],
+        duplicate: bool,
+    ) -> None:
+        """One Change of many objects (what set_cluster and resync send), computed by
+        change_to; ``duplicate`` lists an object twice, which both refuse."""
+
+        def edit(s: DesiredState) -> None:
+            for name in drop_nets:
+                _drop(s.networks, name, lambda n: n.id)
+            for name in drop_eps:
+                _drop(s.endpoints, name, lambda e: e.id)
+            for net in nets:
+                _put(s.networks, net, lambda n: n.id)
+            for ep in eps:
+                _put(s.endpoints, ep, lambda e: e.id)
+            for rep in reps:
+                _put(s.remote_endpoints, rep, lambda r: r.id)
+            for t in tuns:
+                _put(s.tunnels, t, lambda t: t.host)
+            if duplicate and s.endpoints:
+                s.endpoints.append(s.endpoints[0])
+
+        self.step(self._with(edit))
+
+    @invariant()
+    def holds_the_state_it_says(self) -> None:
+        assert compile_flows(self.model.state()) == self.flows == self.model.flows()
+
+
+IncrementalMatchesFullCompile.TestCase.settings = settings(
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_incremental_matches_the_full_compile = IncrementalMatchesFullCompile.TestCase
+
+
+def test_the_shared_states_build_up_one_change_at_a_time() -> None:
+    for state in (world(), cluster(), cluster("flood")):
+        model, flows = FlowModel(), compile_flows(DesiredState())
+        target = copy.deepcopy(state)
+        for net in target.networks:
+            flows = applied(flows, model.apply(Change(networks={net.id: net})))
+        for t in target.tunnels:
+            flows = applied(flows, model.apply(Change(tunnels={t.host: t.ofport})))
+        model.apply(Change(uplink=target.uplink_port, arp_mode=target.arp_mode))
+        flows = set(model.flows())
+        for ep in target.endpoints:
+            flows = applied(flows, model.apply(Change(endpoints={ep.id: ep})))
+        for rep in target.remote_endpoints:
+            flows = applied(flows, model.apply(Change(remotes={rep.id: rep})))
+        assert flows == set(model.flows()) == compile_flows(state)
+
+
+def test_a_refused_change_names_the_object_and_changes_nothing() -> None:
+    model = FlowModel()
+    model.replace(cluster())
+    before = model.flows()
+    clash = EndpointState("x", NET_A, 77, E2.mac)
+    with pytest.raises(ValueError, match="endpoint ep2 and endpoint x both use MAC"):
+        model.apply(Change(endpoints={"x": clash}))
+    with pytest.raises(ValueError, match="endpoint ep1 and tunnel to host h9 both use ofport 1"):
+        model.apply(Change(tunnels={"h9": E1.ofport}))
+    with pytest.raises(ValueError, match=f"endpoint ep1: network {NET_A} is unknown"):
+        model.apply(Change(networks={NET_A: None}))
+    with pytest.raises(ValueError, match="share VNI 5000"):
+        model.apply(Change(networks={"twin": NetworkState("twin", 999, vni=5000)}))
+    assert model.flows() == before and compile_flows(model.state()) == before
+
+
+def _standing(n: int, networks: int) -> DesiredState:
+    """``n`` local endpoints over ``networks`` VXLAN networks, as many remote endpoints on
+    two other hosts."""
+    nets = [
+        NetworkState(f"n{i}", 100 + i, 1000 + i, f"02:4e:00:00:00:{i:02x}", f"10.{i}.0.1", 5000 + i)
+        for i in range(networks)
+    ]
+
+    def mac(kind: int, j: int) -> str:
+        return f"02:00:{kind:02x}:00:{j >> 8:02x}:{j & 0xFF:02x}"
+
+    eps = [
+        EndpointState(f"e{j}", f"n{j % networks}", 2000 + j, mac(1, j), f"10.{j % networks}.1.{j}")
+        for j in range(n)
+    ]
+    reps = [
+        RemoteEndpointState(f"r{j}", f"n{j % networks}", f"h{2 + j % 2}", mac(2, j))
+        for j in range(n)
+    ]
+    return DesiredState(nets, eps, reps, [TunnelState("h2", TUN_H2), TunnelState("h3", 51)])
+
+
+@pytest.mark.parametrize("standing", [0, 10, 250])
+def test_one_more_endpoint_touches_a_bounded_number_of_flows_and_units(standing: int) -> None:
+    """Counts, not time: the flows an endpoint changes, and the units recompiled for it,
+    do not grow with the endpoints already on the host (here in other networks too)."""
+    model = FlowModel()
+    model.replace(_standing(standing, networks=10))
+    one = EndpointState("new", "n3", 9999, "02:00:09:00:00:01", "10.3.9.9")
+    added = model.apply(Change(endpoints={"new": one}))
+    assert model.last_units == 2  # its own, and its network's (floods, classify, gateway)
+    removed = model.apply(Change(endpoints={"new": None}))
+    assert model.last_units == 2
+    # Its own 6 flows (classify, 2 ingress, ARP, ARP exception, forward) and its segment's
+    # 3 floods (rewritten in place, or added and deleted with the segment's first port).
+    assert len(added.to_add) + len(added.to_delete) == 9 and not added.to_delete
+    assert len(removed.to_add) + len(removed.to_delete) == 9
+    remote = RemoteEndpointState("rnew", "n3", "h2", "02:00:09:00:00:02", "10.3.9.10")
+    moved = model.apply(Change(remotes={"rnew": remote}))
+    assert len(moved.to_add) + len(moved.to_delete) <= 2 + 3
+
+
+def test_a_tunnel_change_recompiles_only_what_goes_through_it() -> None:
+    model = FlowModel()
+    model.replace(cluster())
+    before = model.flows()
+    delta = model.apply(Change(tunnels={"h2": 77}))
+    expected = compile_flows(model.state())
+    assert applied(before, delta) == expected
+    # R1 (net A) and R3 (VLAN net C, not through a tunnel) are on h2: net A's units change.
+    # R1 (VNI net A) and R3 (VLAN net C) are on h2: their units and their networks'.
+    assert model.last_units == 4
+    assert all(("output", 77) in f.actions for f in delta.to_add)
+    assert not {f for f in before if ("output", TUN_H2) in f.actions} & expected
+    assert R1.host == "h2" and len(delta.to_add) == 2  # R1's forward flow, net A's flood
