@@ -434,6 +434,17 @@ class DatapathAgent:
         self.controller.set_desired(flows)
         self._sync_nat(force=True)
 
+    def audit(self) -> None:
+        """Repair what was changed behind our back: the switch's flows read back and diffed
+        (the controller logs what it had to change) and our iptables chains rewritten.
+        Between audits only deltas are sent, so drift waits for this, a reconnect or a
+        resync."""
+        if not self._ready.is_set():
+            return
+        with self._lock:
+            self.controller.resync()
+            self._sync_nat(force=True)
+
     def _cluster_change(self, **change: Any) -> Change:
         """A Change that also brings the tunnels, other hosts' endpoints and the ARP mode
         in line with the state (O(other hosts' endpoints): no flow is compiled for it)."""

@@ -100,3 +100,7 @@ class OpenFlow(Protocol):
     def apply(self, delta: FlowDiff) -> int:
         """Change some desired flows (only their flow-mods are sent); the generation."""
         ...
+
+    def resync(self) -> int:
+        """Read the switch back and diff it against the desired flows; the generation."""
+        ...

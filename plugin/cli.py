@@ -67,11 +67,21 @@ def parser() -> EnvArgumentParser:
         default="npunderlay",
         help="userspace datapath: the OVS bridge that takes over the VTEP's interface",
     )
+    p.add_argument(
+        "--audit-interval",
+        type=float,
+        default=300.0,
+        help="seconds between full audits of the switch's flows and our iptables chains "
+        "(repairs changes made behind netplugin's back); 0 disables",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.audit_interval < 0:
+        p.error(f"--audit-interval {args.audit_interval:g}: must be >= 0 (0 disables)")
     setup_logging(args.log_level, "netplugin")
     from .daemon import run
 

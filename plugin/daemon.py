@@ -271,6 +271,15 @@ def open_cluster_store(args: Any) -> Store:
         raise SystemExit(f"netplugin: {e}") from None
 
 
+def audit_forever(agent: DatapathAgent, interval: float, stop: threading.Event) -> None:
+    """Every ``interval`` seconds, repair what was changed behind our back (agent.audit)."""
+    while not stop.wait(interval):
+        try:
+            agent.audit()
+        except Exception:
+            log.exception("audit of the datapath failed; trying again in %gs", interval)
+
+
 def run(args: Any) -> None:
     """Start everything; serve until SIGINT/SIGTERM, then exit (os-ken threads need os._exit)."""
     try:
@@ -379,6 +388,11 @@ def run(args: Any) -> None:
             delay = min(delay * 2, 10)
 
     threading.Thread(target=resync_forever, name="resync", daemon=True).start()
+    stopping = threading.Event()
+    if args.audit_interval > 0:
+        threading.Thread(
+            target=audit_forever, args=(agent, args.audit_interval, stopping), daemon=True
+        ).start()
 
     def shutdown(signum: int, _frame: Any) -> None:
         log.info("netplugin stopping (signal %d); the datapath keeps forwarding", signum)
@@ -399,6 +413,7 @@ def run(args: Any) -> None:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(args.socket)
+        stopping.set()
         docker_sync.stop()
         registration.stop()
         view.stop()

@@ -58,6 +58,7 @@ class FakeController:
         self.pushed: list[set[Flow]] = []  # the desired flows after each call
         self.full: list[set[Flow]] = []  # what each set_desired gave
         self.deltas: list[FlowDiff] = []  # what each apply gave
+        self.resyncs = 0  # full read-backs asked for
 
     def set_desired(self, flows: Iterable[Flow]) -> int:
         self.full.append(set(flows))
@@ -72,6 +73,10 @@ class FakeController:
             table[f.identity] = f
         self.deltas.append(delta)
         self.pushed.append(set(table.values()))
+        return len(self.pushed)
+
+    def resync(self) -> int:
+        self.resyncs += 1
         return len(self.pushed)
 
 

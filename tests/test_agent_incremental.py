@@ -150,3 +150,14 @@ def test_a_failed_iptables_sync_is_retried_on_the_next_change(agent: DatapathAge
     ipt.sync = original  # type: ignore[method-assign]
     agent.create_endpoint_port(ep(3))  # the inputs did not change since, but never applied
     assert ipt.synced[-1][1] == [PortMapping("tcp", "", 8080, "10.1.0.2", 80)]
+
+
+def test_audit_reads_the_switch_back_and_rewrites_our_chains(agent: DatapathAgent) -> None:
+    """Between audits only deltas go out; an audit repairs drift made behind our back."""
+    agent.audit()  # before the first resync the state is partial: nothing is touched
+    assert ctl(agent).resyncs == 0 and nat_syncs(agent) == 0
+    agent.resync([NET], [ep(1)])
+    syncs, fulls = nat_syncs(agent), len(ctl(agent).full)
+    agent.audit()
+    assert ctl(agent).resyncs == 1 and nat_syncs(agent) == syncs + 1
+    assert len(ctl(agent).full) == fulls  # no recompile: the switch is diffed as it is
