@@ -5,7 +5,7 @@ DATA_DIR  ?= /var/lib/netplugin
 LISTEN    ?= 127.0.0.1:9999
 PYTEST    ?= $(BIN)/pytest
 
-.PHONY: run test unit integration bench lint fmt deps lock clean
+.PHONY: run test unit integration bench fuzz lint fmt deps lock clean
 
 ## make deps: the system packages, and a venv with the Python packages pinned in constraints.txt.
 deps:
@@ -32,6 +32,12 @@ integration: deps
 ## make bench: measure, and write docs/BENCHMARKS.md.
 bench: deps
 	$(BIN)/python -m bench
+
+## make fuzz: the long fuzz run of the master's API and the plugin's Docker API (the unit suite
+## runs a short one); counts into docs/BENCHMARKS.md. FUZZ_MASTER, FUZZ_PLUGIN (requests) and
+## FUZZ_SEED override the defaults (10000, 2000, random).
+fuzz: deps
+	$(BIN)/python -m bench.fuzz
 
 ## make lint: ruff, the direction of imports between packages (pyproject.toml's
 ## [tool.importlinter]) and the module size limit (scripts/check_module_size.py).

@@ -7,7 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import control_plane, datapath, leader, multihost
+from bench import control_plane, datapath, leader, multihost, sections
 from bench.machine import describe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -234,11 +234,18 @@ def main() -> int:
         *datapath_section(dp),
         *multihost_section(mh, ld),
     ]
-    out = ROOT / "docs" / "BENCHMARKS.md"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text("\n".join(lines))
-    print(out.read_text())
+    print(write_report(ROOT / "docs" / "BENCHMARKS.md", lines))
     return 0
+
+
+def write_report(out: Path, lines: list[str]) -> str:
+    """Write ``lines`` to ``out``, keeping the sections other writers own (make fuzz's)."""
+    text = "\n".join(lines)
+    if out.exists():
+        text = sections.keep(out.read_text(), text)
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -132,6 +132,7 @@ class Endpoint(_Model):
 # --- allocation API request bodies (plugins -> master) ---
 
 ENDPOINT_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+MAC_RE = re.compile(r"^[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}$")
 
 
 class EndpointRequest(_Model):
@@ -154,6 +155,16 @@ class EndpointRequest(_Model):
     def _eid(cls, v: str) -> str:
         if not ENDPOINT_ID_RE.match(v):
             raise ValueError("must be 1-128 letters, digits, '_', '.' or '-'")
+        return v
+
+    @field_validator("macAddress")
+    @classmethod
+    def _mac(cls, v: str) -> str:
+        # Every agent programs flows with it: a bad one would break them all.
+        if v and not MAC_RE.match(v):
+            raise ValueError("must be a MAC address like 02:42:0a:01:00:05 (or empty)")
+        if v and int(v[:2], 16) & 1:
+            raise ValueError(f"{v} is a multicast address; an endpoint needs a unicast one")
         return v
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from common.jsonbody import MAX_BODY_BYTES, READ_LIMIT
 from common.models import (
     AddressRelease,
     AddressRequest,
@@ -45,6 +46,7 @@ def create_app(
     (auth.py); without, anyone who reaches the app may call anything.
     """
     app = Flask("netmaster")
+    app.config["MAX_CONTENT_LENGTH"] = READ_LIMIT  # see common.jsonbody
     app.config.update(config or {})
     app.url_map.strict_slashes = False
     api = Api(app)
@@ -63,6 +65,8 @@ def create_app(
             reason = f"no such API route {request.method} {request.path}"
         elif e.code == 405:
             reason = f"method {request.method} is not allowed on {request.path}"
+        elif e.code == 413:
+            reason = f"request body is larger than {MAX_BODY_BYTES} bytes"
         return json_response(
             {"error": reason, "object": request.path, "reason": reason}, e.code or 500
         )

@@ -11,7 +11,9 @@ from typing import Any
 from flask import Flask, Response, request
 from pydantic import BaseModel
 
-from .errors import BadRequest
+from common.jsonbody import BodyError, decode_body
+
+from .errors import ApiError, BadRequest
 from .kinds import KINDS, ObjectKind, Op
 from .openapi import API, RouteDoc
 from .service import ClusterState
@@ -50,14 +52,12 @@ def json_response(payload: Any, status: int = 200) -> Response:
 
 
 def read_body(obj: str) -> dict[str, Any]:
-    """The request's JSON object (an empty body is {}); anything else is refused naming ``obj``."""
-    raw = request.get_data(cache=True)
-    if not raw.strip():
-        return {}
+    """The request's JSON object (an empty body is {}); anything else is refused naming ``obj``,
+    with 413 for a body over the size limit (common.jsonbody)."""
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise BadRequest(obj, f"request body is not valid JSON: {e}") from None
+        data = decode_body(request.get_data(cache=True))
+    except BodyError as e:
+        raise ApiError(obj, e.reason, e.status) from None
     if not isinstance(data, dict):
         raise BadRequest(obj, "request body must be a JSON object")
     return data

@@ -5,6 +5,8 @@ from __future__ import annotations
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+from common.jsonbody import MAX_BODY_BYTES, READ_LIMIT
+
 from .driver import Driver
 from .ipam_routes import ipam_blueprint
 from .master_client import MasterError
@@ -15,6 +17,7 @@ from .schemas import RequestError
 
 def create_app(driver: Driver) -> Flask:
     app = Flask("netplugin")
+    app.config["MAX_CONTENT_LENGTH"] = READ_LIMIT  # see common.jsonbody
     app.register_blueprint(network_blueprint(driver))
     app.register_blueprint(ipam_blueprint(driver))
 
@@ -29,18 +32,20 @@ def create_app(driver: Driver) -> Flask:
         interface, _, name = method.partition(".")
         if isinstance(e, HTTPException):
             status = e.code or 500
-            message = (
-                f"unknown plugin method {method!r}"
-                if status == 404
-                else f"{request.method} {request.path}: {e.description or e.name}"
-            )
-        else:
-            if isinstance(e, RequestError | DriverError | MasterError):
-                status = e.status
+            if status == 404:
+                message = f"unknown plugin method {method!r}"
+            elif status == 413:
+                message = f"{name or method}: request body is larger than {MAX_BODY_BYTES} bytes"
             else:
-                status = 500
-                app.logger.exception("unhandled error in %s", method)
+                message = f"{request.method} {request.path}: {e.description or e.name}"
+        elif isinstance(e, RequestError | DriverError | MasterError):
+            status = e.status
             message = f"{name or method}: {e}"
+        else:
+            # A bug, not a refusal: say so, so that it is never mistaken for one.
+            status = 500
+            app.logger.exception("unhandled error in %s", method)
+            message = f"{name or method}: internal error: {type(e).__name__}: {e}"
         if not 400 <= status <= 599:
             status = 500
         if status >= 500:

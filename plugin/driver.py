@@ -27,6 +27,7 @@ from .options import (
     GENERIC,
     INTERNAL,
     MAC_OPTION,
+    PORTMAP,
     DriverError,
     NetworkRef,
     PortBinding,
@@ -264,14 +265,17 @@ class Driver:
             ifname = self.datapath.create_endpoint_port(
                 req.EndpointID, net, mac, ipv4, ipv6, self.mtu
             )
-        except Exception:
+        except Exception as failure:
             log.exception("endpoint %s: datapath port failed; freeing it on the master", ep)
             try:
                 self.master.delete_endpoint(req.EndpointID)
             except MasterError as e:
                 if e.status != 404:
                     log.error("endpoint %s: could not free it on the master: %s", ep, e)
-            raise
+            # The host failed, not the request: a 500 that names the datapath's own words.
+            raise DriverError(
+                f"endpoint {req.EndpointID}: the datapath could not plug it: {failure}", 500
+            ) from failure
         self._endpoints[req.EndpointID] = PluggedEndpoint(req.NetworkID, ifname, ipv4, ipv6)
         # Docker fails and rolls back if we set a field it already set: reply with empty ones only.
         reply: dict[str, str] = {}
@@ -328,7 +332,7 @@ class Driver:
         return {}
 
     def program_external_connectivity(self, req: s.ProgramExternalConnectivity) -> dict[str, Any]:
-        portmap = (req.Options or {}).get("com.docker.network.portmap")
+        portmap = (req.Options or {}).get(PORTMAP)
         if not portmap:
             return {}
         local = self._endpoints.get(req.EndpointID)

@@ -3,6 +3,7 @@ transport (common.client), following the leader the masters elected."""
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -125,7 +126,7 @@ class MasterClient:
         )
 
     def release_pool(self, pool_id: str) -> None:
-        self._call("DELETE", f"/alloc/pools/{pool_id}")
+        self._call("DELETE", f"/alloc/pools/{_part(pool_id)}")
 
     def request_address(self, request: AddressRequest) -> str:
         """Allocate an address (idempotent by owner); returns "a.b.c.d/len"."""
@@ -143,11 +144,11 @@ class MasterClient:
         return _answer(Endpoint, got, f"endpoint {request.endpointID}")
 
     def get_endpoint(self, endpoint_id: str) -> Endpoint:
-        got = self._call("GET", f"/endpoints/{endpoint_id}")
+        got = self._call("GET", f"/endpoints/{_part(endpoint_id)}")
         return _answer(Endpoint, got, f"endpoint {endpoint_id}")
 
     def delete_endpoint(self, endpoint_id: str) -> Endpoint:
-        got = self._call("DELETE", f"/alloc/endpoints/{endpoint_id}")
+        got = self._call("DELETE", f"/alloc/endpoints/{_part(endpoint_id)}")
         return _answer(Endpoint, got, f"endpoint {endpoint_id}")
 
     def list_endpoints(self) -> list[Endpoint]:
@@ -155,11 +156,13 @@ class MasterClient:
 
     # --- networks ---
     def create_network(self, network: Network) -> Network:
-        got = self._call("POST", f"/networks/{network.id}", network)
+        got = self._call(
+            "POST", f"/networks/{_key(network.tenantName, network.networkName)}", network
+        )
         return _answer(Network, got, f"network {network.id}")
 
     def get_network(self, tenant: str, name: str) -> Network:
-        got = self._call("GET", f"/networks/{tenant}:{name}")
+        got = self._call("GET", f"/networks/{_key(tenant, name)}")
         return _answer(Network, got, f"network {tenant}:{name}")
 
     def list_networks(self) -> list[Network]:
@@ -168,7 +171,7 @@ class MasterClient:
     def inspect_network(self, tenant: str, name: str) -> NetworkRecord:
         """A network's config with what the master chose for it (its tag and pools)."""
         what = f"network {tenant}:{name}"
-        got = _fields(self._call("GET", f"/inspect/networks/{tenant}:{name}"), what, "Config")
+        got = _fields(self._call("GET", f"/inspect/networks/{_key(tenant, name)}"), what, "Config")
         oper = got.get("Oper") if isinstance(got.get("Oper"), dict) else {}
         try:
             return NetworkRecord.from_json(
@@ -183,11 +186,25 @@ class MasterClient:
             raise _bad_answer(what, e) from None
 
     def rename_network(self, tenant: str, name: str, new_name: str) -> Network:
-        got = self._call("POST", f"/networks/{tenant}:{name}/rename", {"networkName": new_name})
+        got = self._call(
+            "POST", f"/networks/{_key(tenant, name)}/rename", {"networkName": new_name}
+        )
         return _answer(Network, got, f"network {tenant}:{name}")
 
     def delete_network(self, tenant: str, name: str) -> None:
-        self._call("DELETE", f"/networks/{tenant}:{name}")
+        self._call("DELETE", f"/networks/{_key(tenant, name)}")
+
+
+def _part(value: str) -> str:
+    """One path segment of a URL, every character that means something in a URL escaped:
+    Docker's IDs reach the master as the names they are, never as "?", "#", "/" or "..".
+    (An ID of "x#y" would otherwise name the endpoint "x", and "../../networks/n" a network.)"""
+    return urllib.parse.quote(value, safe="")
+
+
+def _key(tenant: str, name: str) -> str:
+    """A TENANT:NAME key as one path segment."""
+    return f"{_part(tenant)}:{_part(name)}"
 
 
 def _bad_answer(what: str, problem: object) -> MasterError:

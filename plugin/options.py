@@ -15,6 +15,7 @@ GATEWAY_REQUEST = "com.docker.network.gateway"
 MAC_OPTION = "com.docker.network.endpoint.macaddress"
 GENERIC = "com.docker.network.generic"
 INTERNAL = "com.docker.network.internal"
+PORTMAP = "com.docker.network.portmap"
 
 
 class DriverError(Exception):
@@ -37,28 +38,62 @@ class PortBinding:
 PROTOCOLS = {6: "tcp", 17: "udp"}
 
 
+def _port(value: Any, what: str) -> int:
+    """A TCP/UDP port number of a portmap entry; 0 when absent."""
+    if value in (None, ""):
+        return 0
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise DriverError(f"publishing: {what} {value!r} is not a port number (0-65535)")
+    return value
+
+
+def _host_ip(value: Any) -> str:
+    """The host address a port is published on: "" (any), or an IPv4 address (it becomes an
+    iptables match); IPv6's "any" is any."""
+    if value in (None, ""):
+        return ""
+    try:
+        if not isinstance(value, str):
+            raise ValueError(value)
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        raise DriverError(f"publishing: HostIP {value!r} is not an IP address") from None
+    if address.version == 6:
+        if address.is_unspecified:
+            return str(address)
+        raise DriverError(f"publishing: HostIP {value}: IPv6 host addresses are not supported")
+    return str(address)
+
+
 def port_bindings(portmap: Any, container_ip: str) -> list[PortBinding]:
-    """Docker's com.docker.network.portmap (from -p) as bindings to ``container_ip``."""
+    """Docker's com.docker.network.portmap (from -p) as bindings to ``container_ip``; one
+    that is not a list of Docker's port objects is refused."""
+    if not isinstance(portmap, list):
+        raise DriverError(f"publishing: {PORTMAP} must be a list, not {type(portmap).__name__}")
     out: list[PortBinding] = []
-    for entry in portmap or []:
-        proto = PROTOCOLS.get(entry.get("Proto"))
+    for entry in portmap:
+        if not isinstance(entry, dict):
+            raise DriverError(f"publishing: each {PORTMAP} entry must be an object")
+        proto_number = entry.get("Proto")
+        proto = PROTOCOLS.get(proto_number) if isinstance(proto_number, int) else None
         if proto is None:
-            raise DriverError(
-                f"publishing protocol {entry.get('Proto')} is not supported (tcp, udp)"
-            )
-        host_port, end = int(entry.get("HostPort") or 0), int(entry.get("HostPortEnd") or 0)
+            raise DriverError(f"publishing protocol {proto_number!r} is not supported (tcp, udp)")
+        port = _port(entry.get("Port"), "Port")
+        host_port, end = (
+            _port(entry.get("HostPort"), "HostPort"),
+            _port(entry.get("HostPortEnd"), "HostPortEnd"),
+        )
         if not host_port:
             raise DriverError(
-                f"-p {entry.get('Port')}: netplugin needs an explicit host port "
-                f"(-p HOSTPORT:{entry.get('Port')})"
+                f"-p {port}: netplugin needs an explicit host port (-p HOSTPORT:{port})"
             )
         if end and end != host_port:
             raise DriverError(f"-p {host_port}-{end}: host port ranges are not supported")
-        out.append(
-            PortBinding(
-                proto, entry.get("HostIP") or "", host_port, container_ip, int(entry["Port"])
-            )
-        )
+        if not port:
+            raise DriverError(f"-p {host_port}: the container port is missing")
+        out.append(PortBinding(proto, _host_ip(entry.get("HostIP")), host_port, container_ip, port))
     return out
 
 
@@ -86,12 +121,16 @@ def strip_len(cidr: str) -> str:
 
 def mac_for(ipv4: str, ipv6: str, endpoint_id: str) -> str:
     """A locally administered unicast MAC derived from the IP, so retries get the same MAC."""
-    if ipv4:
-        tail = ipaddress.IPv4Address(ipv4).packed
-    elif ipv6:
-        tail = ipaddress.IPv6Address(ipv6).packed[-4:]
-    else:
-        tail = hashlib.sha256(endpoint_id.encode()).digest()[:4]
+    try:
+        if ipv4:
+            tail = ipaddress.IPv4Address(ipv4).packed
+        elif ipv6:
+            tail = ipaddress.IPv6Address(ipv6).packed[-4:]
+        else:
+            tail = hashlib.sha256(endpoint_id.encode()).digest()[:4]
+    except ValueError:
+        family, given = ("IPv4", ipv4) if ipv4 else ("IPv6", ipv6)
+        raise DriverError(f"endpoint {endpoint_id}: {given!r} is not an {family} address") from None
     return ":".join(f"{b:02x}" for b in (0x02, 0x42, *tail))
 
 

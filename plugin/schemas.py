@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from common.jsonbody import BodyError, decode_body
 
 M = TypeVar("M", bound=BaseModel)
+# Docker's IDs name an object: never empty.
+ID = Annotated[str, Field(min_length=1)]
 
 
 class RequestError(Exception):
-    """A malformed request from Docker: answered with 400 and never changes state."""
+    """A malformed request from Docker: answered with 400 (413: too large), never changes state."""
 
-    status = 400
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class _Body(BaseModel):
@@ -35,20 +40,20 @@ class EndpointInterface(_Body):
 
 
 class _Endpoint(_Body):
-    NetworkID: str
-    EndpointID: str
+    NetworkID: ID
+    EndpointID: ID
 
 
 # --- NetworkDriver ---
 class CreateNetwork(_Body):
-    NetworkID: str
+    NetworkID: ID
     Options: dict[str, Any] | None = None
     IPv4Data: list[IPAMData] | None = None
     IPv6Data: list[IPAMData] | None = None
 
 
 class DeleteNetwork(_Body):
-    NetworkID: str
+    NetworkID: ID
 
 
 class CreateEndpoint(_Endpoint):
@@ -92,14 +97,14 @@ class DiscoverDelete(_Body):
 
 
 class AllocateNetwork(_Body):
-    NetworkID: str
+    NetworkID: ID
     IPv4Data: list[IPAMData] | None = None
     IPv6Data: list[IPAMData] | None = None
     Options: dict[str, Any] | None = None
 
 
 class FreeNetwork(_Body):
-    NetworkID: str
+    NetworkID: ID
 
 
 # --- IpamDriver ---
@@ -112,29 +117,27 @@ class RequestPool(_Body):
 
 
 class ReleasePool(_Body):
-    PoolID: str
+    PoolID: ID
 
 
 class RequestAddress(_Body):
-    PoolID: str
+    PoolID: ID
     Address: str = ""
     Options: dict[str, str] | None = None
 
 
 class ReleaseAddress(_Body):
-    PoolID: str
+    PoolID: ID
     Address: str
 
 
 def parse_body(model: type[M], raw: bytes) -> M:
-    """Parse a raw body as JSON whatever its Content-Type, then validate it against ``model``."""
-    if not raw.strip():
-        data: Any = {}
-    else:
-        try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise RequestError(f"request body is not valid JSON: {e}") from None
+    """Parse a raw body as JSON whatever its Content-Type (Docker sends none), within the
+    limits of common.jsonbody, then validate it against ``model``."""
+    try:
+        data = decode_body(raw)
+    except BodyError as e:
+        raise RequestError(e.reason, e.status) from None
     if not isinstance(data, dict):
         raise RequestError("request body must be a JSON object")
     try:

@@ -234,3 +234,22 @@ def test_a_host_port_netmaster_url_is_accepted() -> None:
     session = FakeSession({"http://m:9999": [ok()]})
     MasterClient("m:9999/", session=session).list_networks()  # type: ignore[arg-type]
     assert session.calls == [("GET", "http://m:9999/api/v1/networks")]
+
+
+def test_ids_reach_the_master_as_one_path_segment() -> None:
+    """Docker's IDs are escaped: "?", "#", "/" and ".." cannot make a call name another
+    object (an ID "x#y" once deleted the endpoint "x")."""
+    session = FakeSession({"http://m:1": [ok({})]})
+    client = MasterClient("http://m:1", retries=1, session=session)  # type: ignore[arg-type]
+    for call in (client.delete_endpoint, client.get_endpoint):
+        with pytest.raises(MasterError):  # {} is not an endpoint: only the URL matters here
+            call("e1#x/../y?z")
+    client.release_pool("default:10.5.0.0/24")
+    with pytest.raises(MasterError):
+        client.get_network("a/b", "../c")
+    assert [url.removeprefix("http://m:1/api/v1") for _, url in session.calls] == [
+        "/alloc/endpoints/e1%23x%2F..%2Fy%3Fz",
+        "/endpoints/e1%23x%2F..%2Fy%3Fz",
+        "/alloc/pools/default%3A10.5.0.0%2F24",
+        "/networks/a%2Fb:..%2Fc",
+    ]

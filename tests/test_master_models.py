@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from common.models import (
     EndpointGroup,
@@ -135,3 +136,23 @@ def test_api_errors_survive_pickling() -> None:
             and back.to_json() == err.to_json()
             and back.status == err.status
         )
+
+
+@pytest.mark.parametrize("mac", ["", "02:42:0a:05:00:63", "02:42:0A:05:00:6F"])
+def test_endpoint_request_macs(mac: str) -> None:
+    assert EndpointRequest(endpointID="e1", networkName="n", macAddress=mac).macAddress == mac
+
+
+@pytest.mark.parametrize(
+    ("mac", "words"),
+    [
+        ("zz", "must be a MAC address"),
+        ("02:42:0a:05:00", "must be a MAC address"),
+        ("02-42-0a-05-00-63", "must be a MAC address"),
+        ("ff:ff:ff:ff:ff:ff", "multicast"),
+        ("01:00:5e:00:00:01", "multicast"),
+    ],
+)
+def test_endpoint_request_refuses_bad_macs(mac: str, words: str) -> None:
+    with pytest.raises(ValidationError, match=words):
+        EndpointRequest(endpointID="e1", networkName="n", macAddress=mac)
