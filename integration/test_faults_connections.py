@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import select
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -20,6 +22,7 @@ from pathlib import Path
 import requests
 
 from .master import MasterProcess
+from .pki import MasterSecurity
 from .wait import wait_for
 
 ANSWER_DEADLINE = 60.0  # generous: "answered at all"
@@ -66,18 +69,7 @@ class SlowClients:
 
     def connected(self) -> int:
         """How many of the slow connections the server has not closed."""
-        alive = 0
-        for s in self.socks:
-            s.setblocking(False)
-            try:
-                alive += s.recv(1, socket.MSG_PEEK) != b""
-            except BlockingIOError:
-                alive += 1  # nothing to read: still open
-            except OSError:
-                pass
-            finally:
-                s.setblocking(True)
-        return alive
+        return sum(not peer_closed(s) for s in self.socks)
 
     def __enter__(self) -> SlowClients:
         self._thread.start()
@@ -88,6 +80,64 @@ class SlowClients:
         self._thread.join(10)
         for s in self.socks:
             s.close()
+
+
+def peer_closed(s: socket.socket) -> bool:
+    """Whether the server closed (or reset) ``s``, whatever it sent before: a TLS server may
+    have sent session tickets the client never read."""
+    poller = select.poll()
+    poller.register(s.fileno(), select.POLLRDHUP)
+    return any(
+        ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR) for _, ev in poller.poll(0)
+    )
+
+
+def client_hello(host: str) -> bytes:
+    """The first flight of a TLS handshake with ``host``, as bytes to trickle."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    tls = context.wrap_bio(incoming, outgoing, server_hostname=host)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+class SlowTLSClients(SlowClients):
+    """The same, over TLS: some trickle the handshake's ClientHello, some complete the
+    handshake and then send nothing, trickle the request's headers, or trickle its body
+    (one byte each per round; a byte of a TLS connection is a record of its own)."""
+
+    def __init__(self, host: str, port: int, count: int, security: MasterSecurity) -> None:
+        self.socks = []
+        self.pending = []
+        body = json.dumps({"endpointID": "slow", "networkName": "nope"}).encode()
+        head = (
+            f"POST /api/v1/alloc/endpoints HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Bearer {security.admin}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        context = ssl.create_default_context(cafile=str(security.ca))
+        # Handshakes first: the ClientHellos must not wait behind them to start trickling.
+        for i in sorted(range(count), key=lambda i: i % 4 == 0):
+            s = socket.create_connection((host, port), timeout=10)
+            if i % 4 == 0:  # trickles its ClientHello: the handshake never ends
+                self.socks.append(s)
+                self.pending.append(client_hello(host))
+                continue
+            tls = context.wrap_socket(s, server_hostname=host)  # the handshake, whole
+            self.socks.append(tls)
+            match i % 4:
+                case 1:  # sends nothing after the handshake
+                    self.pending.append(b"")
+                case 2:  # trickles the request line and headers
+                    self.pending.append(head + body)
+                case _:  # whole headers, then trickles the body
+                    tls.sendall(head)
+                    self.pending.append(body)
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._trickle, daemon=True)
 
 
 def test_slow_clients_do_not_starve_the_master(tmp_path: Path) -> None:
@@ -120,6 +170,104 @@ def test_a_request_that_never_arrives_whole_is_dropped(tmp_path: Path) -> None:
         with SlowClients("127.0.0.1", master.port, 6) as slow:
             wait_for(lambda: slow.connected() == 0, 60, "the master closed the slow clients")
         assert requests.get(f"{master.url}/version", timeout=ANSWER_DEADLINE).ok
+    finally:
+        master.stop()
+
+
+def test_slow_tls_clients_do_not_starve_a_tls_master(tmp_path: Path) -> None:
+    """The same under TLS: slow handshakes and slow requests after a handshake, six times
+    more than threads; HTTPS clients with the CA and a token are all answered meanwhile."""
+    threads = 4
+    security = MasterSecurity.create(tmp_path / "pki")
+    extra = ["--workers", "1", "--threads", str(threads), "--request-timeout", "600"]
+    master = MasterProcess(tmp_path / "data", extra=extra, security=security)
+    try:
+        master.start()
+        assert master.api("POST", "networks/default:n1", json={"subnet": "10.92.0.0/24"}).ok
+        with (
+            SlowTLSClients("127.0.0.1", master.port, 6 * threads, security) as slow,
+            requests.Session() as kept_alive,  # its connection comes back through the buffer
+        ):
+            wait_for(lambda: slow.rounds >= 10, 60, "every slow client sent some bytes")
+            for i in range(2 * threads):
+                body = {"endpointID": f"fast{i}", "networkName": "n1"}
+                r = requests.post(
+                    f"{master.url}/api/v1/alloc/endpoints",
+                    json=body,
+                    headers=security.headers(),
+                    timeout=ANSWER_DEADLINE,
+                    **master.tls(),  # type: ignore[arg-type]
+                )
+                assert r.status_code == 201, r.text
+                version = kept_alive.get(
+                    f"{master.url}/version",
+                    timeout=ANSWER_DEADLINE,
+                    **master.tls(),  # type: ignore[arg-type]
+                )
+                assert version.ok
+            assert slow.connected() == len(slow.socks), "the slow clients were cut off"
+    finally:
+        master.stop()
+
+
+def test_a_tls_request_that_never_arrives_whole_is_dropped(tmp_path: Path) -> None:
+    security = MasterSecurity.create(tmp_path / "pki")
+    master = MasterProcess(tmp_path / "data", extra=["--request-timeout", "1"], security=security)
+    try:
+        master.start()
+        with SlowTLSClients("127.0.0.1", master.port, 8, security) as slow:
+            wait_for(lambda: slow.connected() == 0, 60, "the master closed the slow clients")
+        assert requests.get(f"{master.url}/version", timeout=ANSWER_DEADLINE, **master.tls()).ok
+    finally:
+        master.stop()
+
+
+def _responses(tls: ssl.SSLSocket, count: int) -> list[bytes]:
+    """The status lines of the next ``count`` responses (each with a Content-Length body)."""
+    data, lines = b"", []
+    while len(lines) < count:
+        while (end := data.find(b"\r\n\r\n")) < 0:
+            chunk = tls.recv(65536)
+            assert chunk, f"closed after {lines}"
+            data += chunk
+        head, data = data[:end], data[end + 4 :]
+        lines.append(head.split(b"\r\n")[0])
+        if head.startswith(b"HTTP/1.1 100"):
+            continue
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        while len(data) < length:
+            data += tls.recv(65536)
+        data = data[length:]
+    return lines
+
+
+def test_kept_alive_and_pipelined_tls_requests_are_answered(tmp_path: Path) -> None:
+    """One TLS connection: a request, then two more pipelined in one TLS record behind an
+    ``Expect: 100-continue`` body. The thread reads that body from the socket itself, and
+    the request behind it stays in the TLS layer's own buffer, where no selector sees it."""
+    security = MasterSecurity.create(tmp_path / "pki")
+    master = MasterProcess(tmp_path / "data", security=security)
+    try:
+        master.start()
+        assert master.api("POST", "networks/default:n1", json={"subnet": "10.92.0.0/24"}).ok
+        context = ssl.create_default_context(cafile=str(security.ca))
+        auth = f"Host: m\r\nAuthorization: Bearer {security.admin}\r\n"
+        version = f"GET /version HTTP/1.1\r\n{auth}\r\n".encode()
+        body = json.dumps({"endpointID": "e1", "networkName": "n1"}).encode().ljust(10000)
+        head = (
+            f"POST /api/v1/alloc/endpoints HTTP/1.1\r\n{auth}Expect: 100-continue\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        with context.wrap_socket(
+            socket.create_connection(("127.0.0.1", master.port), timeout=ANSWER_DEADLINE),
+            server_hostname="127.0.0.1",
+        ) as tls:
+            tls.sendall(version)
+            assert _responses(tls, 1) == [b"HTTP/1.1 200 OK"]
+            tls.sendall(head)
+            assert _responses(tls, 1) == [b"HTTP/1.1 100 Continue"]
+            tls.sendall(body + version)  # one TLS record
+            assert _responses(tls, 2) == [b"HTTP/1.1 201 CREATED", b"HTTP/1.1 200 OK"]
     finally:
         master.stop()
 
