@@ -67,6 +67,7 @@ class GroupCommit:
         self._queue: deque[_Slot] = deque()
         self._leader: _Slot | None = None
         self._sizes: Counter[int] = Counter()  # batch size -> how many batches
+        self._last = 0  # the size of the last batch
 
     def txn(self, compares: Sequence[Compare], ops: Sequence[Op]) -> TxnResult:
         """Commit ``ops`` iff ``compares`` hold, as ``Store.txn`` would, in the next batch."""
@@ -82,7 +83,9 @@ class GroupCommit:
         if not leading:
             slot.wait()  # until committed, or handed the lead
         if not slot.done:
-            if leading and len(self._queue) == 1:
+            if leading and self._last > 1 and len(self._queue) == 1:
+                # The threads of the last batch are on their way back with new requests:
+                # let them queue behind this one (a yield of the GIL, not a timed wait).
                 time.sleep(0)
             try:
                 while not slot.done:
@@ -105,10 +108,14 @@ class GroupCommit:
         """Take the next batch off the queue, commit it, and hand out the outcomes."""
         with self._lock:
             queued = list(self._queue)
-            taken, waiting = split_batch([s.txn for s in queued], self._limit)
-            batch = [queued[i] for i in taken]
-            self._queue = deque(queued[i] for i in waiting)
+            if len(queued) == 1:
+                batch, self._queue = queued, deque()
+            else:
+                taken, waiting = split_batch([s.txn for s in queued], self._limit)
+                batch = [queued[i] for i in taken]
+                self._queue = deque(queued[i] for i in waiting)
             self._sizes[len(batch)] += 1
+            self._last = len(batch)
         for s, outcome in zip(batch, self._commit(batch), strict=True):
             if isinstance(outcome, TxnResult):
                 s.finish(outcome)
