@@ -91,14 +91,16 @@ class GroupCommit:
                 while not slot.done:
                     self._commit_next()
             finally:
-                self._pass_lead()
+                self._pass_lead(slot)
         if slot.error is not None:
             raise slot.error
         assert slot.result is not None
         return slot.result
 
-    def _pass_lead(self) -> None:
+    def _pass_lead(self, me: _Slot) -> None:
         with self._lock:
+            if not me.done and me in self._queue:
+                self._queue.remove(me)  # leaving on an exception: not the next leader
             nxt = self._queue[0] if self._queue else None
             self._leader = nxt
         if nxt is not None:

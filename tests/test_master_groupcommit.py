@@ -70,7 +70,7 @@ def run_held(store: HeldStore, group: GroupCommit, calls: list[Callable[[], Any]
         except Exception as e:
             out[i] = e
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(calls))]
     store.armed = True
     threads[0].start()
     assert store.holding.wait(10)
@@ -188,3 +188,27 @@ def test_many_threads_every_txn_answered_once(store: HeldStore) -> None:
     assert sorted(won) == sorted(kv.key for kv in store.range("/k").kvs)
     stats = group.stats()
     assert stats["txns"] == threads * per_thread
+
+
+def test_a_leader_that_fails_outside_the_store_does_not_stall_the_queue(
+    store: HeldStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = GroupCommit(store)
+    import master.groupcommit as gc
+
+    real = gc.split_batch
+    calls = {"n": 0}
+
+    def broken_once(members: Any, limit: int) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise MemoryError("boom")
+        return real(members, limit)
+
+    monkeypatch.setattr(gc, "split_batch", broken_once)
+    calls_: list[Callable[[], Any]] = [lambda i=i: group.txn(*create(f"/k{i}")) for i in range(4)]
+    out = run_held(store, group, calls_)
+    assert out[0].succeeded  # the held lone commit
+    # The next leader's split failed: it raises, and the others still commit.
+    assert sum(isinstance(r, MemoryError) for r in out) == 1
+    assert sum(isinstance(r, TxnResult) and r.succeeded for r in out) == 3
