@@ -231,6 +231,13 @@ def _through_master(
     out: dict[str, Any] = {}
     try:
         url = master.url
+        warm = f"w{name}"  # a fresh master's first calls pay for imports and connections
+        requests.post(
+            f"{url}/api/v1/networks/default:{warm}",
+            json={"subnet": f"10.{next(octets)}.0.0/16"},
+            timeout=30,
+        ).raise_for_status()
+        allocation_rate(url, CLIENTS, 200, warm)
         for clients, total in ((1, 500), (CLIENTS, 2000)):
             net = f"b{name}{clients}"
             requests.post(
