@@ -1,4 +1,5 @@
-"""64 concurrent allocators, in threads and in processes, never receive the same address."""
+"""Concurrent allocators, in threads and in processes (a master's gunicorn workers among
+them), never receive the same address."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from common.models import EndpointRequest, Network
+from common import keys
+from common.client import MasterError
+from common.models import AddressRequest, EndpointRequest, Network, PoolRequest
+from common.records import OwnerRecord, decode_endpoint
+from master.decisions.consistency import check_state
 from master.service import ClusterState
+from plugin.master_client import MasterClient
 from store import open_store
+
+from .master import MasterProcess
 
 
 def _open(data_dir: str, endpoints: str) -> ClusterState:
@@ -66,3 +74,83 @@ def test_64_allocators_in_threads_and_processes(
     oper = state.inspect_network("default", "race")["Oper"]
     assert oper["allocatedAddressesCount"] == len(addrs) + 1  # + the gateway
     state.store.close()
+
+
+def _contend(client: MasterClient, c: int, rounds: int) -> list[tuple[str, str, str]]:
+    """Client ``c``: endpoints and address requests whose IDs and owners clients c and c^1
+    share (each asks for the same ones), with a static address now and then that every
+    client asks for. Returns (kind, id, address or refusal status) per request."""
+    pair = c // 2
+    out = []
+    for i in range(rounds):
+        static = f"10.61.0.{200 + i % 4}" if i % 5 == 4 else ""
+        req = EndpointRequest(endpointID=f"x{pair}-{i}", networkName="race2", ipAddress=static)
+        try:
+            out.append(("ep", req.endpointID, client.create_endpoint(req).ipAddress))
+        except MasterError as e:
+            out.append(("ep", req.endpointID, str(e.status)))
+        owner = f"req:x{pair}-{i}"
+        try:
+            got = client.request_address(AddressRequest(poolID="default:10.62.0.0/22", owner=owner))
+            out.append(("addr", owner, got.split("/")[0]))
+        except MasterError as e:
+            out.append(("addr", owner, str(e.status)))
+    return out
+
+
+@pytest.mark.parametrize("backend", ["embedded", "etcd"])
+def test_batches_from_two_workers_and_another_process_share_one_store(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Group commit in several processes at once: a master's two gunicorn workers, and this
+    process allocating straight on the same store. Requests with the same endpoint ID or
+    owner race each other in different batches and processes: each gets one answer, no
+    address is given twice, and the whole store holds together."""
+    endpoints = ""
+    if backend == "etcd":
+        etcd = request.getfixturevalue("etcd_server")
+        etcd.wipe()
+        endpoints = etcd.endpoint
+    master = MasterProcess(tmp_path / "data", etcd_endpoints=endpoints, extra=["--workers", "2"])
+    state: ClusterState | None = None
+    try:
+        master.start()
+        setup = MasterClient(master.url, timeout=30)
+        setup.create_network(Network(networkName="race2", subnet="10.61.0.0/22"))
+        setup.request_pool(PoolRequest(pool="10.62.0.0/22"))
+        state = _open(str(tmp_path / "data"), endpoints)
+
+        def here(t: int) -> list[str]:
+            assert state is not None
+            reqs = [EndpointRequest(endpointID=f"h{t}-{i}", networkName="race2") for i in range(20)]
+            return [state.create_endpoint(r)[0].ipAddress for r in reqs]
+
+        with ThreadPoolExecutor(24) as pool:
+            remote = [
+                pool.submit(_contend, MasterClient(master.url, timeout=60), c, 20)
+                for c in range(16)
+            ]
+            local = [pool.submit(here, t) for t in range(8)]
+            answers = [a for f in remote for a in f.result(timeout=300)]
+            mine = [a for f in local for a in f.result(timeout=300)]
+
+        by_id: dict[tuple[str, str], set[str]] = {}
+        for kind, ident, got in answers:
+            by_id.setdefault((kind, ident), set()).add(got)
+        # The two clients asking with one ID or owner got the same answer.
+        assert all(len(v) == 1 for v in by_id.values()), [k for k, v in by_id.items() if len(v) > 1]
+        given = [next(iter(v)) for v in by_id.values() if "." in next(iter(v))] + mine
+        assert len(given) == len(set(given)), "an address was given twice"
+        scan = {kv.key: kv.value for kv in state.store.range(keys.ROOT).kvs}
+        assert [str(p) for p in check_state(scan)] == []
+        held = {
+            decode_endpoint(v).ipAddress for k, v in scan.items() if k.startswith(keys.ENDPOINTS)
+        }
+        held |= {
+            OwnerRecord.decode(v).address for k, v in scan.items() if k.startswith(keys.owner(""))
+        }
+        assert held == set(given)
+    finally:
+        if state is not None:
+            state.store.close()
+        master.stop()

@@ -27,6 +27,11 @@ from .txn import HotCache, Retry, TxnStore, absent, unchanged
 IPAddr = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+def pool_record(kv: KV) -> PoolRecord:
+    """How the hot cache parses a pool key (one parse for every user of the key)."""
+    return PoolRecord.decode(kv.value)
+
+
 @dataclass
 class _Entry:
     revision: int  # mod_revision of the pool key this allocator was built for
@@ -145,7 +150,7 @@ class Claims:
         compares: list[Compare],
         fresh: bool = True,
     ) -> IPAddr:
-        hit = self.hot.get(keys.pool(pool_id), fresh, lambda kv: None)
+        hit = self.hot.get(keys.pool(pool_id), fresh, pool_record)
         if hit is None:
             raise Retry  # the network is being rewritten
         pkv = hit[0]

@@ -7,6 +7,7 @@ allocation API for plugins and the meta routes.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from flask import Flask, Response, request
@@ -98,6 +99,12 @@ def create_app(
             me = {"id": "", "url": self_url, "role": "standalone", "holdsLease": False}
             return json_response({"leader": None, "self": me, "leaderTTL": None})
         return json_response(elector.status())
+
+    # Not under /api/v1/: a follower answers for itself, it does not forward this.
+    @route("/stats/commits", "GET", "The group commit's batches in the worker that answers")
+    def commit_stats() -> Response:
+        stats = state.commit_stats()
+        return json_response({"worker": os.getpid(), "groupCommit": bool(stats), **stats})
 
     # Tenants, networks, endpoint groups, globals and endpoints: one table (kinds.KINDS).
     register_kinds(api, state)

@@ -91,6 +91,11 @@ def parser() -> EnvArgumentParser:
     p.add_argument("--workers", type=int, default=1, help="gunicorn worker processes")
     p.add_argument("--threads", type=int, default=16, help="threads per worker")
     p.add_argument(
+        "--no-group-commit",
+        action="store_true",
+        help="commit each allocation alone instead of batching concurrent ones",
+    )
+    p.add_argument(
         "--request-timeout",
         type=float,
         default=30.0,
@@ -235,7 +240,11 @@ def build_app(args: Any, tokens: TokenTable | None = None) -> Any:
         cert=args.etcd_cert or None,
         key=args.etcd_key or None,
     )
-    state = ClusterState(store, backend="etcd" if endpoints else "embedded")
+    state = ClusterState(
+        store,
+        backend="etcd" if endpoints else "embedded",
+        group_commit=not getattr(args, "no_group_commit", False),
+    )
     state.ensure_defaults()
     if args.fwd_mode:
         current = state.get_global()

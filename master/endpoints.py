@@ -36,7 +36,7 @@ from .decisions.endpoints import (
     wants,
 )
 from .errors import NotFound
-from .txn import HotCache, Retry, TxnStore, absent, retrying, unchanged
+from .txn import HotCache, Retry, TxnStore, absent, retrying, retrying_hot, unchanged
 
 
 def _network(kv: KV) -> NetworkRecord:
@@ -71,22 +71,17 @@ class Endpoints:
         """
         obj = endpoint_obj(req.endpointID)
         owner = owners.endpoint(req.endpointID)
-        tries = 0
 
-        def attempt() -> tuple[Endpoint, bool]:
-            nonlocal tries
+        def attempt(fresh: bool) -> tuple[Endpoint, bool]:
             # The first try trusts cached records and lets the txn's compares (endpoint
             # absent, records unchanged) check them: one store round trip when nothing moved.
-            fresh = tries > 0
-            tries += 1
+            # Anything else (the existing endpoint, a refusal) is decided on fresh reads.
             if fresh:
                 existing = self._existing(req)
                 if existing is not None:
                     return existing, False
             hit = self.hot.get(keys.network(req.tenantName, req.networkName), fresh, _network)
             if hit is None:
-                if not fresh:
-                    raise Retry  # decide on fresh reads, the existing endpoint first
                 raise NotFound(f"network {req.tenantName}:{req.networkName}")
             nkv, net = hit
             compares: list[Compare] = [unchanged(nkv), absent(keys.endpoint_index(req.endpointID))]
@@ -135,7 +130,7 @@ class Endpoints:
             claims.settle({w.pool_id: w.static for w in want})
             raise Retry
 
-        return retrying(obj, attempt)
+        return retrying_hot(obj, attempt)
 
     def _adoptable(self, pool_id: str, address: str) -> tuple[KV, str] | None:
         """The alloc record of ``address`` and its owner, if a plain address request holds
@@ -192,7 +187,7 @@ class Endpoints:
                     compares.append(unchanged(akv))
                     ops.append(Delete(akv.key))
                     released.append((pid, ipaddress.ip_address(addr)))
-            self.txn.commit(compares, ops)
+            self.txn.commit(compares, ops, grouped=True)
             for pid, addr in released:
                 self.pools.released(pid, addr)
             return ep

@@ -12,7 +12,7 @@ from ipam import parse_address
 from ipam.errors import IpamError
 from store import Compare, Delete, Op, Put
 
-from .addresses import Claims, PoolCache
+from .addresses import Claims, PoolCache, pool_record
 from .decisions.pools import (
     address_obj,
     address_space,
@@ -26,7 +26,16 @@ from .decisions.pools import (
     should_release,
 )
 from .errors import BadRequest, NotFound
-from .txn import HotCache, Retry, TxnStore, absent, retrying, unchanged, untouched_since
+from .txn import (
+    HotCache,
+    Retry,
+    TxnStore,
+    absent,
+    retrying,
+    retrying_hot,
+    unchanged,
+    untouched_since,
+)
 
 
 def release_addresses(txn: TxnStore, pool_id: str) -> tuple[list[Op], Compare]:
@@ -84,24 +93,31 @@ class Pools:
         retrying(obj, attempt)
 
     def request_address(self, req: AddressRequest) -> str:
-        """Allocate one address; returns it as CIDR. Idempotent by ``owner``."""
+        """Allocate one address; returns it as CIDR. Idempotent by ``owner``.
+
+        Like create_endpoint, one store round trip when nothing moved: the first try
+        trusts the cached pool record and lets the txn's compares (owner absent, pool
+        unchanged) check it; a retry reads afresh, the owner's record first.
+        """
         obj = address_obj(req)
 
-        def attempt() -> str:
-            okv = self.txn.get(keys.owner(req.owner))
-            pkv = self.txn.get(keys.pool(req.poolID))
-            if pkv is None:
+        def attempt(fresh: bool) -> str:
+            okv = self.txn.get(keys.owner(req.owner)) if fresh else None
+            hit = self.hot.get(keys.pool(req.poolID), fresh, pool_record)
+            if hit is None:
                 raise NotFound(f"pool {req.poolID}")
-            pool = PoolRecord.decode(pkv.value)
+            pool = hit[1]
             prefixlen = pool_spec(req.poolID, pool).network.prefixlen
             if okv is not None:
                 return granted_before(req, OwnerRecord.decode(okv.value), prefixlen)
             if (gateway := network_gateway(req, pool, prefixlen)) is not None:
+                if not fresh:
+                    raise Retry  # answered without a txn: only on fresh reads
                 return gateway
             compares: list[Compare] = [absent(keys.owner(req.owner))]
-            claims = Claims(self.txn, self.hot, self.pools, obj)
+            claims = Claims(self.txn, self.hot, self.pools, obj, req.owner)
             try:
-                addr = claims.claim(req.poolID, req.address, None, compares)
+                addr = claims.claim(req.poolID, req.address, None, compares, fresh)
                 ops: list[Op] = [
                     Put(
                         keys.alloc(req.poolID, str(addr)), AllocRecord(req.owner, req.kind).encode()
@@ -117,7 +133,7 @@ class Pools:
             claims.settle({req.poolID: req.address})
             raise Retry
 
-        return retrying(obj, attempt)
+        return retrying_hot(obj, attempt)
 
     def release_address(self, req: AddressRelease) -> bool:
         obj = f"address {req.address} in pool {req.poolID}"
@@ -136,7 +152,7 @@ class Pools:
             ops: list[Op] = [Delete(akv.key)]
             if self.txn.get(keys.owner(held.owner)) is not None:
                 ops.append(Delete(keys.owner(held.owner)))
-            self.txn.commit([unchanged(akv)], ops)
+            self.txn.commit([unchanged(akv)], ops, grouped=True)
             self.pools.released(req.poolID, addr)
             return True
 

@@ -25,6 +25,7 @@ from store import Store
 from .addresses import PoolCache
 from .decisions.pools import pool_id_for
 from .endpoints import Endpoints
+from .groupcommit import GroupCommit
 from .groups import Groups
 from .networks import Networks
 from .pools import Pools
@@ -37,11 +38,13 @@ __all__ = ["ClusterState", "pool_id_for"]
 
 
 class ClusterState:
-    def __init__(self, store: Store, backend: str = "embedded") -> None:
+    def __init__(self, store: Store, backend: str = "embedded", group_commit: bool = True) -> None:
         self.store = store
         self.backend = backend
         self.pool_cache = PoolCache(store)
-        txn = TxnStore(store)
+        # Allocations and releases of concurrent requests share commits (groupcommit.py).
+        self.group = GroupCommit(store) if group_commit else None
+        txn = TxnStore(store, self.group)
         hot = HotCache(txn)
         self.settings = Settings(txn)
         self.tenants = Tenants(txn)
@@ -50,6 +53,10 @@ class ClusterState:
         self.endpoints = Endpoints(txn, hot, self.pool_cache)
         self.pools = Pools(txn, hot, self.pool_cache)
         self.views = Views(txn, backend, self.settings, self.tenants, self.networks, self.groups)
+
+    def commit_stats(self) -> dict[str, Any]:
+        """The group commit's batches in this process (empty when it is off)."""
+        return self.group.stats() if self.group is not None else {}
 
     def ensure_defaults(self) -> None:
         """Create the default tenant and the global settings if they are missing."""

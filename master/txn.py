@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 from common import keys
 from store import KV, Compare, Delete, Op, Put, Store, StoreError, StoreUnavailable, TxnResult
 
-from .errors import Conflict, Unavailable
+from .errors import BadRequest, Conflict, NotFound, Unavailable
+from .groupcommit import GroupCommit
 
 MAX_ATTEMPTS = 64
 T = TypeVar("T")
@@ -45,6 +46,27 @@ def retrying(obj: str, attempt: Callable[[], T]) -> T:
     raise Conflict(obj, "too many concurrent updates; retry the request")
 
 
+def retrying_hot(obj: str, attempt: Callable[[bool], T]) -> T:
+    """``retrying`` for the hot path: ``attempt(fresh)`` first runs on cached records
+    (``fresh=False``), which its txn's compares check. What that try cannot settle is
+    decided again on fresh reads: a failed compare or a record not in the cache (Retry),
+    and a refusal, which must never rest on a stale record."""
+    tries = 0
+
+    def run() -> T:
+        nonlocal tries
+        fresh = tries > 0
+        tries += 1
+        try:
+            return attempt(fresh)
+        except (BadRequest, NotFound, Conflict):
+            if fresh:
+                raise
+            raise Retry from None
+
+    return retrying(obj, run)
+
+
 # --- compares: the guards, checked by the store in the same txn as the write ---
 
 
@@ -66,10 +88,15 @@ def untouched_since(prefix: str, revision: int) -> Compare:
 
 
 class TxnStore:
-    """The store as the control plane uses it: reads and commits, errors mapped."""
+    """The store as the control plane uses it: reads and commits, errors mapped.
 
-    def __init__(self, store: Store) -> None:
+    With ``group``, the allocation hot path's txns (``txn``, and ``commit`` with
+    ``grouped=True``) are committed in batches with the other threads' (groupcommit.py).
+    """
+
+    def __init__(self, store: Store, group: GroupCommit | None = None) -> None:
         self.store = store
+        self.group = group
 
     def get(self, key: str) -> KV | None:
         try:
@@ -85,12 +112,14 @@ class TxnStore:
         return rr.kvs, rr.revision
 
     def txn(self, compares: Sequence[Compare], ops: Sequence[Op]) -> TxnResult:
-        """The raw txn, for callers that must undo something when it fails."""
+        """The raw txn, for callers that must undo something when it fails; grouped."""
+        if self.group is not None:
+            return self.group.txn(compares, ops)
         return self.store.txn(compares, ops)
 
-    def commit(self, compares: Sequence[Compare], ops: Sequence[Op]) -> int:
+    def commit(self, compares: Sequence[Compare], ops: Sequence[Op], grouped: bool = False) -> int:
         """Commit, or raise Retry if a compare failed; returns the new revision."""
-        res = self.store.txn(compares, ops)
+        res = self.txn(compares, ops) if grouped else self.store.txn(compares, ops)
         if not res.succeeded:
             raise Retry
         return res.revision

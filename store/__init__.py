@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from store.base import (
     KV,
+    BatchResult,
     Compacted,
     Compare,
     CompareOp,
@@ -22,6 +23,7 @@ from store.base import (
     StoreError,
     StoreUnavailable,
     Target,
+    Txn,
     TxnResult,
     Watch,
     check_txn,
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KV",
+    "BatchResult",
     "Compacted",
     "Compare",
     "CompareOp",
@@ -52,6 +55,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "Target",
+    "Txn",
     "TxnResult",
     "Watch",
     "check_embedded",

@@ -109,6 +109,20 @@ class TxnResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Txn:
+    """One member of a batch (``Store.txn_batch``): if every compare holds, apply ``ops``."""
+
+    compares: tuple[Compare, ...] = ()
+    ops: tuple[Op, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    succeeded: tuple[bool, ...]  # each member's outcome, in order
+    revision: int  # the store revision after the batch
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     type: Literal["put", "delete"]
     kv: KV  # for a delete: the key, value b"", mod_revision = the deleting revision
@@ -207,6 +221,29 @@ class Store(abc.ABC):
         failure: Sequence[Op] = (),
     ) -> TxnResult:
         """Atomically: if every compare holds apply ``success`` else ``failure``."""
+
+    def txn_batch(self, members: Sequence[Txn]) -> BatchResult:
+        """Commit independent txns together, each with the outcome it would have alone.
+
+        The members must be independent (``store.batch``: none writes a key another one
+        writes or compares; at most ``store.batch.MAX_BATCH``), else StoreError and nothing
+        is written. Each member applies its ops iff its own compares hold: one member's
+        failed compare changes nothing for the others. The backends commit the whole batch
+        as one write (one fsync, one etcd round trip) at one new revision, unchanged when
+        nothing was written; a put on a lease that is gone fails the whole batch
+        (LeaseNotFound). This default, for stores without a batch primitive, commits the
+        members one by one.
+        """
+        from store.batch import check_batch
+
+        check_batch(members)
+        ok: list[bool] = []
+        revision = 0
+        for t in members:
+            res = self.txn(t.compares, t.ops)
+            ok.append(res.succeeded)
+            revision = res.revision
+        return BatchResult(tuple(ok), revision if members else self.revision())
 
     @abc.abstractmethod
     def watch(self, prefix: str, start_revision: int) -> Watch:

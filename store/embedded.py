@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 from store.base import (
     KV,
+    BatchResult,
     Compare,
     Delete,
     Event,
@@ -33,11 +34,13 @@ from store.base import (
     Store,
     StoreError,
     StoreUnavailable,
+    Txn,
     TxnResult,
     Watch,
     check_txn,
     prefix_end_bytes,
 )
+from store.batch import check_batch
 from store.embedded_file import describe_error, prepare
 from store.embedded_watch import DELETE, PUT, Changes, EmbeddedWatch, events_since
 
@@ -263,6 +266,23 @@ class EmbeddedStore(Store):
                 self._set_revision(conn, rev)
         return TxnResult(ok, rev)
 
+    def txn_batch(self, members: Sequence[Txn]) -> BatchResult:
+        """One SQLite transaction (one fsync) for the whole batch, at one new revision."""
+        check_batch(members)
+        with self._write() as conn:
+            rev = self._meta(conn, "revision")
+            # Every member's compares against the state before the batch, as etcd does; the
+            # members are independent, so that is the state after any of the others too.
+            ok = tuple(all(self._check(conn, c) for c in t.compares) for t in members)
+            seq = 0
+            for t, good in zip(members, ok, strict=True):
+                if good:
+                    seq = self._apply(conn, t.ops, rev + 1, seq)
+            if seq:
+                rev += 1
+                self._set_revision(conn, rev)
+        return BatchResult(ok, rev)
+
     @staticmethod
     def _check(conn: sqlite3.Connection, c: Compare) -> bool:
         column, op = _COLUMN[c.target], _SQL_OP[c.op]
@@ -277,9 +297,9 @@ class EmbeddedStore(Store):
             return c.target != "value" and _holds(c.op, 0, value)
         return failed == 0
 
-    def _apply(self, conn: sqlite3.Connection, ops: Sequence[Op], rev: int) -> bool:
-        """Apply ``ops`` at revision ``rev``; returns whether anything was written."""
-        seq = 0
+    def _apply(self, conn: sqlite3.Connection, ops: Sequence[Op], rev: int, seq: int = 0) -> int:
+        """Apply ``ops`` at revision ``rev``, numbering their events from ``seq``; returns the
+        next event number (``seq`` itself when nothing was written)."""
         now = time.time()
         for op in ops:
             if isinstance(op, Put):
@@ -309,7 +329,7 @@ class EmbeddedStore(Store):
                 seq = self._delete_where(conn, clause, params, rev, seq)
             else:
                 raise TypeError(f"not an op: {op!r}")
-        return seq > 0
+        return seq
 
     def _delete_where(
         self,

@@ -23,6 +23,7 @@ import requests
 
 from store.base import (
     KV,
+    BatchResult,
     Compacted,
     Compare,
     Event,
@@ -33,13 +34,17 @@ from store.base import (
     Store,
     StoreError,
     StoreUnavailable,
+    Txn,
     TxnResult,
     Watch,
     check_txn,
 )
+from store.batch import check_batch
 from store.etcd_gateway import (
     Gateway,
     b64,
+    batch_body,
+    batch_outcomes,
     decode_kv,
     decode_watch,
     header_revision,
@@ -130,6 +135,14 @@ class EtcdStore(Store):
         check_txn(compares, success, failure)
         resp = self._post("/kv/txn", txn_body(compares, success, failure), idempotent=False)
         return TxnResult(bool(resp.get("succeeded", False)), header_revision(resp))
+
+    def txn_batch(self, members: Sequence[Txn]) -> BatchResult:
+        """One etcd txn (one round trip, one raft entry) with a nested txn per member."""
+        check_batch(members)
+        if not members:
+            return BatchResult((), self.revision())
+        resp = self._post("/kv/txn", batch_body(members), idempotent=False)
+        return BatchResult(batch_outcomes(resp, len(members)), header_revision(resp))
 
     def compact(self, revision: int) -> None:
         with contextlib.suppress(Compacted):  # compacting again is a no-op

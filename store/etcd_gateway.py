@@ -34,6 +34,7 @@ from store.base import (
     Put,
     StoreError,
     StoreUnavailable,
+    Txn,
     prefix_end_bytes,
 )
 
@@ -124,6 +125,22 @@ def txn_body(
         "success": [encode_op(op) for op in success],
         "failure": [encode_op(op) for op in failure],
     }
+
+
+def batch_body(members: Sequence[Txn]) -> dict[str, Any]:
+    """A batch as one txn with a nested txn per member (etcd >= 3.3): etcd evaluates every
+    member's compares, then applies the ops of those whose compares held, at one revision."""
+    nested = [{"request_txn": txn_body(t.compares, t.ops, ())} for t in members]
+    return {"compare": [], "success": nested, "failure": []}
+
+
+def batch_outcomes(resp: dict[str, Any], members: int) -> tuple[bool, ...]:
+    """Each member's outcome in the answer to ``batch_body`` (the gateway omits a false
+    ``succeeded``)."""
+    answers = resp.get("responses", [])
+    if len(answers) != members or not all("response_txn" in a for a in answers):
+        raise StoreError(f"etcd: a batch of {members} txns got {len(answers)} answers")
+    return tuple(bool(a["response_txn"].get("succeeded", False)) for a in answers)
 
 
 @dataclass(frozen=True, slots=True)

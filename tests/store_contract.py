@@ -25,6 +25,7 @@ from store.base import (
     Put,
     Store,
     StoreError,
+    Txn,
     Watch,
 )
 
@@ -338,6 +339,109 @@ class StoreContract:
         with pytest.raises(StoreError):
             store.txn((), [Delete(p, prefix=True), Put(p + "a", b"2")])
         assert store.revision() == before
+
+    # Batches of independent txns (Store.txn_batch).
+
+    def test_batch_members_have_their_own_outcomes(
+        self, store: Store, p: str, watches: Callable
+    ) -> None:
+        store.put(p + "held", b"1")
+        before = store.revision()
+        w = watches(store, p, before + 1)
+        res = store.txn_batch(
+            [
+                Txn((Compare(p + "a", "create", "==", 0),), (Put(p + "a", b"A"),)),
+                Txn((Compare(p + "held", "create", "==", 0),), (Put(p + "b", b"B"),)),
+                Txn((Compare(p + "held", "value", "==", b"1"),), (Put(p + "c", b"C"),)),
+                Txn((), (Delete(p + "missing"),)),
+            ]
+        )
+        assert res.succeeded == (True, False, True, True)
+        assert res.revision == before + 1 == store.revision()  # one revision for the batch
+        assert store.get(p + "b") is None
+        for k in ("a", "c"):
+            kv = store.get(p + k)
+            assert kv is not None and kv.mod_revision == res.revision
+        assert summary(w.take(2)) == [
+            ("put", p + "a", b"A", res.revision),
+            ("put", p + "c", b"C", res.revision),
+        ]
+
+    def test_batch_compares_see_the_state_before_it(self, store: Store, p: str) -> None:
+        store.put(p + "k", b"1")
+        kv = store.get(p + "k")
+        assert kv is not None
+        before = store.revision()
+        res = store.txn_batch(
+            [
+                Txn((Compare(p + "k", "mod", "==", kv.mod_revision),), (Put(p + "x", b"1"),)),
+                Txn((Compare(p + "k", "mod", "==", before + 1),), (Put(p + "y", b"1"),)),
+            ]
+        )
+        assert res.succeeded == (True, False)
+
+    def test_batch_writing_nothing_keeps_revision(self, store: Store, p: str) -> None:
+        store.put(p + "a", b"1")
+        before = store.revision()
+        res = store.txn_batch(
+            [
+                Txn((Compare(p + "a", "value", "==", b"2"),), (Put(p + "b", b"2"),)),
+                Txn((Compare(p + "a", "create", "==", 0),), (Put(p + "c", b"2"),)),
+            ]
+        )
+        assert res.succeeded == (False, False) and res.revision == before
+        empty = store.txn_batch([])
+        assert empty.succeeded == () and empty.revision == before == store.revision()
+
+    def test_batch_of_dependent_txns_is_rejected(self, store: Store, p: str) -> None:
+        store.put(p + "a", b"1")
+        before = store.revision()
+        for batch in (
+            [Txn((), (Put(p + "k", b"1"),)), Txn((), (Put(p + "k", b"2"),))],
+            [Txn((), (Put(p + "b", b"1"),)), Txn((Compare(p + "b", "create", "==", 0),), ())],
+            [Txn((), (Delete(p, prefix=True),)), Txn((), (Put(p + "z", b"1"),))],
+            [Txn((), (Put(p + "a", b"1"), Put(p + "a", b"2")))],
+        ):
+            with pytest.raises(StoreError):
+                store.txn_batch(batch)
+        assert store.revision() == before and store.get(p + "k") is None
+
+    def test_batch_with_an_unknown_lease_writes_nothing(self, store: Store, p: str) -> None:
+        before = store.revision()
+        with pytest.raises(LeaseNotFound):
+            store.txn_batch(
+                [Txn((), (Put(p + "j", b"v"),)), Txn((), (Put(p + "k", b"v", lease=0x7EADBEEF),))]
+            )
+        assert store.get(p + "j") is None and store.revision() == before
+
+    def test_batches_from_16_threads_allocate_each_slot_once(self, store: Store, p: str) -> None:
+        """Threads race batches of create-if-absent txns over the same slots: every slot
+        is won once, and each winner is the txn that was told it succeeded."""
+        slots, threads = 40, 16
+        won: list[tuple[int, bytes]] = []
+        lock = threading.Lock()
+
+        def racer(t: int) -> None:
+            for base in range(0, slots, 4):
+                batch = [
+                    Txn(
+                        (Compare(f"{p}s{i}", "create", "==", 0),),
+                        (Put(f"{p}s{i}", f"t{t}".encode()),),
+                    )
+                    for i in range(base, base + 4)
+                ]
+                res = store.txn_batch(batch)
+                with lock:
+                    won.extend(
+                        (base + j, f"t{t}".encode()) for j, ok in enumerate(res.succeeded) if ok
+                    )
+
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(racer, range(threads)))
+        assert sorted(i for i, _ in won) == list(range(slots))
+        for i, who in won:
+            kv = store.get(f"{p}s{i}")
+            assert kv is not None and kv.value == who
 
     def test_cas_increments_from_32_threads(self, store: Store, p: str) -> None:
         key, threads, per_thread = p + "counter", 32, 5

@@ -187,3 +187,28 @@ def test_rename_network(client: FlaskClient, state: ClusterState) -> None:
     # The tag and pool follow the rename: deleting under the new name frees everything.
     assert client.delete("/api/v1/networks/default:web").status_code == 200
     assert client.get("/api/v1/inspect/globals/global").json["Oper"]["vxlansInUse"] == "2"
+
+
+def test_a_refusal_never_rests_on_a_stale_cached_record(state: ClusterState) -> None:
+    from common.models import EndpointRequest, Network
+
+    state.put_network(Network(networkName="n", subnet="10.5.0.0/24"))
+    state.create_endpoint(EndpointRequest(endpointID="a", networkName="n"))  # caches n
+    state.delete_endpoint("a")
+    state.put_network(Network(networkName="n", subnet="10.6.0.0/24"))
+    # The cached record says 10.6.0.9 is outside the subnet; the fresh one says it is fine.
+    ep, created = state.create_endpoint(
+        EndpointRequest(endpointID="b", networkName="n", ipAddress="10.6.0.9")
+    )
+    assert created and ep.ipAddress == "10.6.0.9"
+
+
+def test_commit_stats(client: FlaskClient, state: ClusterState) -> None:
+    from common.models import EndpointRequest, Network
+
+    state.put_network(Network(networkName="n", subnet="10.7.0.0/24"))
+    for i in range(3):
+        state.create_endpoint(EndpointRequest(endpointID=f"e{i}", networkName="n"))
+    got = client.get("/stats/commits").json
+    assert got["groupCommit"] is True and got["txns"] == 3 and got["sizes"] == {"1": 3}
+    assert got["worker"] > 0

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from common.models import EndpointGroup, EndpointRequest, Network
+from common.models import AddressRequest, EndpointGroup, EndpointRequest, Network, PoolRequest
 from master.service import ClusterState
 
 
@@ -46,3 +46,26 @@ def test_a_moved_network_is_read_again(state: ClusterState) -> None:
     ep, _ = state.create_endpoint(EndpointRequest(endpointID="e", networkName="n"))
     assert ep.ipAddress.startswith("10.1.0.")
     assert calls["txn"] == 2 and calls["get"] >= 1  # the stale try, then fresh reads
+
+
+def test_request_address_is_one_round_trip(state: ClusterState) -> None:
+    pool = state.request_pool(PoolRequest(pool="10.7.0.0/24"))["poolID"]
+    state.request_address(AddressRequest(poolID=pool, owner="warm"))
+    calls = count_calls(state)
+    got = [state.request_address(AddressRequest(poolID=pool, owner=f"o{i}")) for i in range(5)]
+    assert len(set(got)) == 5
+    assert calls == Counter(txn=5)
+
+
+def test_request_address_retried_or_for_the_gateway_reads_afresh(state: ClusterState) -> None:
+    pool = state.request_pool(PoolRequest(pool="10.8.0.0/24"))["poolID"]
+    gw = state.request_address(AddressRequest(poolID=pool, owner="gw", kind="gateway"))
+    state.put_network(Network(networkName="d", subnet="10.8.0.0/24", gateway=gw.split("/")[0]))
+    first = state.request_address(AddressRequest(poolID=pool, owner="o", address="10.8.0.9"))
+    calls = count_calls(state)
+    again = state.request_address(AddressRequest(poolID=pool, owner="o", address="10.8.0.9"))
+    assert again == first == "10.8.0.9/24"
+    # Another host's docker asks for the network's gateway: it gets it, without a txn.
+    other = state.request_address(AddressRequest(poolID=pool, owner="gw2", kind="gateway"))
+    assert other == gw
+    assert calls["txn"] == 0 and calls["get"] >= 2  # stale tries give way to fresh reads

@@ -87,6 +87,7 @@ def test_every_route_is_a_kinds_or_one_of_the_explicit_ones(client: FlaskClient)
         ("/version", "GET"),
         ("/api/v1/leader", "GET"),
         ("/api/v1/openapi.json", "GET"),
+        ("/stats/commits", "GET"),
         ("/api/v1/alloc/endpoints", "POST"),
         ("/api/v1/alloc/endpoints/<endpoint_id>", "DELETE"),
         ("/api/v1/alloc/pools", "POST"),
