@@ -354,8 +354,7 @@ class DatapathAgent:
                     self._sync_nat()
             except BaseException:
                 self._state.endpoints.pop(endpoint.id, None)
-                if endpoint.id in self._model.endpoints:
-                    self._apply(Change(endpoints={endpoint.id: None}))
+                self._apply(Change(endpoints={endpoint.id: None}))  # nothing if never added
                 self.ovs.del_port(self.config.bridge, host)
                 self.links.delete_veth(endpoint.id)
                 raise

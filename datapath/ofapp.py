@@ -391,7 +391,7 @@ class FlowController:
             connection=connection,
             dpid=dp.id,
             generation=job.generation,
-            desired=len(self._book.desired),
+            desired=job.desired,
             found=job.found,
             added=len(job.delta.to_add),
             replaced=job.replaced,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from datapath.flows import Flow, FlowDiff, Match, index_by_identity
+from datapath.flows import Flow, FlowDiff, Match, diff, index_by_identity, replaced
 
 Identity = tuple[int, int, Match]
 
@@ -46,6 +46,7 @@ class Job:
     delta: FlowDiff | None = None  # or send these flow-mods (diffed against the model)
     replaced: int = 0
     found: int = 0  # the model's size before the delta
+    desired: int = 0  # how many flows are desired in all, for a delta's stats
 
 
 class SwitchBook:
@@ -111,19 +112,17 @@ class SwitchBook:
             return None
         self._handed_out = self.generation
         model = self._model
-        to_add: set[Flow] = set()
-        to_delete: set[Flow] = set()
-        replaced = 0
-        for identity in self._touched:
-            want, have = self.desired.get(identity), model.get(identity)
-            if want is not None and want != have:
-                to_add.add(want)
-                replaced += have is not None
-            elif want is None and have is not None:
-                to_delete.add(have)
+        want = [self.desired[i] for i in self._touched if i in self.desired]
+        have = [model[i] for i in self._touched if i in model]
         self._touched.clear()
-        delta = FlowDiff(frozenset(to_add), frozenset(to_delete))
-        return Job(self.generation, delta=delta, replaced=replaced, found=len(model))
+        delta = diff(want, have)
+        return Job(
+            self.generation,
+            delta=delta,
+            replaced=len(replaced(delta, have)),
+            found=len(model),
+            desired=len(self.desired),
+        )
 
     def done(self, job: Job, connection: int, clean: bool) -> None:
         """The job's flow-mods were all sent and the barrier answered; ``clean``: without

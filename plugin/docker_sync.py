@@ -195,10 +195,10 @@ class DockerSync:
         assert self.events is not None
         failing = False
         while not self._stop.is_set():
+            client = None
             try:
-                stream = self.events().events(
-                    decode=True, filters={"type": "network", "event": "destroy"}
-                )
+                client = self.events()
+                stream = client.events(decode=True, filters={"type": "network", "event": "destroy"})
                 self._stream = stream
                 if failing:
                     log.info("following dockerd's network events again")
@@ -217,6 +217,10 @@ class DockerSync:
                 if not failing:
                     log.warning("cannot follow dockerd's network events (%s); retrying", e)
                 failing = True
+            finally:
+                if client is not None:  # each attempt's own client: not left open
+                    with contextlib.suppress(Exception):
+                        client.close()
             self._stop.wait(2.0)
 
     def _run(self) -> None:

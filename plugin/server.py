@@ -11,6 +11,7 @@ its own thread.
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any
 
 from werkzeug.serving import ThreadedWSGIServer
@@ -25,12 +26,12 @@ class SocketServer(ThreadedWSGIServer):  # type: ignore[misc]
 def make_socket_server(path: str, app: Any, mode: int = 0o600) -> SocketServer:
     """Listen on the unix socket ``path`` (made with ``mode``) and serve ``app`` from
     ``serve_forever()``; each connection in its own thread."""
-    # Whoever may write to the socket may drive the host's networking: ``mode`` from the
-    # moment it exists (the umask), not only after a chmod.
-    umask = os.umask(0o777 & ~mode)
-    try:
-        server = SocketServer(f"unix://{path}", 0, app)
-    finally:
-        os.umask(umask)
-    os.chmod(path, mode)
+    # Whoever may write to the socket may drive the host's networking: it gets ``mode`` in
+    # a directory only we may enter, then moves into place whole. (Not by the umask: that is
+    # the whole process's, and other threads are creating files by now.)
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(path) or ".") as private:
+        staged = os.path.join(private, "s")
+        server = SocketServer(f"unix://{staged}", 0, app)
+        os.chmod(staged, mode)
+        os.replace(staged, path)
     return server

@@ -157,7 +157,7 @@ def test_a_network_docker_removed_here_is_put_back_when_docker_says_so() -> None
     destroy event brings the sync round at once (not at the next periodic pass)."""
     networks = FakeNetworks([mirror(WEB, "a")])
     events = FakeEvents()
-    client = SimpleNamespace(networks=networks, events=events.events)
+    client = SimpleNamespace(networks=networks, events=events.events, close=lambda: None)
     sync = DockerSync(lambda: client, lambda: [WEB], interval=3600, events=lambda: client)
     sync.start()
     try:
