@@ -8,6 +8,8 @@ the token.
 
 from __future__ import annotations
 
+import os
+
 
 class CredentialError(ValueError):
     """A token file that cannot be used."""
@@ -27,14 +29,25 @@ def parse_token(text: str, source: str) -> str:
     return found[0]
 
 
-def read_token_file(path: str) -> str:
+def read_secret_file(path: str) -> tuple[str, int]:
+    """A token file's text and its mode bits (netmaster warns when others may read it)."""
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            return f.read(), os.fstat(f.fileno()).st_mode
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise CredentialError(f"token file {path}: cannot read it: {reason}") from None
-    return parse_token(text, f"token file {path}")
+
+
+def read_token_file(path: str) -> str:
+    return parse_token(read_secret_file(path)[0], f"token file {path}")
+
+
+def client_cert(cert: str, key: str) -> tuple[str, str] | None:
+    """The client certificate to present (--tls-cert, --tls-key), or None; both or neither."""
+    if bool(cert) != bool(key):
+        raise CredentialError("--tls-cert and --tls-key go together: give both or neither")
+    return (cert, key) if cert else None
 
 
 def client_token(token_file: str, env_token: str) -> str:

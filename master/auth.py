@@ -20,13 +20,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from flask import Flask, Response, request
+
+from common.credentials import CredentialError, read_secret_file
 
 from .openapi import API
 from .routes import json_response
@@ -126,12 +127,9 @@ def parse_tokens(text: str, source: str = "token file") -> TokenTable:
 def load_tokens(path: str) -> TokenTable:
     """Read and parse the token file at ``path``; warns when others may read it."""
     try:
-        with open(path, encoding="utf-8") as f:
-            mode = os.fstat(f.fileno()).st_mode
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise TokenFileError(f"token file {path}: cannot read it: {reason}") from None
+        text, mode = read_secret_file(path)
+    except CredentialError as e:
+        raise TokenFileError(str(e)) from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         log.warning("token file %s may be read by other users: chmod 600 it", path)
     return parse_tokens(text, f"token file {path}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 import signal
 import ssl
 import sys
@@ -14,6 +13,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+from common.credentials import CredentialError, client_cert
 from common.flags import LOG_LEVELS, EnvArgumentParser, setup_logging, split_endpoints
 
 from .auth import TokenFileError, TokenTable, load_tokens
@@ -166,8 +166,10 @@ def exposure_refusal(listen_url: str, tls: bool, auth: bool, insecure: bool) -> 
 
 def tls_problem(cert: str, key: str, ca: str, client_ca: str = "") -> str | None:
     """Why the TLS flags cannot be used (a missing half, a file that does not load), or None."""
-    if bool(cert) != bool(key):
-        return "--tls-cert and --tls-key go together: give both or neither"
+    try:
+        client_cert(cert, key)  # the same pair rule as the clients'
+    except CredentialError as e:
+        return str(e)
     if client_ca and not cert:
         return "--tls-client-ca needs --tls-cert and --tls-key: client certificates need TLS"
     try:
@@ -400,19 +402,22 @@ def _protection(args: Any) -> TokenTable | None:
 
 
 def check_store(args: Any) -> None:
-    """Before serving: TLS files that cannot be read, or an etcd whose TLS handshake fails,
-    end netmaster with a one-line message (an etcd that is merely down does not)."""
+    """Before serving (in the arbiter: in a worker it would end in a traceback): a damaged
+    embedded store, TLS files that cannot be read, or an etcd whose TLS handshake fails end
+    netmaster with a one-line message (an etcd that is merely down does not)."""
     from common.etcd_tls import EtcdTls
-    from store.startup import StoreStartError, open_store_at_start
+    from store import StoreError, check_embedded
+    from store.startup import open_store_at_start
 
     endpoints = split_endpoints(args.etcd_endpoints)
-    if not endpoints:
-        return
     try:
+        if not endpoints:
+            check_embedded(args.data_dir)  # made here when there is none yet
+            return
         store = open_store_at_start(
             endpoints, args.data_dir, EtcdTls(args.etcd_ca, args.etcd_cert, args.etcd_key)
         )
-    except StoreStartError as e:
+    except StoreError as e:
         raise SystemExit(f"netmaster: {e}") from None
     store.close()
 
@@ -430,16 +435,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--host-reclaim-grace {args.host_reclaim_grace:g}: must be >= 0 (0 disables)")
     setup_logging(args.log_level, "netmaster")
     tokens = _protection(args)  # before anything is created or served
-    if not split_endpoints(args.etcd_endpoints):
-        os.makedirs(args.data_dir, exist_ok=True)
-        # Before the workers fork: a damaged store stops netmaster here, with one line.
-        from store import StoreError, check_embedded
-
-        try:
-            check_embedded(args.data_dir)
-        except StoreError as e:
-            raise SystemExit(f"netmaster: {e}") from None
-    check_store(args)  # here in the arbiter: in a worker it would end in a traceback
+    check_store(args)
     args.master_id = new_master_id()  # before the fork: every worker shares it
     tls = bool(args.tls_cert)
     url = control_url(args.listen_url, args.control_url, tls)

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 import requests
 
-from common.credentials import client_token
+from common.credentials import CredentialError, client_cert, client_token
 
 from . import __version__
 from .client import DEFAULT_URL, MasterClient, MasterError, normalize_url
@@ -453,10 +453,11 @@ def main(argv: Sequence[str] | None = None, *, session: requests.Session | None 
         )
     except ValueError as e:
         parser.error(str(e))
-    if bool(cert) != bool(key):
-        parser.error("--tls-cert and --tls-key go together: give both or neither")
-    client_cert = (cert, key) if cert else None
-    client = MasterClient(url, session=session, tls_ca=tls_ca, token=token, client_cert=client_cert)
+    try:
+        pair = client_cert(cert, key)
+    except CredentialError as e:
+        parser.error(str(e))
+    client = MasterClient(url, session=session, tls_ca=tls_ca, token=token, client_cert=pair)
     try:
         args.func(client, args, sys.stdout)
     except MasterError as e:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from common import keys
-from common.credentials import CredentialError, client_token
+from common.credentials import CredentialError, client_cert, client_token
 from common.etcd_tls import EtcdTls
 from common.flags import split_endpoints
 from common.models import Endpoint, Network
@@ -286,8 +286,10 @@ def run(args: Any) -> None:
         token = client_token(args.auth_token_file, os.environ.get(TOKEN_ENV, ""))
     except CredentialError as e:
         raise SystemExit(f"netplugin: --auth-token-file: {e}") from None
-    if bool(args.tls_cert) != bool(args.tls_key):
-        raise SystemExit("netplugin: --tls-cert and --tls-key go together: give both or neither")
+    try:
+        cert = client_cert(args.tls_cert, args.tls_key)
+    except CredentialError as e:
+        raise SystemExit(f"netplugin: {e}") from None
     store = open_cluster_store(args)  # first: a bad TLS setup must stop us before OVS
     # Calls follow the leader the masters elected, and ride out a failover.
     try:
@@ -296,7 +298,7 @@ def run(args: Any) -> None:
             leader=leader_url_from_store(store),
             tls_ca=args.tls_ca,
             token=token,
-            client_cert=(args.tls_cert, args.tls_key) if args.tls_cert else None,
+            client_cert=cert,
         )
     except ValueError as e:
         raise SystemExit(f"netplugin: --netmaster {args.netmaster!r}: {e}") from None
