@@ -78,6 +78,19 @@ def _bad_string(value: Any) -> str | None:
     return None
 
 
+def too_large(max_bytes: int = MAX_BODY_BYTES) -> str:
+    """Why a body is refused with 413 (also what the apps say when Flask refuses it)."""
+    return f"request body is larger than {max_bytes} bytes"
+
+
+def decode_object(raw: bytes) -> dict[str, Any]:
+    """decode_body for an API that takes a JSON object: any other JSON value is refused."""
+    value = decode_body(raw)
+    if not isinstance(value, dict):
+        raise BodyError("request body must be a JSON object")
+    return value
+
+
 def decode_body(raw: bytes, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BODY_BYTES) -> Any:
     """The JSON value of a request body (an empty or blank body is {}).
 
@@ -86,7 +99,7 @@ def decode_body(raw: bytes, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BOD
     or with a string that is not valid Unicode (400). Duplicate keys are JSON: the last wins.
     """
     if len(raw) > max_bytes:
-        raise BodyError(f"request body is larger than {max_bytes} bytes", 413)
+        raise BodyError(too_large(max_bytes), 413)
     if not raw.strip():
         return {}
     try:

@@ -13,7 +13,7 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from common.jsonbody import MAX_BODY_BYTES, READ_LIMIT
+from common.jsonbody import READ_LIMIT, too_large
 from common.models import (
     AddressRelease,
     AddressRequest,
@@ -67,7 +67,7 @@ def create_app(
         elif e.code == 405:
             reason = f"method {request.method} is not allowed on {request.path}"
         elif e.code == 413:
-            reason = f"request body is larger than {MAX_BODY_BYTES} bytes"
+            reason = too_large()
         return json_response(
             {"error": reason, "object": request.path, "reason": reason}, e.code or 500
         )

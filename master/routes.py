@@ -11,7 +11,7 @@ from typing import Any
 from flask import Flask, Response, request
 from pydantic import BaseModel
 
-from common.jsonbody import BodyError, decode_body
+from common.jsonbody import BodyError, decode_object
 
 from .errors import ApiError, BadRequest
 from .kinds import KINDS, ObjectKind, Op
@@ -55,12 +55,9 @@ def read_body(obj: str) -> dict[str, Any]:
     """The request's JSON object (an empty body is {}); anything else is refused naming ``obj``,
     with 413 for a body over the size limit (common.jsonbody)."""
     try:
-        data = decode_body(request.get_data(cache=True))
+        return decode_object(request.get_data(cache=True))
     except BodyError as e:
         raise ApiError(obj, e.reason, e.status) from None
-    if not isinstance(data, dict):
-        raise BadRequest(obj, "request body must be a JSON object")
-    return data
 
 
 def with_key(body: dict[str, Any], obj: str, **fields: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from common.jsonbody import MAX_BODY_BYTES, READ_LIMIT
+from common.jsonbody import READ_LIMIT, too_large
 
 from .driver import Driver
 from .ipam_routes import ipam_blueprint
@@ -35,7 +35,7 @@ def create_app(driver: Driver) -> Flask:
             if status == 404:
                 message = f"unknown plugin method {method!r}"
             elif status == 413:
-                message = f"{name or method}: request body is larger than {MAX_BODY_BYTES} bytes"
+                message = f"{name or method}: {too_large()}"
             else:
                 message = f"{request.method} {request.path}: {e.description or e.name}"
         elif isinstance(e, RequestError | DriverError | MasterError):

@@ -6,7 +6,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from common.jsonbody import BodyError, decode_body
+from common.jsonbody import BodyError, decode_object
 
 M = TypeVar("M", bound=BaseModel)
 # Docker's IDs name an object: never empty.
@@ -135,11 +135,9 @@ def parse_body(model: type[M], raw: bytes) -> M:
     """Parse a raw body as JSON whatever its Content-Type (Docker sends none), within the
     limits of common.jsonbody, then validate it against ``model``."""
     try:
-        data = decode_body(raw)
+        data = decode_object(raw)
     except BodyError as e:
         raise RequestError(e.reason, e.status) from None
-    if not isinstance(data, dict):
-        raise RequestError("request body must be a JSON object")
     try:
         return model.model_validate(data)
     except ValidationError as e:

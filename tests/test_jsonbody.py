@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.jsonbody import MAX_BODY_BYTES, MAX_DEPTH, BodyError, decode_body, nesting_depth
+from common.jsonbody import (
+    MAX_BODY_BYTES,
+    MAX_DEPTH,
+    BodyError,
+    decode_body,
+    decode_object,
+    nesting_depth,
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -113,3 +120,12 @@ def test_what_json_allows_is_kept() -> None:
         12345678901234567890,
     ]
     assert decode_body(b'"a string"') == "a string"
+
+
+def test_decode_object_refuses_other_json_values() -> None:
+    assert decode_object(b'{"a": 1}') == {"a": 1}
+    assert decode_object(b"") == {}
+    for raw in (b"[1]", b'"x"', b"3", b"null"):
+        with pytest.raises(BodyError, match="must be a JSON object") as e:
+            decode_object(raw)
+        assert e.value.status == 400
