@@ -142,7 +142,7 @@ class MasterTransport:
     Retrying is for idempotent calls only; every call of the master's allocation API is
     (addresses by owner, endpoints by endpoint ID, networks and pools by key).
 
-    ``tls_ca`` verifies an https:// master's certificate (default: the system's CAs),
+    ``tls_ca`` verifies an https:// master's certificate (default: requests' certifi bundle),
     ``client_cert`` (certificate file, key file) is presented to a master that requires
     one, and ``token`` is sent as ``Authorization: Bearer`` on every call.
     """

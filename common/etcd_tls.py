@@ -124,8 +124,8 @@ def _verify_failed(where: str, e: BaseException, tls: EtcdTls) -> TlsProblem:
         advice = f"check that --etcd-ca {tls.ca} is the CA that signed etcd's server certificate"
         return TlsProblem(f"{where}: its certificate could not be verified ({detail}); {advice}")
     return TlsProblem(
-        f"{where}: its certificate could not be verified against the system's CA "
-        f"certificates ({detail}); give the CA that signed it with --etcd-ca"
+        f"{where}: its certificate could not be verified against the default CA "
+        f"bundle (Python requests' certifi) ({detail}); give the CA that signed it with --etcd-ca"
     )
 
 

@@ -68,7 +68,7 @@ def parser() -> EnvArgumentParser:
         "--tls-ca",
         default="",
         help="CA certificate(s) that signed the other masters' certificates, to verify the "
-        "leader when forwarding to it (default: the system's CAs)",
+        "leader when forwarding to it (default: the CA bundle of requests, certifi)",
     )
     p.add_argument(
         "--tls-client-ca",

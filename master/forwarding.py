@@ -27,7 +27,7 @@ def forward_session(
     pool_size: int = 64, tls_ca: str = "", client_cert: tuple[str, str] | None = None
 ) -> requests.Session:
     """The HTTP session a follower forwards with: no proxy from the environment, no retries;
-    an https:// leader's certificate is verified with ``tls_ca`` (else the system's CAs),
+    an https:// leader's certificate is verified with ``tls_ca`` (else requests' certifi bundle),
     and ``client_cert`` is presented to a leader that requires one."""
     session = requests.Session()
     session.trust_env = False

@@ -18,7 +18,7 @@ def parser() -> EnvArgumentParser:
         "--tls-ca",
         default="",
         help="CA certificate(s) that signed the masters' certificates (https:// masters; "
-        "default: the system's CAs)",
+        "default: the CA bundle of requests, certifi)",
     )
     p.add_argument("--tls-cert", default="", help="client certificate for masters that require one")
     p.add_argument("--tls-key", default="", help="the private key of --tls-cert")

@@ -17,7 +17,7 @@ from flask.testing import FlaskClient
 from real_master import RealMaster, real_master
 
 from common import keys, owners
-from common.models import Network, Tenant
+from common.models import EndpointGroup, Network, Tenant
 from common.records import AllocRecord
 from plugin.app import create_app
 from plugin.driver import Driver
@@ -400,3 +400,26 @@ def test_deleting_a_network_that_has_endpoints(
     assert network_ids(master) == [f"default:{NAME}"] and endpoint_ids(master) == [EID]
     assert oper(master)["allocatedAddresses"] == ["10.5.0.1", address.split("/")[0]]
     assert datapath.removed_networks == [] and EID in datapath.ports
+
+
+def test_a_docker_network_naming_a_group_puts_its_containers_in_the_group(
+    plugin: FlaskClient, master: RealMaster
+) -> None:
+    """README: `docker network create -o tenant=T -o network=N -o group=G` for a group."""
+    master.state.put_tenant(Tenant(tenantName="blue"))
+    master.state.put_network(
+        Network(tenantName="blue", networkName="web", subnet="10.7.0.0/24", gateway="10.7.0.1")
+    )
+    master.state.put_group(
+        EndpointGroup(
+            tenantName="blue", groupName="front", networkName="web", ipPool="10.7.0.100-10.7.0.110"
+        )
+    )
+    opts = {"tenant": "blue", "network": "web", "group": "front"}
+    pool_id = ok(request_pool(plugin, "10.7.0.0/24", **opts))["PoolID"]
+    ok(request_address(plugin, pool_id, options=GW_OPTS))
+    ok(create_network(plugin, ("10.7.0.0/24", "10.7.0.1/24"), **opts))
+    ok(create_endpoint(plugin))  # Docker leaves the address to the driver here
+    ep = master.state.get_endpoint(EID)
+    assert (ep.tenantName, ep.networkName, ep.groupName) == ("blue", "web", "front")
+    assert 100 <= int(ep.ipAddress.rsplit(".", 1)[1]) <= 110  # from the group's ipPool

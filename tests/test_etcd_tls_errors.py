@@ -105,7 +105,7 @@ def test_a_wrong_ca_names_the_endpoint_and_the_ca_file() -> None:
 
 def test_without_a_ca_the_system_store_is_blamed() -> None:
     m = message(verify_failed("unable to get local issuer certificate", 20), EtcdTls())
-    assert "against the system's CA certificates" in m and "give the CA" in m
+    assert "against the default CA bundle (Python requests' certifi)" in m and "give the CA" in m
     assert "--etcd-ca" in m
 
 
