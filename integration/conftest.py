@@ -29,6 +29,18 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
     server.cleanup()
 
 
+@pytest.fixture(params=["embedded", "etcd"])
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test twice: the etcd endpoints to use ("" = the embedded store); an etcd test
+    gets the shared etcd, wiped."""
+    if request.param == "embedded":
+        yield ""
+    else:
+        etcd = request.getfixturevalue("etcd_server")
+        etcd.wipe()
+        yield etcd.endpoint
+
+
 @pytest.fixture
 def etcd_factory(tmp_path: Path) -> Iterator[Callable[..., EtcdServer]]:
     """Private etcd servers for tests that stop, kill or restart them."""

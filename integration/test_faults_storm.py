@@ -14,8 +14,6 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
 from common import keys
 from common.client import MasterError
 from common.models import AddressRequest, EndpointRequest, Network, PoolRequest
@@ -135,15 +133,10 @@ def _retry(client: MasterClient, scan: dict[str, bytes], c: int, i: int) -> dict
     return got
 
 
-@pytest.mark.parametrize("backend", ["embedded", "etcd"])
 def test_kill9_in_an_allocation_storm_leaves_whole_objects_and_idempotent_retries(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+    backend: str, tmp_path: Path
 ) -> None:
-    etcd = ""
-    if backend == "etcd":
-        server = request.getfixturevalue("etcd_server")
-        server.wipe()
-        etcd = server.endpoint
+    etcd = backend
     extra = ["--workers", "2", "--threads", "8", "--leader-ttl", "2"]
     master = MasterProcess(tmp_path / "data", etcd_endpoints=etcd, extra=extra)
     store: Store | None = None

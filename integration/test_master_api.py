@@ -15,17 +15,6 @@ import requests
 from .master import MasterProcess
 
 
-@pytest.fixture(params=["embedded", "etcd"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The etcd endpoints to use ("" = embedded); each etcd test gets its own key space."""
-    if request.param == "embedded":
-        yield ""
-    else:
-        etcd = request.getfixturevalue("etcd_server")
-        etcd.wipe()
-        yield etcd.endpoint
-
-
 @pytest.fixture
 def master(backend: str, tmp_path: Path) -> Iterator[MasterProcess]:
     m = MasterProcess(tmp_path / "master", etcd_endpoints=backend).start()
