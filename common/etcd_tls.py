@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import requests
 
+from common.http import NAME_MISMATCH, exception_chain
+
 # The server refused our certificate, or wanted one (TLS alerts as OpenSSL names them).
 _REFUSED_ALERTS = (
     "ALERT_BAD_CERTIFICATE",
@@ -28,8 +30,6 @@ _REFUSED_ALERTS = (
     "ALERT_HANDSHAKE_FAILURE",
     "ALERT_ACCESS_DENIED",
 )
-# OpenSSL's verify codes for a certificate that does not name the host (or IP) dialled.
-_NAME_MISMATCH = (62, 64)
 _TAG = re.compile(r"\[(\w+): (\w+)\]")
 
 
@@ -76,23 +76,11 @@ def file_problem(tls: EtcdTls) -> str | None:
 
 
 def ssl_error_in(exc: BaseException) -> BaseException | None:
-    """The ssl.SSLError (or requests' SSLError) somewhere in a requests exception chain."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    found: BaseException | None = None
-    while todo:
-        e = todo.pop(0)
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, ssl.SSLError):
-            return e
-        if found is None and isinstance(e, requests.exceptions.SSLError):
-            found = e
-        nxt = [getattr(e, "reason", None), e.__cause__, e.__context__]
-        nxt += [a for a in e.args if isinstance(a, BaseException)]
-        todo += [n for n in nxt if isinstance(n, BaseException)]
-    return found
+    """The ssl.SSLError (or else requests' SSLError) somewhere in a requests exception chain."""
+    chain = list(exception_chain(exc))
+    return next((e for e in chain if isinstance(e, ssl.SSLError)), None) or next(
+        (e for e in chain if isinstance(e, requests.exceptions.SSLError)), None
+    )
 
 
 def _reason(e: BaseException) -> str:
@@ -115,7 +103,7 @@ def _detail(e: BaseException) -> str:
 def _verify_failed(where: str, e: BaseException, tls: EtcdTls) -> TlsProblem:
     detail = _detail(e)
     code = getattr(e, "verify_code", None)
-    if code in _NAME_MISMATCH or "mismatch" in detail.lower():
+    if code in NAME_MISMATCH or "mismatch" in detail.lower():
         return TlsProblem(
             f"{where}: its certificate could not be verified ({detail}): etcd's server "
             "certificate must name the host or IP address given in --etcd-endpoints"

@@ -31,7 +31,7 @@ def never_sent(e: requests.RequestException) -> bool:
 NAME_MISMATCH = (62, 64)
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
     """``exc`` and every exception behind it (requests and urllib3 wrap several deep)."""
     seen: set[int] = set()
     todo: list[BaseException] = [exc]
@@ -49,7 +49,7 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 def os_reason(exc: BaseException) -> str | None:
     """The readable OS-level cause buried in a requests/urllib3 exception chain, if any:
     "connection refused", "cannot resolve host: ...", "no route to host"."""
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         if isinstance(e, ConnectionRefusedError):
             return "connection refused"
         if isinstance(e, socket.gaierror):
@@ -63,7 +63,7 @@ def os_reason(exc: BaseException) -> str | None:
 
 def tls_reason(exc: BaseException) -> str:
     """Why a TLS handshake failed, in words a user can act on."""
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         if isinstance(e, ssl.SSLCertVerificationError):
             what = getattr(e, "verify_message", None) or e.reason or "certificate verify failed"
             if getattr(e, "verify_code", None) in NAME_MISMATCH:
