@@ -3,12 +3,9 @@ and NetlinkLinks, the agent's real Links (datapath.effects)."""
 
 from __future__ import annotations
 
-import ctypes
-import fcntl
 import hashlib
 import ipaddress
 import re
-import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -112,32 +109,21 @@ def host_veths() -> list[str]:
     return sorted(n for n in names if n and n.startswith(HOST_PREFIX) and len(n) == 2 + _ID_CHARS)
 
 
-SIOCETHTOOL = 0x8946
-ETHTOOL_STXCSUM = 0x17  # set TX checksumming (struct ethtool_value)
-
-
-class _EthtoolValue(ctypes.Structure):
-    _fields_ = (("cmd", ctypes.c_uint32), ("data", ctypes.c_uint32))
-
-
-class _Ifreq(ctypes.Structure):
-    _fields_ = (
-        ("name", ctypes.c_char * 16),
-        ("data", ctypes.c_void_p),
-        ("_pad", ctypes.c_char * 16),
-    )
-
-
 def disable_tx_offload(ifname: str) -> None:
     """Userspace OVS gets partial TX checksums via AF_PACKET: make the kernel finish them.
 
-    One SIOCETHTOOL ioctl (ETHTOOL_STXCSUM off), what `ethtool -K IF tx off` does without a
-    process per endpoint; the kernel drops the features that need TX checksumming (TSO,
-    ...) with it."""
-    value = _EthtoolValue(ETHTOOL_STXCSUM, 0)
-    request = _Ifreq(ifname.encode(), ctypes.addressof(value))
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        fcntl.ioctl(sock.fileno(), SIOCETHTOOL, request)
+    One SIOCETHTOOL ioctl (ETHTOOL_STXCSUM off, through pyroute2's ethtool), what `ethtool
+    -K IF tx off` does without a process per endpoint; the kernel drops the features that
+    need TX checksumming (TSO, ...) with it."""
+    from pyroute2.ethtool.ioctl import EthtoolError, IoctlEthtool
+
+    ethtool = IoctlEthtool(ifname)
+    try:
+        ethtool.set_offload_flag("tx-checksumming", 0)
+    except EthtoolError as e:  # no such device, not supported: an OSError as the ioctl's own
+        raise OSError(f"{ifname}: cannot turn TX checksumming off ({type(e).__name__})") from e
+    finally:
+        ethtool.close()
 
 
 def wait_link(ip: IPRoute, name: str, timeout: float = 5.0) -> int:
