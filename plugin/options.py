@@ -60,9 +60,9 @@ def _host_ip(value: Any) -> str:
         address = ipaddress.ip_address(value)
     except ValueError:
         raise DriverError(f"publishing: HostIP {value!r} is not an IP address") from None
+    if address.is_unspecified:
+        return ""  # as the DNAT rules read back from the kernel say it
     if address.version == 6:
-        if address.is_unspecified:
-            return str(address)
         raise DriverError(f"publishing: HostIP {value}: IPv6 host addresses are not supported")
     return str(address)
 

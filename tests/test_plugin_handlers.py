@@ -19,9 +19,11 @@ from common.models import (
     PoolRequest,
 )
 from common.records import NetworkRecord
+from datapath.hostnat import PortMapping, dnat_rules, parse_dnat_rules
 from plugin.app import create_app
 from plugin.driver import Driver
 from plugin.master_client import MasterClient, MasterError, PoolGrant
+from plugin.options import port_bindings
 
 
 class FakeMaster:
@@ -591,3 +593,15 @@ def test_restarted_plugin_finds_a_joined_network_through_dockers_options(
     r = create_endpoint(client, {"Address": "10.7.0.9/24"})
     assert r.status_code == 200, r.get_json()
     assert master.endpoints[EID]["networkName"] == "web"
+
+
+def test_any_host_address_is_spelled_as_the_rules_read_back_from_the_kernel() -> None:
+    """0.0.0.0 and :: publish on every address: "" like parse_dnat_rules' read-back, so a
+    restarted agent's NAT inputs equal the ones it had (no iptables run for nothing)."""
+    for any_ip in ("", None, "0.0.0.0", "::"):
+        [b] = port_bindings([{"Proto": 6, "Port": 80, "HostPort": 8080, "HostIP": any_ip}], "ip")
+        assert b.host_ip == ""
+    [b] = port_bindings([{"Proto": 6, "Port": 80, "HostPort": 8080, "HostIP": "10.0.0.1"}], "ip")
+    assert b.host_ip == "10.0.0.1"
+    rules = dnat_rules([PortMapping("tcp", "", 8080, "10.5.0.9", 80)])
+    assert [m.host_ip for m in parse_dnat_rules(rules)] == [""]
