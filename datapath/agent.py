@@ -350,8 +350,7 @@ class DatapathAgent:
                     self.links.disable_tx_offload(container)
                 ep = self._state.endpoints[endpoint.id] = replace(endpoint, ofport=ofport)
                 self._apply(Change(endpoints={ep.id: endpoint_state(ep)}))
-                if ep.port_mappings or self._nat is None:
-                    self._sync_nat()
+                self._sync_nat_if(bool(ep.port_mappings))
             except BaseException:
                 self._state.endpoints.pop(endpoint.id, None)
                 self._apply(Change(endpoints={endpoint.id: None}))  # nothing if never added
@@ -365,8 +364,7 @@ class DatapathAgent:
         with self._lock:
             gone = self._remove_endpoint(endpoint_id)
             self._apply(Change(endpoints={endpoint_id: None}))
-            if (gone is not None and gone.port_mappings) or self._nat is None:
-                self._sync_nat()
+            self._sync_nat_if(gone is not None and bool(gone.port_mappings))
 
     def _remove_endpoint(self, endpoint_id: str) -> LocalEndpoint | None:
         gone = self._state.endpoints.pop(endpoint_id, None)
@@ -381,8 +379,9 @@ class DatapathAgent:
             ep = self._state.endpoints.get(endpoint_id)
             if ep is None:
                 raise ValueError(f"endpoint {endpoint_id} is not on this host")
-            self._state.endpoints[endpoint_id] = replace(ep, port_mappings=tuple(mappings))
-            self._sync_nat()
+            new = tuple(mappings)
+            self._state.endpoints[endpoint_id] = replace(ep, port_mappings=new)
+            self._sync_nat_if(new != ep.port_mappings)
 
     def endpoint_oper(self, endpoint_id: str) -> dict[str, object]:
         ep = self._state.endpoints.get(endpoint_id)
@@ -460,6 +459,12 @@ class DatapathAgent:
         delta = self._model.apply(change)
         if delta.to_add or delta.to_delete:
             self.controller.apply(delta)
+
+    def _sync_nat_if(self, changed: bool) -> None:
+        """iptables after an endpoint change that ``changed`` its published ports, or when
+        the last sync failed; an endpoint without any never scans every endpoint's."""
+        if changed or self._nat is None:
+            self._sync_nat()
 
     def _sync_nat(self, force: bool = False) -> None:
         """iptables, if its inputs changed since they were last applied (or ``force``).

@@ -107,6 +107,8 @@ def test_iptables_runs_when_networks_or_published_ports_change(agent: DatapathAg
     agent.ensure_network(NET)  # already there
     agent.create_endpoint_port(ep(2))
     assert nat_syncs(agent) == 1
+    agent.set_port_mappings(ep(2).id, [])  # Revoke of a container that published nothing
+    assert nat_syncs(agent) == 1
     agent.set_port_mappings(ep(2).id, [PortMapping("tcp", "", 8080, "10.1.0.2", 80)])
     agent.set_port_mappings(ep(2).id, [PortMapping("tcp", "", 8080, "10.1.0.2", 80)])
     assert nat_syncs(agent) == 2
