@@ -28,32 +28,69 @@ from .wait import wait_for
 ANSWER_DEADLINE = 60.0  # generous: "answered at all"
 
 
-class SlowClients:
-    """Connections that hold the server's attention: some send nothing, some trickle a
-    request's headers, some send headers and trickle the body; one byte each per round."""
+def slow_request(host: str, headers: str = "") -> tuple[bytes, bytes]:
+    """The head and body of the request a slow client sends (``headers``: extra lines)."""
+    body = json.dumps({"endpointID": "slow", "networkName": "nope"}).encode()
+    head = (
+        f"POST /api/v1/alloc/endpoints HTTP/1.1\r\nHost: {host}\r\n{headers}"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head, body
 
-    def __init__(self, host: str, port: int, count: int) -> None:
-        self.socks: list[socket.socket] = []
-        self.pending: list[bytes] = []
-        body = json.dumps({"endpointID": "slow", "networkName": "nope"}).encode()
-        head = (
-            f"POST /api/v1/alloc/endpoints HTTP/1.1\r\nHost: {host}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        for i in range(count):
-            s = socket.create_connection((host, port), timeout=10)
-            self.socks.append(s)
-            match i % 3:
-                case 0:  # connects, sends nothing
-                    self.pending.append(b"")
-                case 1:  # trickles the request line and headers
-                    self.pending.append(head + body)
-                case _:  # whole headers, then trickles the body
-                    s.sendall(head)
-                    self.pending.append(body)
+
+class SlowClients:
+    """Connections that hold the server's attention, each with the bytes it still has to
+    send, one byte each per round (see plain() and tls())."""
+
+    def __init__(self, conns: list[tuple[socket.socket, bytes]]) -> None:
+        self.socks = [s for s, _ in conns]
+        self.pending = [data for _, data in conns]
         self.rounds = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._trickle, daemon=True)
+
+    @classmethod
+    def plain(cls, host: str, port: int, count: int) -> SlowClients:
+        """Some send nothing, some trickle a request's headers, some send headers and
+        trickle the body."""
+        head, body = slow_request(host)
+        conns: list[tuple[socket.socket, bytes]] = []
+        for i in range(count):
+            s = socket.create_connection((host, port), timeout=10)
+            match i % 3:
+                case 0:  # connects, sends nothing
+                    conns.append((s, b""))
+                case 1:  # trickles the request line and headers
+                    conns.append((s, head + body))
+                case _:  # whole headers, then trickles the body
+                    s.sendall(head)
+                    conns.append((s, body))
+        return cls(conns)
+
+    @classmethod
+    def tls(cls, host: str, port: int, count: int, security: MasterSecurity) -> SlowClients:
+        """The same over TLS: some trickle the handshake's ClientHello, some complete the
+        handshake and then send nothing, trickle the request's headers, or trickle its body
+        (a byte of a TLS connection is a record of its own)."""
+        head, body = slow_request(host, f"Authorization: Bearer {security.admin}\r\n")
+        context = ssl.create_default_context(cafile=str(security.ca))
+        conns: list[tuple[socket.socket, bytes]] = []
+        # Handshakes first: the ClientHellos must not wait behind them to start trickling.
+        for i in sorted(range(count), key=lambda i: i % 4 == 0):
+            s = socket.create_connection((host, port), timeout=10)
+            if i % 4 == 0:  # trickles its ClientHello: the handshake never ends
+                conns.append((s, client_hello(host)))
+                continue
+            tls = context.wrap_socket(s, server_hostname=host)  # the handshake, whole
+            match i % 4:
+                case 1:  # sends nothing after the handshake
+                    conns.append((tls, b""))
+                case 2:  # trickles the request line and headers
+                    conns.append((tls, head + body))
+                case _:  # whole headers, then trickles the body
+                    tls.sendall(head)
+                    conns.append((tls, body))
+        return cls(conns)
 
     def _trickle(self) -> None:
         # One byte per connection per round, a round every 0.2 s: slow on purpose (the
@@ -103,43 +140,6 @@ def client_hello(host: str) -> bytes:
     return outgoing.read()
 
 
-class SlowTLSClients(SlowClients):
-    """The same, over TLS: some trickle the handshake's ClientHello, some complete the
-    handshake and then send nothing, trickle the request's headers, or trickle its body
-    (one byte each per round; a byte of a TLS connection is a record of its own)."""
-
-    def __init__(self, host: str, port: int, count: int, security: MasterSecurity) -> None:
-        self.socks = []
-        self.pending = []
-        body = json.dumps({"endpointID": "slow", "networkName": "nope"}).encode()
-        head = (
-            f"POST /api/v1/alloc/endpoints HTTP/1.1\r\nHost: {host}\r\n"
-            f"Authorization: Bearer {security.admin}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        context = ssl.create_default_context(cafile=str(security.ca))
-        # Handshakes first: the ClientHellos must not wait behind them to start trickling.
-        for i in sorted(range(count), key=lambda i: i % 4 == 0):
-            s = socket.create_connection((host, port), timeout=10)
-            if i % 4 == 0:  # trickles its ClientHello: the handshake never ends
-                self.socks.append(s)
-                self.pending.append(client_hello(host))
-                continue
-            tls = context.wrap_socket(s, server_hostname=host)  # the handshake, whole
-            self.socks.append(tls)
-            match i % 4:
-                case 1:  # sends nothing after the handshake
-                    self.pending.append(b"")
-                case 2:  # trickles the request line and headers
-                    self.pending.append(head + body)
-                case _:  # whole headers, then trickles the body
-                    tls.sendall(head)
-                    self.pending.append(body)
-        self.rounds = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._trickle, daemon=True)
-
-
 def test_slow_clients_do_not_starve_the_master(tmp_path: Path) -> None:
     """Six times more slow clients than threads; the request timeout is long, so they stay
     connected (mid-request) for the whole test."""
@@ -149,7 +149,7 @@ def test_slow_clients_do_not_starve_the_master(tmp_path: Path) -> None:
     try:
         master.start()
         assert master.api("POST", "networks/default:n1", json={"subnet": "10.92.0.0/24"}).ok
-        with SlowClients("127.0.0.1", master.port, 6 * threads) as slow:
+        with SlowClients.plain("127.0.0.1", master.port, 6 * threads) as slow:
             wait_for(lambda: slow.rounds >= 10, 60, "every slow client sent some bytes")
             for i in range(2 * threads):
                 body = {"endpointID": f"fast{i}", "networkName": "n1"}
@@ -167,7 +167,7 @@ def test_a_request_that_never_arrives_whole_is_dropped(tmp_path: Path) -> None:
     master = MasterProcess(tmp_path / "data", extra=["--request-timeout", "1"])
     try:
         master.start()
-        with SlowClients("127.0.0.1", master.port, 6) as slow:
+        with SlowClients.plain("127.0.0.1", master.port, 6) as slow:
             wait_for(lambda: slow.connected() == 0, 60, "the master closed the slow clients")
         assert requests.get(f"{master.url}/version", timeout=ANSWER_DEADLINE).ok
     finally:
@@ -185,7 +185,7 @@ def test_slow_tls_clients_do_not_starve_a_tls_master(tmp_path: Path) -> None:
         master.start()
         assert master.api("POST", "networks/default:n1", json={"subnet": "10.92.0.0/24"}).ok
         with (
-            SlowTLSClients("127.0.0.1", master.port, 6 * threads, security) as slow,
+            SlowClients.tls("127.0.0.1", master.port, 6 * threads, security) as slow,
             requests.Session() as kept_alive,  # its connection comes back through the buffer
         ):
             wait_for(lambda: slow.rounds >= 10, 60, "every slow client sent some bytes")
@@ -215,7 +215,7 @@ def test_a_tls_request_that_never_arrives_whole_is_dropped(tmp_path: Path) -> No
     master = MasterProcess(tmp_path / "data", extra=["--request-timeout", "1"], security=security)
     try:
         master.start()
-        with SlowTLSClients("127.0.0.1", master.port, 8, security) as slow:
+        with SlowClients.tls("127.0.0.1", master.port, 8, security) as slow:
             wait_for(lambda: slow.connected() == 0, 60, "the master closed the slow clients")
         assert requests.get(f"{master.url}/version", timeout=ANSWER_DEADLINE, **master.tls()).ok
     finally:
