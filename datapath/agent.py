@@ -40,6 +40,7 @@ from .local import (
     network_state,
     tunnel_port_name,
 )
+from .offloads import Offloads
 from .ovs import PortInfo
 from .pipeline import (
     ArpMode,
@@ -113,6 +114,7 @@ class DatapathAgent:
         self._ready = threading.Event()
         self.ready_timeout = 30.0
         self.datapath_type = config.datapath_type
+        self.offloads = Offloads(config.datapath_type, config.tunnels)
 
     # --- lifecycle ---
 
@@ -125,6 +127,7 @@ class DatapathAgent:
         self.ovs.ensure_bridge(
             self.config.bridge, datapath_type=self.datapath_type, controller=self.config.controller
         )
+        self.offloads.probe(self.datapath_type, self.links, self.config.bridge)
         if self.config.vlan_uplink:
             uplink = self.config.vlan_uplink
             if self.datapath_type == "netdev":
@@ -254,10 +257,15 @@ class DatapathAgent:
 
     def switch_connected(self) -> None:
         """The switch (re)connected. After an ovs-vswitchd restart the gateway internal
-        ports are new kernel devices without their addresses: put them back."""
+        ports are new kernel devices without their addresses: put them back (and read
+        again whether the new ovs-vswitchd has userspace TSO)."""
         if not self._ready.is_set():
             return  # resync addresses them
         with self._lock:
+            try:
+                self.offloads.probe(self.datapath_type or "", self.links, self.config.bridge)
+            except OSError:
+                log.exception("cannot read the offloads of bridge %s", self.config.bridge)
             for net in list(self._state.networks.values()):
                 try:
                     self._address_gateway(net)
@@ -346,7 +354,7 @@ class DatapathAgent:
                     host,
                     external_ids={EXT_ENDPOINT: endpoint.id, EXT_NETWORK: endpoint.network_id},
                 )
-                if self.datapath_type == "netdev":
+                if not self.offloads.keeps(net.encap):
                     self.links.disable_tx_offload(container)
                 ep = self._state.endpoints[endpoint.id] = replace(endpoint, ofport=ofport)
                 self._apply(Change(endpoints={ep.id: endpoint_state(ep)}))

@@ -42,6 +42,11 @@ class Links(Protocol):
         """Make the kernel finish TX checksums on an interface (userspace OVS needs it)."""
         ...
 
+    def switch_tso(self, bridge: str) -> bool:
+        """Whether ovs-vswitchd runs with userspace TSO, read from the bridge's internal
+        port: it turns on that tap's TX checksumming and TSO only then."""
+        ...
+
     def address_gateway(self, ifname: str, mtu: int, addresses: Sequence[str]) -> None:
         """Wait for a gateway port to appear, set its MTU, bring it up and make its
         addresses ("10.1.0.1/24") be there (idempotent)."""

@@ -126,6 +126,19 @@ def disable_tx_offload(ifname: str) -> None:
         ethtool.close()
 
 
+def tx_checksumming(ifname: str) -> bool:
+    """Whether ``ifname`` has TX checksumming on (ethtool offload flags, by ioctl)."""
+    from pyroute2.ethtool.ioctl import EthtoolError, IoctlEthtool
+
+    ethtool = IoctlEthtool(ifname)
+    try:
+        return bool(ethtool.get_offload_flags()["tx-checksumming"])
+    except EthtoolError as e:
+        raise OSError(f"{ifname}: cannot read its offloads ({type(e).__name__})") from e
+    finally:
+        ethtool.close()
+
+
 def wait_link(ip: IPRoute, name: str, timeout: float = 5.0) -> int:
     """The index of ``name``; OVS creates internal ports asynchronously, so wait for it."""
     deadline = time.monotonic() + timeout
@@ -172,6 +185,11 @@ class NetlinkLinks:
 
     def disable_tx_offload(self, ifname: str) -> None:
         disable_tx_offload(ifname)
+
+    def switch_tso(self, bridge: str) -> bool:
+        with IPRoute() as ip:
+            wait_link(ip, bridge)
+        return tx_checksumming(bridge)
 
     def address_gateway(self, ifname: str, mtu: int, addresses: Sequence[str]) -> None:
         address_link(ifname, mtu, addresses)

@@ -79,7 +79,7 @@ class SimHost:
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.ovs = OvsInstance(f"{self.tag}h{self.index}", self.workdir / "ovs")
+        self.ovs = OvsInstance(f"{self.tag}h{self.index}", self.workdir / "ovs", userspace_tso=True)
 
     @property
     def name(self) -> str:
@@ -542,6 +542,47 @@ class Cluster:
             host.docker("inspect", "-f", "{{json .NetworkSettings.Networks}}", container)
         )
         return str(next(iter(nets.values()))["IPAddress"])
+
+    @staticmethod
+    def tx_offloads(host: SimHost, container: str) -> bool:
+        """Whether the container's eth0 has TX checksumming on."""
+        pid = host.docker("inspect", "-f", "{{.State.Pid}}", container).strip()
+        features = sh("nsenter", "-t", pid, "-n", "ethtool", "-k", "eth0").stdout
+        return "tx-checksumming: on" in features
+
+    def bulk_tcp(
+        self, src: tuple[SimHost, str], dst: tuple[SimHost, str], port: int, mib: int = 16
+    ) -> int:
+        """Send ``mib`` MiB over one TCP connection from a container (or, with container
+        "", the host itself, through its gateway port) to a container; the bytes the
+        receiver counted. (nc's stdin stays open: busybox nc ends at its stdin's end.)"""
+        (sender, s), (receiver, d) = src, dst
+        server = f"sleep 120 | nc -l -p {port} | wc -c > /tmp/got{port}"
+        receiver.docker("exec", "-d", d, "sh", "-c", server)
+        tables = ("cat", "/proc/net/tcp", "/proc/net/tcp6")
+        wait_for(
+            lambda: f":{port:04X} " in receiver.docker("exec", d, *tables),
+            10,
+            f"{receiver.name}: nc in {d} listens on {port}",
+        )
+        target = self.ip_of(receiver, d)
+        if s:
+            client = f"dd if=/dev/zero bs=1M count={mib} | nc -w 3 {target} {port}"
+            sender.docker("exec", s, "sh", "-c", client, timeout=120)
+        else:
+            send = (
+                "import socket,sys\n"
+                "with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20) as c:\n"
+                "    [c.sendall(bytes(1 << 20)) for _ in range(int(sys.argv[3]))]\n"
+            )
+            sender.ns(sys.executable, "-c", send, target, str(port), str(mib))
+
+        def got() -> str:
+            return receiver.docker_res("exec", d, "cat", f"/tmp/got{port}").stdout.strip()
+
+        with contextlib.suppress(TimeoutError):
+            wait_for(lambda: got() == str(mib << 20), 30, f"{d} received {mib} MiB")
+        return int(got() or 0)
 
     @staticmethod
     def ping(host: SimHost, container: str, target: str, count: int = 2) -> bool:

@@ -51,9 +51,10 @@ class OvsInstance:
     """ovsdb-server + userspace ovs-vswitchd, private to one new network namespace and one
     work directory, so neither a system-wide OVS nor another test's OVS is touched."""
 
-    def __init__(self, netns_name: str, workdir: Path) -> None:
+    def __init__(self, netns_name: str, workdir: Path, userspace_tso: bool = False) -> None:
         self.netns = netns_name
         self.workdir = Path(workdir)
+        self.userspace_tso = userspace_tso  # as scripts/host-daemons.sh starts it
         self.db_file = self.workdir / "conf.db"
         self.db_sock = self.workdir / "db.sock"
         self.ovsdb_ctl = self.workdir / "ovsdb-server.ctl"
@@ -92,6 +93,14 @@ class OvsInstance:
             )
             wait_for(self.db_sock.exists, timeout, "ovsdb-server made its socket", interval=0.05)
             self.vsctl("--no-wait", "init")
+            if self.userspace_tso:
+                self.vsctl(
+                    "--no-wait",
+                    "set",
+                    "Open_vSwitch",
+                    ".",
+                    "other_config:userspace-tso-enable=true",
+                )
             self.start_vswitchd(timeout)
         except BaseException:
             self.stop()

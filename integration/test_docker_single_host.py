@@ -570,3 +570,41 @@ def test_ovs_vswitchd_restart_restores_the_datapath(
     restart_ovs_vswitchd(cleanup=True)
     wait_for(lambda: ping(a, "10.76.0.1", count=1), 20, f"{a} reaches its gateway again")
     assert ping(a, "10.76.0.1") and ping(a, ip_of(b))
+
+
+def offloads_on(ifname: str, pid: int | None = None) -> bool:
+    """Whether ``ifname`` (in the network namespace of ``pid``) has TX checksumming on."""
+    where = ("nsenter", "-t", str(pid), "-n") if pid else ()
+    out = sh(*where, "ethtool", "-k", ifname).stdout
+    return "tx-checksumming: on" in out
+
+
+def test_bulk_tcp_with_the_offloads_the_switch_takes(
+    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+) -> None:
+    """64 MiB container to container and host to container, whatever the running
+    ovs-vswitchd has: with userspace TSO the containers keep TX offloads (one host, no
+    tunnel), without it they finish their checksums (else TCP fails)."""
+    net = network(names, "10.74.0.0/24", "--gateway", "10.74.0.1")
+    a, b = run(names, net), run(names, net)
+    switch_tso = offloads_on("netplugin")  # ovs-vswitchd sets its own tap's offloads
+    pid = int(sh("docker", "inspect", "-f", "{{.State.Pid}}", a).stdout)
+    assert offloads_on("eth0", pid) == switch_tso
+    size = 64 << 20
+    # nc's stdin stays open: busybox nc ends the connection when its stdin ends.
+    sh("docker", "exec", "-d", b, "sh", "-c", "sleep 60 | nc -l -p 9000 | wc -c > /tmp/got")
+    wait_for(lambda: listening(b, 9000), 10, f"nc in {b} listens on 9000")
+    sh("docker", "exec", a, "sh", "-c", f"dd if=/dev/zero bs=1M count=64 | nc -w 5 {ip_of(b)} 9000")
+    got = lambda: sh("docker", "exec", b, "cat", "/tmp/got", check=False).stdout.strip()  # noqa: E731
+    wait_for(lambda: got() == str(size), 30, f"{b} received {size} bytes (has {got()!r})")
+    # The host's own packets come in through the gateway's tap, with its offloads.
+    sh("docker", "exec", "-d", b, "sh", "-c", "sleep 60 | nc -l -p 9001 | wc -c > /tmp/got2")
+    wait_for(lambda: listening(b, 9001), 10, f"nc in {b} listens on 9001")
+    import socket
+
+    with socket.create_connection((ip_of(b), 9001), timeout=10) as conn:
+        chunk = bytes(1 << 20)
+        for _ in range(64):
+            conn.sendall(chunk)
+    got2 = lambda: sh("docker", "exec", b, "cat", "/tmp/got2", check=False).stdout.strip()  # noqa: E731
+    wait_for(lambda: got2() == str(size), 30, f"{b} received {size} bytes from the host")

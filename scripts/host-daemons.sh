@@ -116,10 +116,20 @@ ovs_start_manual() {
     ovs-version="$(ovs-vswitchd --version | awk '/Open vSwitch/{print $NF}')" \
     external-ids:system-id="\"$(cat "$idfile")\"" external-ids:rundir="\"$OVS_RUNDIR\""
   if ! pid_alive "$OVS_RUNDIR/ovs-vswitchd.pid" ovs-vswitchd; then
+    ovs_userspace_tso
     ovs-vswitchd unix:"$OVS_RUNDIR/db.sock" -vconsole:emer -vsyslog:err -vfile:info \
       --pidfile="$OVS_RUNDIR/ovs-vswitchd.pid" --detach --monitor --no-chdir \
       --log-file="$OVS_LOGDIR/ovs-vswitchd.log" 9>&-
   fi
+}
+
+# The userspace datapath (no kernel module): TCP segmentation offload through OVS, read
+# only when ovs-vswitchd starts, so set before it does. netplugin reads whether the running
+# ovs-vswitchd has it and keeps container offloads off where OVS 3.1 cannot take them.
+ovs_userspace_tso() {
+  modprobe -q openvswitch 2>/dev/null || true
+  [ -d /sys/module/openvswitch ] ||
+    ovs-vsctl --no-wait set Open_vSwitch . other_config:userspace-tso-enable=true
 }
 
 ovs_start() {
@@ -130,7 +140,9 @@ ovs_start() {
     # with --detach --monitor. Its `ulimit -n 65535` may fail in containers: harmless.
     # --no-record-hostname: otherwise it leaves a background `ovs-vsctl` child behind in
     # the caller's session.
-    out=$("$OVS_CTL" start --system-id=random --no-record-hostname 2>&1 9>&-) || rc=$?
+    out=$("$OVS_CTL" start --no-ovs-vswitchd --system-id=random --no-record-hostname 2>&1 9>&-) &&
+      ovs_userspace_tso &&
+      out=$("$OVS_CTL" start --no-ovsdb-server --no-record-hostname 2>&1 9>&-) || rc=$?
     if [ "$rc" != 0 ] || ! ovs_ok; then
       echo "host-daemons: ovs-ctl start failed (rc=$rc), starting by hand:" >&2
       printf '%s\n' "$out" | tail -n 20 >&2

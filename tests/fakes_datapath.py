@@ -106,6 +106,7 @@ class FakeLinks:
         self.addressed: list[str] = []  # gateway ports, in the order they were addressed
         self.gateways: dict[str, tuple[int, tuple[str, ...]]] = {}  # name -> (MTU, addresses)
         self.isolate_error: OSError | None = None
+        self.tso = False  # what switch_tso reports: ovs-vswitchd's userspace TSO
 
     def create_veth(self, endpoint_id: str, mac: str, mtu: int) -> tuple[str, str]:
         host, container = veth_names(endpoint_id)
@@ -134,6 +135,9 @@ class FakeLinks:
 
     def disable_tx_offload(self, ifname: str) -> None:
         self.offloaded.append(ifname)
+
+    def switch_tso(self, bridge: str) -> bool:
+        return self.tso
 
     def address_gateway(self, ifname: str, mtu: int, addresses: Sequence[str]) -> None:
         self.addressed.append(ifname)

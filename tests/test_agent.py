@@ -10,6 +10,7 @@ from fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
 
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.hostnat import DNAT_CHAIN, PortMapping, dnat_rules
+from datapath.offloads import keeps_offloads
 from datapath.ovs import PortInfo, detect_datapath_type
 from datapath.pipeline import ETH_TYPE_ARP, ETH_TYPE_IPV4, RemoteEndpointState, TunnelState
 from datapath.veth import veth_names
@@ -109,6 +110,53 @@ def test_endpoint_ports_on_netdev_finish_their_checksums(world: dict[str, Any]) 
     agent.resync([NET], [])
     container = agent.create_endpoint_port(EP)
     assert links.offloaded == [container]
+
+
+VLAN_NET = LocalNetwork(
+    id="default:v1", tag=40, subnet="10.4.0.0/24", gateway="10.4.0.1", encap="vlan"
+)
+VLAN_EP = LocalEndpoint(
+    id="cd" * 32, network_id="default:v1", mac="02:42:0a:04:00:02", ipv4="10.4.0.2"
+)
+
+
+def test_offloads_stay_where_the_switch_can_take_them() -> None:
+    assert keeps_offloads("system", False, "vxlan", True)  # the kernel handles both
+    assert not keeps_offloads("netdev", False, "vlan", False)  # partial checksums: TCP fails
+    assert keeps_offloads("netdev", True, "vlan", True)  # a VLAN uplink segments
+    assert keeps_offloads("netdev", True, "vxlan", False)  # no VTEP: the traffic stays here
+    assert not keeps_offloads("netdev", True, "vxlan", True)  # userspace VXLAN cannot segment
+
+
+def test_with_userspace_tso_only_tunnelled_networks_lose_offloads(
+    world: dict[str, Any],
+) -> None:
+    agent, links = world["agent"], world["fake_links"]
+    links.tso = True
+    agent.start()
+    assert agent.offloads.switch_tso
+    agent.resync([NET, VLAN_NET], [])
+    # The VXLAN network spans hosts: its containers finish their checksums. Gateway taps
+    # keep theirs (their packets never enter a tunnel).
+    vxlan_container = agent.create_endpoint_port(EP)
+    vlan_container = agent.create_endpoint_port(VLAN_EP)
+    assert links.offloaded == [vxlan_container] and vlan_container != vxlan_container
+
+
+def test_a_switch_restarted_without_tso_turns_offloads_off_again(
+    world: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    agent, links = world["agent"], world["fake_links"]
+    links.tso = True
+    agent.start()
+    agent.resync([VLAN_NET], [])
+    assert agent.create_endpoint_port(VLAN_EP) not in links.offloaded
+    links.tso = False
+    agent.switch_connected()
+    assert not agent.offloads.switch_tso
+    assert "restarted" in caplog.text and "userspace-tso-enable" in caplog.text
+    agent.delete_endpoint_port(VLAN_EP.id)
+    assert agent.create_endpoint_port(VLAN_EP) in links.offloaded
 
 
 def test_gateways_get_the_networks_mtu_and_addresses(world: dict[str, Any]) -> None:
