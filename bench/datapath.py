@@ -13,11 +13,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import requests_unixsocket
-
+from bench.scaling import DockerCalls, pct, scaling
 from datapath.flowmodel import Change, FlowModel
 from datapath.flows import diff
 from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
+from datapath.veth import tx_checksumming
 from integration.host import TEST_LABEL
 
 IMAGE = "netplugin-test/busybox"
@@ -37,59 +37,21 @@ def docker_run_seconds(network: str, runs: int) -> list[float]:
     return out
 
 
-def _pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
-
-
-def driver_latency(socket_path: str, network_id: str, pool_id: str, n: int) -> dict[str, float]:
-    """Docker's call sequence straight at the plugin socket: RequestAddress, CreateEndpoint+Join."""
-    s = requests_unixsocket.Session()
-    base = "http+unix://" + socket_path.replace("/", "%2F")
+def driver_latency(calls: DockerCalls, n: int) -> dict[str, float]:
+    """Docker's call sequence straight at the plugin socket, one endpoint at a time:
+    RequestAddress, CreateEndpoint+Join (timed), then Leave, DeleteEndpoint, ReleaseAddress."""
     req_addr: list[float] = []
     create_join: list[float] = []
     for _ in range(n):
-        eid = uuid.uuid4().hex * 2
-        t0 = time.perf_counter()
-        r = s.post(
-            f"{base}/IpamDriver.RequestAddress",
-            data=json.dumps({"PoolID": pool_id, "Address": "", "Options": None}),
-        )
-        t1 = time.perf_counter()
-        addr = r.json()["Address"]
-        body = {
-            "NetworkID": network_id,
-            "EndpointID": eid,
-            "Interface": {"Address": addr},
-            "Options": None,
-        }
-        s.post(f"{base}/NetworkDriver.CreateEndpoint", data=json.dumps(body)).raise_for_status()
-        s.post(
-            f"{base}/NetworkDriver.Join",
-            data=json.dumps(
-                {"NetworkID": network_id, "EndpointID": eid, "SandboxKey": "", "Options": None}
-            ),
-        ).raise_for_status()
-        t2 = time.perf_counter()
-        req_addr.append(t1 - t0)
-        create_join.append(t2 - t1)
-        s.post(
-            f"{base}/NetworkDriver.Leave",
-            data=json.dumps({"NetworkID": network_id, "EndpointID": eid}),
-        )
-        s.post(
-            f"{base}/NetworkDriver.DeleteEndpoint",
-            data=json.dumps({"NetworkID": network_id, "EndpointID": eid}),
-        )
-        s.post(
-            f"{base}/IpamDriver.ReleaseAddress",
-            data=json.dumps({"PoolID": pool_id, "Address": addr}),
-        )
+        ra, cj, eid, addr = calls.one()
+        req_addr.append(ra)
+        create_join.append(cj)
+        calls.remove(eid, addr)
     return {
-        "request_address_p50_ms": _pct(req_addr, 50) * 1000,
-        "request_address_p99_ms": _pct(req_addr, 99) * 1000,
-        "create_join_p50_ms": _pct(create_join, 50) * 1000,
-        "create_join_p99_ms": _pct(create_join, 99) * 1000,
+        "request_address_p50_ms": pct(req_addr, 50) * 1000,
+        "request_address_p99_ms": pct(req_addr, 99) * 1000,
+        "create_join_p50_ms": pct(create_join, 50) * 1000,
+        "create_join_p99_ms": pct(create_join, 99) * 1000,
         "n": n,
     }
 
@@ -383,7 +345,10 @@ def run(workdir: Path) -> dict[str, Any]:
         docker_run_seconds(bridge, 2)
         np_runs, br_runs = docker_run_seconds(ours, runs), docker_run_seconds(bridge, runs)
         nid = _sh("docker", "network", "inspect", "-f", "{{.Id}}", ours).strip()
-        latency = driver_latency(SOCKET, nid, "default:10.150.0.0/16", 200)
+        calls = DockerCalls(SOCKET, nid, "default:10.150.0.0/16")
+        latency = driver_latency(calls, 200)
+        assert plugin.proc is not None
+        scale = scaling(calls, plugin.proc.pid)
         np_gbps, br_gbps = iperf_gbps(ours), iperf_gbps(bridge)
         return {
             "docker_run": {
@@ -392,6 +357,8 @@ def run(workdir: Path) -> dict[str, Any]:
                 "runs": runs,
             },
             "latency": latency,
+            "scaling": scale,
+            "switch_tso": tx_checksumming("netplugin"),
             "iperf": {"netplugin": np_gbps, "bridge": br_gbps},
             "flows": flow_compile(),
             "reconcile": reconcile_round_trip(workdir),

@@ -38,7 +38,6 @@ from .local import (
     gateway_addresses,
     gateway_mac,
     network_state,
-    tunnel_port_name,
 )
 from .offloads import Offloads
 from .ovs import PortInfo
@@ -50,6 +49,7 @@ from .pipeline import (
     TunnelState,
     compile_flows,
 )
+from .tunnels import EXT_TUNNEL, ensure_tunnels, present_tunnels
 from .veth import NetlinkLinks, veth_names
 
 __all__ = [
@@ -65,14 +65,12 @@ __all__ = [
     "LocalNetwork",
     "gateway_addresses",
     "gateway_mac",
-    "tunnel_port_name",
 ]
 
 log = logging.getLogger(__name__)
 
 EXT_ENDPOINT = "netplugin-endpoint"
 EXT_NETWORK = "netplugin-network"
-EXT_TUNNEL = "netplugin-tunnel"  # value: the peer host
 EXT_UPLINK = "netplugin-uplink"
 
 
@@ -113,6 +111,7 @@ class DatapathAgent:
         # flows of endpoints we have not re-read yet.
         self._ready = threading.Event()
         self.ready_timeout = 30.0
+        self.flow_timeout = 2.0  # how long a new endpoint waits for its flows on the switch
         self.datapath_type = config.datapath_type
         self.offloads = Offloads(config.datapath_type, config.tunnels)
 
@@ -184,11 +183,7 @@ class DatapathAgent:
             if peers is not None:
                 self._ensure_tunnels(peers, ports)
             else:  # adopt what is there, so the flows keep using it
-                self._state.tunnels = {
-                    info.external_ids[EXT_TUNNEL]: info.ofport
-                    for info in ports.values()
-                    if EXT_TUNNEL in info.external_ids and info.ofport and info.ofport > 0
-                }
+                self._state.tunnels = present_tunnels(ports)
             self._ready.set()
             removed = 0
             keep = {veth_names(e)[0] for e in wanted} | {
@@ -227,33 +222,10 @@ class DatapathAgent:
             self._apply(self._cluster_change())
 
     def _ensure_tunnels(self, peers: Mapping[str, str], ports: Mapping[str, PortInfo]) -> None:
-        """Add a tunnel per peer (kept when it exists), delete the tunnels of peers gone."""
         if peers and not self.config.tunnels:
             log.warning("%d peer host(s) but no --vtep-ip here: VXLAN stays local", len(peers))
             peers = {}
-        wanted = {tunnel_port_name(ip): (host, ip) for host, ip in peers.items()}
-        tunnels: dict[str, int] = {}
-        for name, (host, ip) in sorted(wanted.items()):
-            info = ports.get(name)
-            if info is not None and info.external_ids.get(EXT_TUNNEL) == host and info.ofport:
-                tunnels[host] = info.ofport
-                continue
-            try:
-                tunnels[host] = self.ovs.add_port(
-                    self.config.bridge,
-                    name,
-                    type="vxlan",
-                    options={"remote_ip": ip, "key": "flow"},
-                    external_ids={EXT_TUNNEL: host},
-                )
-                log.info("tunnel %s to host %s (%s)", name, host, ip)
-            except RuntimeError as e:
-                log.error("host %s: cannot add tunnel %s to %s: %s", host, name, ip, e)
-        for name, info in ports.items():
-            if EXT_TUNNEL in info.external_ids and name not in wanted:
-                self.ovs.del_port(self.config.bridge, name)
-                log.info("tunnel %s to host %s removed", name, info.external_ids[EXT_TUNNEL])
-        self._state.tunnels = tunnels
+        self._state.tunnels = ensure_tunnels(self.ovs, self.config.bridge, peers, ports)
 
     def switch_connected(self) -> None:
         """The switch (re)connected. After an ovs-vswitchd restart the gateway internal
@@ -357,7 +329,7 @@ class DatapathAgent:
                 if not self.offloads.keeps(net.encap):
                     self.links.disable_tx_offload(container)
                 ep = self._state.endpoints[endpoint.id] = replace(endpoint, ofport=ofport)
-                self._apply(Change(endpoints={ep.id: endpoint_state(ep)}))
+                generation = self._apply(Change(endpoints={ep.id: endpoint_state(ep)}))
                 self._sync_nat_if(bool(ep.port_mappings))
             except BaseException:
                 self._state.endpoints.pop(endpoint.id, None)
@@ -365,7 +337,21 @@ class DatapathAgent:
                 self.ovs.del_port(self.config.bridge, host)
                 self.links.delete_veth(endpoint.id)
                 raise
-            return container
+        # Outside the lock: the container starts once this returns, and its first packets
+        # need its flows on the switch, not just sent.
+        self._await_flows(generation, f"endpoint {endpoint.id[:12]}")
+        return container
+
+    def _await_flows(self, generation: int | None, what: str) -> None:
+        if generation is None:
+            return
+        if self.controller.wait_reconciled(generation, self.flow_timeout) is None:
+            log.warning(
+                "%s: its flows are not confirmed on the switch within %.0f s (is ovs-vswitchd "
+                "connected to the controller?); they are installed when it is",
+                what,
+                self.flow_timeout,
+            )
 
     def delete_endpoint_port(self, endpoint_id: str) -> None:
         self._wait_ready()
@@ -462,11 +448,13 @@ class DatapathAgent:
             **change,
         )
 
-    def _apply(self, change: Change) -> None:
-        """Recompile what the change touches; the controller sends only the delta."""
+    def _apply(self, change: Change) -> int | None:
+        """Recompile what the change touches; the controller sends only the delta. The
+        generation to wait for, if anything was sent."""
         delta = self._model.apply(change)
         if delta.to_add or delta.to_delete:
-            self.controller.apply(delta)
+            return self.controller.apply(delta)
+        return None
 
     def _sync_nat_if(self, changed: bool) -> None:
         """iptables after an endpoint change that ``changed`` its published ports, or when

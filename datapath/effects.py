@@ -109,3 +109,7 @@ class OpenFlow(Protocol):
     def resync(self) -> int:
         """Read the switch back and diff it against the desired flows; the generation."""
         ...
+
+    def wait_reconciled(self, generation: int | None = None, timeout: float = 10.0) -> Any:
+        """Wait until the switch holds (at least) ``generation``; None on timeout."""
+        ...

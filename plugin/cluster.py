@@ -68,6 +68,11 @@ class PrefixMirror(Generic[R]):
         with self._lock:
             return dict(self._data)
 
+    def get(self, name: str) -> R | None:
+        """One value by its key without the prefix (None if absent)."""
+        with self._lock:
+            return self._data.get(name)
+
     def _decoded(self, kv: KV) -> R | None:
         try:
             return self.decoder(kv.value)

@@ -55,6 +55,12 @@ def local_network(record: NetworkRecord) -> LocalNetwork:
     )
 
 
+def _mirrored_network(view: ClusterView, tenant: str, name: str) -> Network | None:
+    """A network's config from the agent's mirror of the store (None until it arrives)."""
+    record = view.networks.get(keys.network(tenant, name)[len(keys.NETWORKS) :])
+    return record.config if record is not None else None
+
+
 def local_endpoint(ep: Endpoint) -> LocalEndpoint:
     """One of this host's endpoints as the datapath wants it."""
     return LocalEndpoint(
@@ -355,6 +361,7 @@ def run(args: Any) -> None:
         mtu=args.mtu,
         docker_name=docker.name,
         docker_options=docker.options,
+        local_network=lambda tenant, name: _mirrored_network(view, tenant, name),
     )
     app = create_app(driver)
     server = make_socket_server(args.socket, app)

@@ -78,6 +78,7 @@ class PluggedEndpoint:
     ifname: str
     ipv4: str
     ipv6: str
+    network: Network | None = None  # as it was at CreateEndpoint: Join answers from it
 
 
 class Driver:
@@ -89,7 +90,11 @@ class Driver:
         mtu: int = 1450,
         docker_name: Callable[[str], str | None] | None = None,
         docker_options: Callable[[str], dict[str, str] | None] | None = None,
+        local_network: Callable[[str, str], Network | None] | None = None,
     ) -> None:
+        # The agent's mirror of the cluster's networks (tenant, name) -> Network: read there
+        # first, the master asked only for what the mirror does not have yet.
+        self.local_network = local_network
         # Docker's CreateNetwork carries no name: docker_name(network_id) asks dockerd later.
         self.docker_name = docker_name
         # The -o options dockerd keeps for a network: after a restart they tell which cluster
@@ -129,6 +134,11 @@ class Driver:
 
     def _network(self, network_id: str) -> tuple[NetworkRef, Network]:
         ref = self._ref(network_id)
+        mirrored = self.local_network(ref.tenant, ref.name) if self.local_network else None
+        # Only the docker network it was made for: a network deleted and made again under
+        # the same name is another docker network, and the mirror may still hold the old one.
+        if mirrored is not None and mirrored.dockerNetworkID == network_id:
+            return ref, mirrored
         return ref, self.master.get_network(ref.tenant, ref.name)
 
     def create_network(self, req: s.CreateNetwork) -> dict[str, Any]:
@@ -276,7 +286,7 @@ class Driver:
             raise DriverError(
                 f"endpoint {req.EndpointID}: the datapath could not plug it: {failure}", 500
             ) from failure
-        self._endpoints[req.EndpointID] = PluggedEndpoint(req.NetworkID, ifname, ipv4, ipv6)
+        self._endpoints[req.EndpointID] = PluggedEndpoint(req.NetworkID, ifname, ipv4, ipv6, net)
         # Docker fails and rolls back if we set a field it already set: reply with empty ones only.
         reply: dict[str, str] = {}
         if not iface.Address and ipv4:
@@ -301,8 +311,11 @@ class Driver:
         return {}
 
     def join(self, req: s.Join) -> dict[str, Any]:
-        _, net = self._network(req.NetworkID)
         ep = self._endpoints.get(req.EndpointID)
+        if ep is not None and ep.network is not None:
+            net = ep.network
+        else:
+            _, net = self._network(req.NetworkID)
         if ep is None:
             # A restarted plugin: ask the master, and let the datapath find the existing port.
             m = self.master.get_endpoint(req.EndpointID)
@@ -311,7 +324,7 @@ class Driver:
             ifname = self.datapath.create_endpoint_port(
                 req.EndpointID, net, mac, ipv4, ipv6, self.mtu
             )
-            ep = PluggedEndpoint(req.NetworkID, ifname, ipv4, ipv6)
+            ep = PluggedEndpoint(req.NetworkID, ifname, ipv4, ipv6, net)
             self._endpoints[req.EndpointID] = ep
         reply: dict[str, Any] = {
             "InterfaceName": {"SrcName": ep.ifname, "DstPrefix": "eth"},

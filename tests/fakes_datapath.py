@@ -59,6 +59,8 @@ class FakeController:
         self.full: list[set[Flow]] = []  # what each set_desired gave
         self.deltas: list[FlowDiff] = []  # what each apply gave
         self.resyncs = 0  # full read-backs asked for
+        self.waited: list[int | None] = []  # the generations waited for
+        self.switch_down = False  # wait_reconciled times out
 
     def set_desired(self, flows: Iterable[Flow]) -> int:
         self.full.append(set(flows))
@@ -78,6 +80,10 @@ class FakeController:
     def resync(self) -> int:
         self.resyncs += 1
         return len(self.pushed)
+
+    def wait_reconciled(self, generation: int | None = None, timeout: float = 10.0) -> Any:
+        self.waited.append(generation)
+        return None if self.switch_down else object()
 
 
 class FakeIptables:

@@ -302,3 +302,17 @@ def test_datapath_type_is_system_only_with_the_kernel_module(tmp_path: Any) -> N
     other = tmp_path / "other"
     (other / "module/openvswitch").mkdir(parents=True)
     assert detect_datapath_type(other) == "system"
+
+
+def test_a_new_endpoint_returns_once_its_flows_are_on_the_switch(
+    world: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    agent, ctl = world["agent"], world["ctl"]
+    agent.resync([NET], [])
+    agent.create_endpoint_port(EP)
+    assert ctl.waited == [len(ctl.pushed)]  # the generation of its own delta
+    agent.delete_endpoint_port(EP.id)
+    ctl.switch_down = True  # the switch is away: the endpoint is still made, and said so
+    agent.create_endpoint_port(EP)
+    assert "not confirmed on the switch" in caplog.text
+    assert veth_names(EP.id)[0] in world["ovs"].ports

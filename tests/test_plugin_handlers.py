@@ -605,3 +605,40 @@ def test_any_host_address_is_spelled_as_the_rules_read_back_from_the_kernel() ->
     assert b.host_ip == "10.0.0.1"
     rules = dnat_rules([PortMapping("tcp", "", 8080, "10.5.0.9", 80)])
     assert [m.host_ip for m in parse_dnat_rules(rules)] == [""]
+
+
+def test_endpoint_calls_read_the_network_from_the_agents_mirror(
+    master: FakeMaster, datapath: FakeDatapath
+) -> None:
+    """CreateEndpoint reads the network from the mirror of the store when it holds this very
+    docker network, else from the master; Join answers from what CreateEndpoint read."""
+    mirror: dict[tuple[str, str], Network] = {}
+    driver = Driver(
+        master,  # type: ignore[arg-type]
+        datapath,  # type: ignore[arg-type]
+        host="host1",
+        local_network=lambda tenant, name: mirror.get((tenant, name)),
+    )
+    client = create_app(driver).test_client()
+    create_network(client)
+    asked: list[str] = []
+    real = master.get_network
+    master.get_network = lambda t, n: asked.append(n) or real(t, n)  # type: ignore[method-assign]
+    ids = {"NetworkID": NID, "EndpointID": EID}
+    join = {**ids, "SandboxKey": "/var/run/docker/netns/x", "Options": None}
+
+    def run_and_stop() -> dict[str, Any]:
+        assert create_endpoint(client, {"Address": "10.5.0.9/24"}).status_code == 200
+        joined = call(client, "NetworkDriver.Join", join).get_json()
+        assert call(client, "NetworkDriver.DeleteEndpoint", ids).status_code == 200
+        return joined
+
+    assert run_and_stop()["Gateway"] == "10.5.0.1" and len(asked) == 1  # not mirrored yet
+    net = real("default", NID[:12])
+    assert net.dockerNetworkID == NID
+    mirror[("default", NID[:12])] = net
+    assert run_and_stop()["Gateway"] == "10.5.0.1" and len(asked) == 1  # the mirror answered
+    # The mirror still holds a deleted network of the same name: another docker network.
+    mirror[("default", NID[:12])] = net.model_copy(update={"dockerNetworkID": "e" * 64})
+    run_and_stop()
+    assert len(asked) == 2
