@@ -140,6 +140,21 @@ def _ms(seconds: list[float]) -> float:
     return statistics.median(seconds) * 1000
 
 
+class _SendsWhenWaited:
+    """The controller without its worker thread: the agent's wait for an endpoint's flows
+    runs the controller's turn that sends them (to the fake switch, which answers at once)."""
+
+    def __init__(self, ctl: Any) -> None:
+        self.ctl = ctl
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.ctl, name)
+
+    def wait_reconciled(self, generation: int | None = None, timeout: float = 10.0) -> Any:
+        self.ctl._run_once()
+        return self.ctl.wait_reconciled(generation, 0)
+
+
 def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -> dict[int, Any]:
     """What one more endpoint costs beside ``standing`` ones (10 networks), in-process: no
     docker, OVS, netlink or iptables (the unit tests' fakes and fake switch stand in).
@@ -209,7 +224,11 @@ def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -
         agent_switch = FakeSwitch(agent_ctl)
         agent_ctl._on_connect(agent_switch)
         agent = DatapathAgent(
-            AgentConfig(datapath_type="system"), FakeOvs(), agent_ctl, FakeIptables(), FakeLinks()
+            AgentConfig(datapath_type="system"),
+            FakeOvs(),
+            _SendsWhenWaited(agent_ctl),
+            FakeIptables(),
+            FakeLinks(),
         )
         agent.resync(
             [LocalNetwork(f"t:n{i}", 100 + i, f"10.{i}.0.0/16", f"10.{i}.0.1") for i in range(10)],

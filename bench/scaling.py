@@ -82,6 +82,24 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def ovs_add_port_ms(bridge: str = "netplugin", samples: int = 5) -> float:
+    """ovs-vswitchd's own cost of one more port at the current size: `ovs-vsctl add-port`
+    (which returns once ovs-vswitchd has applied it) of a spare veth, median
+    (the process start is in it, the same at every size)."""
+    host, peer = "npbenchp0", "npbenchp1"
+    subprocess.run(["ip", "link", "add", host, "type", "veth", "peer", "name", peer], check=True)
+    try:
+        times = []
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            subprocess.run(["ovs-vsctl", "--timeout=30", "add-port", bridge, host], check=True)
+            times.append(time.perf_counter() - t0)
+            subprocess.run(["ovs-vsctl", "--timeout=30", "del-port", bridge, host], check=True)
+        return pct(times, 50) * 1000
+    finally:
+        subprocess.run(["ip", "link", "del", host], check=False)
+
+
 def vswitchd_pid() -> int:
     for rundir in ("/var/run/openvswitch", "/run/openvswitch"):
         pidfile = Path(rundir) / "ovs-vswitchd.pid"
@@ -105,6 +123,7 @@ def scaling(
             while len(standing) < level:
                 _, _, eid, addr = calls.one()
                 standing.append((eid, addr))
+            add_port_ms = ovs_add_port_ms()
             before = flow_count()
             times, added = [], []
             for _ in range(samples):
@@ -121,6 +140,7 @@ def scaling(
                     "flows_added": max(added),
                     "rss_mib": rss_mib(plugin_pid),
                     "vswitchd_rss_mib": rss_mib(vswitchd_pid()),
+                    "ovs_add_port_ms": add_port_ms,
                     "samples": samples,
                 }
             )
