@@ -39,15 +39,24 @@ def docker_run_seconds(network: str, runs: int) -> list[float]:
 
 def driver_latency(calls: DockerCalls, n: int) -> dict[str, float]:
     """Docker's call sequence straight at the plugin socket, one endpoint at a time:
-    RequestAddress, CreateEndpoint+Join (timed), then Leave, DeleteEndpoint, ReleaseAddress."""
+    RequestAddress, CreateEndpoint+Join, then Leave, DeleteEndpoint, ReleaseAddress (each
+    step timed); and Plugin.Activate, the socket's floor."""
     req_addr: list[float] = []
     create_join: list[float] = []
+    teardown: list[float] = []
     for _ in range(n):
         ra, cj, eid, addr = calls.one()
         req_addr.append(ra)
         create_join.append(cj)
+        t0 = time.perf_counter()
         calls.remove(eid, addr)
+        teardown.append(time.perf_counter() - t0)
+    activate = [calls.activate_seconds() for _ in range(n)]
     return {
+        "teardown_p50_ms": pct(teardown, 50) * 1000,
+        "teardown_p99_ms": pct(teardown, 99) * 1000,
+        "activate_p50_ms": pct(activate, 50) * 1000,
+        "activate_p99_ms": pct(activate, 99) * 1000,
         "request_address_p50_ms": pct(req_addr, 50) * 1000,
         "request_address_p99_ms": pct(req_addr, 99) * 1000,
         "create_join_p50_ms": pct(create_join, 50) * 1000,

@@ -54,6 +54,12 @@ class DockerCalls:
         self._post("NetworkDriver.DeleteEndpoint", ep)
         self._post("IpamDriver.ReleaseAddress", {"PoolID": self.pool_id, "Address": addr})
 
+    def activate_seconds(self) -> float:
+        """The plugin's floor: Plugin.Activate, answered without any work."""
+        t0 = time.perf_counter()
+        self._post("Plugin.Activate", {})
+        return time.perf_counter() - t0
+
     def one(self) -> tuple[float, float, str, str]:
         """One endpoint made: (RequestAddress seconds, CreateEndpoint+Join seconds, id, address)."""
         eid = uuid.uuid4().hex * 2

@@ -106,6 +106,8 @@ class DatapathAgent:
         self._lock = threading.RLock()
         self._state = _State()
         self._model = FlowModel()  # the flows the controller was given, by unit
+        # Endpoint ports made by plug() or create_endpoint_port: (ofport, container ifname).
+        self._plugged: dict[str, tuple[int, str]] = {}
         self._nat: tuple[tuple[GatewayNet, ...], tuple[PortMapping, ...]] | None = None
         # Until the first resync the local state is partial: pushing it would delete the
         # flows of endpoints we have not re-read yet.
@@ -178,6 +180,11 @@ class DatapathAgent:
                     published.setdefault(by_ip[m.container_ip], []).append(m)
             for eid, maps in published.items():
                 wanted[eid] = replace(wanted[eid], port_mappings=tuple(maps))
+            # Ports plug() made for endpoints still being created stay; the others are
+            # read back from the switch with the endpoints.
+            self._plugged = {
+                k: v for k, v in self._plugged.items() if k not in self._state.endpoints
+            }
             self._state.endpoints = wanted
             self._state.remote_endpoints = tuple(remote_endpoints)
             if peers is not None:
@@ -186,7 +193,7 @@ class DatapathAgent:
                 self._state.tunnels = present_tunnels(ports)
             self._ready.set()
             removed = 0
-            keep = {veth_names(e)[0] for e in wanted} | {
+            keep = {veth_names(e)[0] for e in [*wanted, *self._plugged]} | {
                 n.gateway_port for n in self._state.networks.values()
             }
             for name, info in ports.items():
@@ -308,34 +315,48 @@ class DatapathAgent:
 
     # --- endpoints ---
 
-    def create_endpoint_port(self, endpoint: LocalEndpoint) -> str:
-        """Plug an endpoint into the bridge; returns the container-side interface name."""
+    def plug(self, endpoint_id: str, network_id: str, mac: str) -> str:
+        """An endpoint's veth and switch port without its flows (those need its addresses,
+        which the master confirms meanwhile); the container-side interface name."""
         self._wait_ready()
         with self._lock:
-            net = self._state.networks.get(endpoint.network_id)
-            if net is None:
-                raise ValueError(
-                    f"endpoint {endpoint.id}: network {endpoint.network_id} is not on this host"
-                )
-            host, container = self.links.create_veth(
-                endpoint.id, endpoint.mac, self.config.mtu_for(net.encap)
+            return self._plug(endpoint_id, network_id, mac)[1]
+
+    def _plug(self, endpoint_id: str, network_id: str, mac: str) -> tuple[int, str]:
+        if endpoint_id in self._plugged:
+            return self._plugged[endpoint_id]
+        net = self._state.networks.get(network_id)
+        if net is None:
+            raise ValueError(f"endpoint {endpoint_id}: network {network_id} is not on this host")
+        host, container = self.links.create_veth(endpoint_id, mac, self.config.mtu_for(net.encap))
+        try:
+            ofport = self.ovs.add_port(
+                self.config.bridge,
+                host,
+                external_ids={EXT_ENDPOINT: endpoint_id, EXT_NETWORK: network_id},
             )
+            if not self.offloads.keeps(net.encap):
+                self.links.disable_tx_offload(container)
+        except BaseException:
+            self.ovs.del_port(self.config.bridge, host)
+            self.links.delete_veth(endpoint_id)
+            raise
+        self._plugged[endpoint_id] = (ofport, container)
+        return ofport, container
+
+    def create_endpoint_port(self, endpoint: LocalEndpoint) -> str:
+        """Plug an endpoint into the bridge (or take the port plug() made) and send its
+        flows; returns the container-side interface name once they are on the switch."""
+        self._wait_ready()
+        with self._lock:
+            ofport, container = self._plug(endpoint.id, endpoint.network_id, endpoint.mac)
             try:
-                ofport = self.ovs.add_port(
-                    self.config.bridge,
-                    host,
-                    external_ids={EXT_ENDPOINT: endpoint.id, EXT_NETWORK: endpoint.network_id},
-                )
-                if not self.offloads.keeps(net.encap):
-                    self.links.disable_tx_offload(container)
                 ep = self._state.endpoints[endpoint.id] = replace(endpoint, ofport=ofport)
                 generation = self._apply(Change(endpoints={ep.id: endpoint_state(ep)}))
                 self._sync_nat_if(bool(ep.port_mappings))
             except BaseException:
-                self._state.endpoints.pop(endpoint.id, None)
+                self._remove_endpoint(endpoint.id)
                 self._apply(Change(endpoints={endpoint.id: None}))  # nothing if never added
-                self.ovs.del_port(self.config.bridge, host)
-                self.links.delete_veth(endpoint.id)
                 raise
         # Outside the lock: the container starts once this returns, and its first packets
         # need its flows on the switch, not just sent.
@@ -362,6 +383,7 @@ class DatapathAgent:
 
     def _remove_endpoint(self, endpoint_id: str) -> LocalEndpoint | None:
         gone = self._state.endpoints.pop(endpoint_id, None)
+        self._plugged.pop(endpoint_id, None)
         host, _ = veth_names(endpoint_id)
         self.ovs.del_port(self.config.bridge, host)
         self.links.delete_veth(endpoint_id)
@@ -449,23 +471,19 @@ class DatapathAgent:
         )
 
     def _apply(self, change: Change) -> int | None:
-        """Recompile what the change touches; the controller sends only the delta. The
-        generation to wait for, if anything was sent."""
+        """Recompile what the change touches; send only the delta (its generation, if any)."""
         delta = self._model.apply(change)
         if delta.to_add or delta.to_delete:
             return self.controller.apply(delta)
         return None
 
     def _sync_nat_if(self, changed: bool) -> None:
-        """iptables after an endpoint change that ``changed`` its published ports, or when
-        the last sync failed; an endpoint without any never scans every endpoint's."""
+        """iptables if an endpoint change ``changed`` published ports or the last sync failed."""
         if changed or self._nat is None:
             self._sync_nat()
 
     def _sync_nat(self, force: bool = False) -> None:
-        """iptables, if its inputs changed since they were last applied (or ``force``).
-        An endpoint without published ports cannot change them: its calls skip this scan
-        of every endpoint unless the last sync failed."""
+        """iptables, if its inputs changed since they were last applied (or ``force``)."""
         nets = tuple(
             GatewayNet(n.subnet, n.gateway_port, n.internal)
             for n in self._state.networks.values()

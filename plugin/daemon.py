@@ -94,6 +94,9 @@ class AgentDatapath:
             LocalEndpoint(id=endpoint_id, network_id=network_id, mac=mac, ipv4=ipv4, ipv6=ipv6)
         )
 
+    def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str:
+        return self.agent.plug(endpoint_id, self._ensure_network(network), mac)
+
     def delete_endpoint_port(self, endpoint_id: str) -> None:
         self.agent.delete_endpoint_port(endpoint_id)
 

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -56,6 +57,11 @@ class Datapath(Protocol):
         """Create (or find) the endpoint's port; returns the host-side container ifname."""
         ...
 
+    def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str:
+        """The endpoint's port without its flows, made while the master books it (flows
+        follow in create_endpoint_port); the container-side ifname."""
+        ...
+
     def delete_endpoint_port(self, endpoint_id: str) -> None: ...
 
     def remove_network(self, network_id: str) -> None:
@@ -67,6 +73,10 @@ class Datapath(Protocol):
     def publish(self, endpoint_id: str, mappings: list[PortBinding]) -> None:
         """Make exactly these host ports lead to the endpoint (empty: none)."""
         ...
+
+
+# Ports made while the master books their endpoint (shared by every Driver of the process).
+_PLUGGING = ThreadPoolExecutor(max_workers=8, thread_name_prefix="plug")
 
 
 @dataclass(frozen=True)
@@ -269,9 +279,19 @@ class Driver:
             },
             f"endpoint {req.EndpointID}",
         )
-        ep = self.master.create_endpoint(request)
+        # The MAC is final already (Docker's address or the endpoint ID): the port is made
+        # while the master books the endpoint (both mostly wait on a socket), its flows once
+        # the master has confirmed the addresses.
+        plugging = _PLUGGING.submit(self.datapath.plug, req.EndpointID, net, mac, self.mtu)
+        try:
+            ep = self.master.create_endpoint(request)
+        except BaseException:
+            if plugging.exception() is None:
+                self.datapath.delete_endpoint_port(req.EndpointID)
+            raise
         ipv4, ipv6 = ep.ipAddress or ipv4, ep.ipv6Address or ipv6
         try:
+            plugging.result()
             ifname = self.datapath.create_endpoint_port(
                 req.EndpointID, net, mac, ipv4, ipv6, self.mtu
             )

@@ -38,6 +38,13 @@ class FakeDatapath:
         self.ports[endpoint_id] = {"name": name, "mac": mac, "ipv4": ipv4, "mtu": mtu}
         return name
 
+    def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str:
+        if self.fail:
+            raise RuntimeError("ovs-vsctl add-port failed")
+        name = f"vport{endpoint_id[:8]}"
+        self.ports.setdefault(endpoint_id, {"name": name, "mac": mac, "ipv4": "", "mtu": mtu})
+        return name
+
     def delete_endpoint_port(self, endpoint_id: str) -> None:
         self.ports.pop(endpoint_id, None)
 

@@ -316,3 +316,27 @@ def test_a_new_endpoint_returns_once_its_flows_are_on_the_switch(
     agent.create_endpoint_port(EP)
     assert "not confirmed on the switch" in caplog.text
     assert veth_names(EP.id)[0] in world["ovs"].ports
+
+
+def test_a_port_plugged_ahead_is_the_one_the_endpoint_gets(world: dict[str, Any]) -> None:
+    """CreateEndpoint plugs the port while the master books the endpoint; the endpoint then
+    takes that port, a resync meanwhile keeps it, and deleting it (the master refused) leaves
+    nothing."""
+    agent, ovs, ctl = world["agent"], world["ovs"], world["ctl"]
+    agent.resync([NET], [])
+    pushes = len(ctl.pushed)
+    container = agent.plug(EP.id, NET.id, EP.mac)
+    host = veth_names(EP.id)[0]
+    ofport = ovs.ports[host].ofport
+    assert len(ctl.pushed) == pushes  # no flows without its addresses
+    agent.resync([NET], [])  # e.g. the store came back meanwhile
+    assert ovs.ports[host].ofport == ofport and host in world["links"]
+    assert agent.create_endpoint_port(EP) == container
+    assert ovs.ports[host].ofport == ofport
+    assert any(e.ofport == ofport for e in agent.desired().endpoints)
+    agent.delete_endpoint_port(EP.id)
+    agent.plug(EP.id, NET.id, EP.mac)
+    agent.delete_endpoint_port(EP.id)  # the master refused the endpoint
+    assert host not in ovs.ports and world["links"] == set()
+    with pytest.raises(ValueError, match="not on this host"):
+        agent.plug(EP.id, "default:nope", EP.mac)

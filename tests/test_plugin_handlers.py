@@ -642,3 +642,17 @@ def test_endpoint_calls_read_the_network_from_the_agents_mirror(
     mirror[("default", NID[:12])] = net.model_copy(update={"dockerNetworkID": "e" * 64})
     run_and_stop()
     assert len(asked) == 2
+
+
+def test_a_refused_endpoint_leaves_no_port_made_meanwhile(
+    client: FlaskClient, master: FakeMaster, datapath: FakeDatapath
+) -> None:
+    """The port is made while the master books the endpoint: if the master refuses, it goes."""
+    create_network(client)
+    master.down = True
+    r = create_endpoint(client, {"Address": "10.5.0.7/24", "AddressIPv6": "", "MacAddress": ""})
+    assert r.status_code == 503 and "unreachable" in r.get_json()["Err"]
+    assert datapath.ports == {}
+    master.down = False
+    r = create_endpoint(client, {"Address": "10.5.0.7/24", "AddressIPv6": "", "MacAddress": ""})
+    assert r.status_code == 200 and datapath.ports[EID]["ipv4"] == "10.5.0.7"
