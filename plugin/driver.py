@@ -75,7 +75,8 @@ class Datapath(Protocol):
         ...
 
 
-# Ports made while the master books their endpoint (shared by every Driver of the process).
+# Ports made (and removed) while the master books (or frees) their endpoint, shared by
+# every Driver of the process.
 _PLUGGING = ThreadPoolExecutor(max_workers=8, thread_name_prefix="plug")
 
 
@@ -321,12 +322,16 @@ class Driver:
         return {"Value": self.datapath.endpoint_oper(req.EndpointID)}
 
     def delete_endpoint(self, req: s.DeleteEndpoint) -> dict[str, Any]:
-        self.datapath.delete_endpoint_port(req.EndpointID)
+        # The port and the master's record go at once (each is idempotent: if either fails,
+        # Docker's retry finishes the other).
+        unplugging = _PLUGGING.submit(self.datapath.delete_endpoint_port, req.EndpointID)
         try:
             self.master.delete_endpoint(req.EndpointID)
         except MasterError as e:
             if e.status != 404:
+                unplugging.exception()  # the port is gone (or failed) before we answer
                 raise
+        unplugging.result()
         self._endpoints.pop(req.EndpointID, None)
         return {}
 

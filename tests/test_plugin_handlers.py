@@ -656,3 +656,20 @@ def test_a_refused_endpoint_leaves_no_port_made_meanwhile(
     master.down = False
     r = create_endpoint(client, {"Address": "10.5.0.7/24", "AddressIPv6": "", "MacAddress": ""})
     assert r.status_code == 200 and datapath.ports[EID]["ipv4"] == "10.5.0.7"
+
+
+def test_delete_endpoint_with_the_master_away_removes_the_port_and_a_retry_finishes(
+    client: FlaskClient, master: FakeMaster, datapath: FakeDatapath
+) -> None:
+    """DeleteEndpoint removes the port and the master's record at once; Docker retries it."""
+    create_network(client)
+    r = create_endpoint(client, {"Address": "10.5.0.7/24", "AddressIPv6": "", "MacAddress": ""})
+    assert r.status_code == 200 and EID in datapath.ports
+    ids = {"NetworkID": NID, "EndpointID": EID}
+    master.down = True
+    r = call(client, "NetworkDriver.DeleteEndpoint", ids)
+    assert r.status_code == 503 and "unreachable" in r.get_json()["Err"]
+    assert EID not in datapath.ports and EID in master.endpoints
+    master.down = False
+    assert call(client, "NetworkDriver.DeleteEndpoint", ids).status_code == 200
+    assert EID not in master.endpoints
