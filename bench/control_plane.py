@@ -24,15 +24,11 @@ from typing import Any
 
 import requests
 
+from bench.stats import pct
 from ipam import Allocator, PoolSpec
 from store import open_store
 
 CLIENTS = 16
-
-
-def _pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def _hammer(
@@ -57,8 +53,8 @@ def _hammer(
         s.close()
     return {
         "rate": total / elapsed,
-        "p50_ms": _pct(latencies, 50) * 1000,
-        "p99_ms": _pct(latencies, 99) * 1000,
+        "p50_ms": pct(latencies, 50) * 1000,
+        "p99_ms": pct(latencies, 99) * 1000,
     }
 
 

@@ -13,7 +13,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.scaling import DockerCalls, pct, scaling
+from bench.scaling import DockerCalls, scaling
+from bench.stats import pct
 from datapath.flowmodel import Change, FlowModel
 from datapath.flows import diff
 from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows

@@ -14,10 +14,7 @@ from typing import Any
 
 import requests_unixsocket
 
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
+from bench.stats import pct
 
 
 class DockerCalls:

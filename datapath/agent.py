@@ -39,7 +39,7 @@ from .local import (
     gateway_mac,
     network_state,
 )
-from .offloads import Offloads
+from .offloads import keeps_offloads, read_switch_tso
 from .ovs import PortInfo
 from .pipeline import (
     ArpMode,
@@ -106,8 +106,7 @@ class DatapathAgent:
         self._lock = threading.RLock()
         self._state = _State()
         self._model = FlowModel()  # the flows the controller was given, by unit
-        # Endpoint ports made by plug() or create_endpoint_port: (ofport, container ifname).
-        self._plugged: dict[str, tuple[int, str]] = {}
+        self._plugged: dict[str, tuple[int, str]] = {}  # endpoint -> (ofport, container if)
         self._nat: tuple[tuple[GatewayNet, ...], tuple[PortMapping, ...]] | None = None
         # Until the first resync the local state is partial: pushing it would delete the
         # flows of endpoints we have not re-read yet.
@@ -115,7 +114,7 @@ class DatapathAgent:
         self.ready_timeout = 30.0
         self.flow_timeout = 2.0  # how long a new endpoint waits for its flows on the switch
         self.datapath_type = config.datapath_type
-        self.offloads = Offloads(config.datapath_type, config.tunnels)
+        self.switch_tso = False  # the running ovs-vswitchd (netdev) has userspace TSO
 
     # --- lifecycle ---
 
@@ -128,7 +127,9 @@ class DatapathAgent:
         self.ovs.ensure_bridge(
             self.config.bridge, datapath_type=self.datapath_type, controller=self.config.controller
         )
-        self.offloads.probe(self.datapath_type, self.links, self.config.bridge)
+        self.switch_tso = read_switch_tso(
+            self.datapath_type, self.links, self.config.bridge, self.switch_tso
+        )
         if self.config.vlan_uplink:
             uplink = self.config.vlan_uplink
             if self.datapath_type == "netdev":
@@ -180,8 +181,7 @@ class DatapathAgent:
                     published.setdefault(by_ip[m.container_ip], []).append(m)
             for eid, maps in published.items():
                 wanted[eid] = replace(wanted[eid], port_mappings=tuple(maps))
-            # Ports plug() made for endpoints still being created stay; the others are
-            # read back from the switch with the endpoints.
+            # Ports plug() made for endpoints not created yet stay; the others are read back.
             self._plugged = {
                 k: v for k, v in self._plugged.items() if k not in self._state.endpoints
             }
@@ -242,7 +242,9 @@ class DatapathAgent:
             return  # resync addresses them
         with self._lock:
             try:
-                self.offloads.probe(self.datapath_type or "", self.links, self.config.bridge)
+                self.switch_tso = read_switch_tso(
+                    self.datapath_type, self.links, self.config.bridge, self.switch_tso
+                )
             except OSError:
                 log.exception("cannot read the offloads of bridge %s", self.config.bridge)
             for net in list(self._state.networks.values()):
@@ -335,7 +337,8 @@ class DatapathAgent:
                 host,
                 external_ids={EXT_ENDPOINT: endpoint_id, EXT_NETWORK: network_id},
             )
-            if not self.offloads.keeps(net.encap):
+            dp, tso, tunnels = self.datapath_type, self.switch_tso, self.config.tunnels
+            if not keeps_offloads(dp, tso, net.encap, tunnels):
                 self.links.disable_tx_offload(container)
         except BaseException:
             self.ovs.del_port(self.config.bridge, host)

@@ -98,8 +98,6 @@ ovs_db_prepare() {
 # Fallback when ovs-ctl is not installed or fails: the same steps by hand.
 ovs_start_manual() {
   ovs_db_prepare
-  # Load the kernel datapath before ovs-vswitchd starts, where there is one.
-  modprobe -q openvswitch 2>/dev/null || true
   if ! pid_alive "$OVS_RUNDIR/ovsdb-server.pid" ovsdb-server; then
     ovsdb-server "$OVS_DB" -vconsole:emer -vsyslog:err -vfile:info \
       --remote=punix:"$OVS_RUNDIR/db.sock" \
@@ -127,6 +125,7 @@ ovs_start_manual() {
 # only when ovs-vswitchd starts, so set before it does. netplugin reads whether the running
 # ovs-vswitchd has it and keeps container offloads off where OVS 3.1 cannot take them.
 ovs_userspace_tso() {
+  # Load the kernel datapath first, where there is one: then this does not apply.
   modprobe -q openvswitch 2>/dev/null || true
   [ -d /sys/module/openvswitch ] ||
     ovs-vsctl --no-wait set Open_vSwitch . other_config:userspace-tso-enable=true

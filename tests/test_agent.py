@@ -134,7 +134,7 @@ def test_with_userspace_tso_only_tunnelled_networks_lose_offloads(
     agent, links = world["agent"], world["fake_links"]
     links.tso = True
     agent.start()
-    assert agent.offloads.switch_tso
+    assert agent.switch_tso
     agent.resync([NET, VLAN_NET], [])
     # The VXLAN network spans hosts: its containers finish their checksums. Gateway taps
     # keep theirs (their packets never enter a tunnel).
@@ -153,7 +153,7 @@ def test_a_switch_restarted_without_tso_turns_offloads_off_again(
     assert agent.create_endpoint_port(VLAN_EP) not in links.offloaded
     links.tso = False
     agent.switch_connected()
-    assert not agent.offloads.switch_tso
+    assert not agent.switch_tso
     assert "restarted" in caplog.text and "userspace-tso-enable" in caplog.text
     agent.delete_endpoint_port(VLAN_EP.id)
     assert agent.create_endpoint_port(VLAN_EP) in links.offloaded
