@@ -17,8 +17,10 @@ from integration.host import (
     ensure_host_daemons,
     ensure_test_image,
     ovs_datapath,
+    restart_ovs_vswitchd,
     run_script,
 )
+from integration.wait import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="host daemons need root")
 
@@ -138,3 +140,23 @@ def test_second_run_is_noop() -> None:
     assert "dockerd: running" in out, out
     assert daemon_pids() == before
     assert ensure_host_daemons() is not None
+
+
+def test_ovs_started_by_the_script_has_userspace_tso() -> None:
+    """README (How the datapath works, Offloads): on the userspace datapath, an
+    ovs-vswitchd the script has to start gets `userspace-tso-enable` first; its bridge taps
+    then have TX checksumming on (ovs-vswitchd turns it on only with TSO)."""
+    if ovs_datapath() != "netdev":
+        pytest.skip("the kernel datapath: userspace TSO does not apply")
+    sh("ovs-vsctl", "remove", "Open_vSwitch", ".", "other_config", "userspace-tso-enable")
+    restart_ovs_vswitchd(cleanup=False)  # stops it; the script starts it again
+    r = sh("ovs-vsctl", "get", "Open_vSwitch", ".", "other_config:userspace-tso-enable")
+    assert r.stdout.strip() == '"true"', (r.stdout, r.stderr)
+    add = sh("ovs-vsctl", "--timeout=10", "add-br", TEST_BRIDGE, "--", "set", "bridge",
+             TEST_BRIDGE, "datapath_type=netdev")  # fmt: skip
+    assert add.returncode == 0, add.stderr
+    try:
+        wait_for(lambda: Path(f"/sys/class/net/{TEST_BRIDGE}").exists(), 10, TEST_BRIDGE)
+        assert "tx-checksumming: on" in sh("ethtool", "-k", TEST_BRIDGE).stdout
+    finally:
+        sh("ovs-vsctl", "--timeout=10", "--if-exists", "del-br", TEST_BRIDGE)
