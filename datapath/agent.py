@@ -22,12 +22,7 @@ from typing import Any
 from .effects import HostNat, Links, OpenFlow, Ovsdb
 from .flowmodel import Change, FlowModel, by_key, changes
 from .flows import Flow
-from .hostnat import (
-    DNAT_CHAIN,
-    GatewayNet,
-    PortMapping,
-    parse_dnat_rules,
-)
+from .hostnat import PortMapping
 from .local import (
     VLAN_SEGMENT_BASE,
     VXLAN_OVERHEAD,
@@ -39,6 +34,7 @@ from .local import (
     gateway_mac,
     network_state,
 )
+from .natsync import NatSync
 from .offloads import keeps_offloads, read_switch_tso
 from .ovs import PortInfo
 from .pipeline import (
@@ -49,6 +45,7 @@ from .pipeline import (
     TunnelState,
     compile_flows,
 )
+from .policy import GroupState
 from .tunnels import EXT_TUNNEL, ensure_tunnels, present_tunnels
 from .veth import NetlinkLinks, veth_names
 
@@ -82,6 +79,7 @@ class _State:
     # Other hosts: tunnel ports by host, and their endpoints.
     tunnels: dict[str, int] = field(default_factory=dict)
     remote_endpoints: tuple[RemoteEndpointState, ...] = ()
+    groups: tuple[GroupState, ...] = ()  # endpoint groups and their policies' rules
     uplink_ofport: int | None = None
     arp_mode: str = "proxy"
 
@@ -107,7 +105,7 @@ class DatapathAgent:
         self._state = _State()
         self._model = FlowModel()  # the flows the controller was given, by unit
         self._plugged: dict[str, tuple[int, str]] = {}  # endpoint -> (ofport, container if)
-        self._nat: tuple[tuple[GatewayNet, ...], tuple[PortMapping, ...]] | None = None
+        self._nat = NatSync(iptables)
         # Until the first resync the local state is partial: pushing it would delete the
         # flows of endpoints we have not re-read yet.
         self._ready = threading.Event()
@@ -146,6 +144,7 @@ class DatapathAgent:
         peers: Mapping[str, str] | None = None,
         remote_endpoints: Iterable[RemoteEndpointState] = (),
         arp_mode: str = "proxy",
+        groups: Iterable[GroupState] = (),
     ) -> dict[str, int]:
         """Adopt the desired state after a (re)start; remove what no endpoint owns any more.
 
@@ -173,20 +172,14 @@ class DatapathAgent:
                 except OSError as e:
                     log.warning("endpoint %s: cannot isolate %s from the host: %s", ep.id, host, e)
                 wanted[ep.id] = replace(ep, ofport=info.ofport)
-            # Published ports live only in our DNAT chain: keep those of surviving endpoints.
-            by_ip = {e.ipv4: e.id for e in wanted.values() if e.ipv4}
-            published: dict[str, list[PortMapping]] = {}
-            for m in parse_dnat_rules(self.iptables.current("nat", DNAT_CHAIN) or []):
-                if m.container_ip in by_ip:
-                    published.setdefault(by_ip[m.container_ip], []).append(m)
-            for eid, maps in published.items():
-                wanted[eid] = replace(wanted[eid], port_mappings=tuple(maps))
+            wanted = self._nat.adopt_published(wanted)  # their ports live only in iptables
             # Ports plug() made for endpoints not created yet stay; the others are read back.
             self._plugged = {
                 k: v for k, v in self._plugged.items() if k not in self._state.endpoints
             }
             self._state.endpoints = wanted
             self._state.remote_endpoints = tuple(remote_endpoints)
+            self._state.groups = tuple(groups)
             if peers is not None:
                 self._ensure_tunnels(peers, ports)
             else:  # adopt what is there, so the flows keep using it
@@ -219,13 +212,16 @@ class DatapathAgent:
         peers: Mapping[str, str],
         remote_endpoints: Iterable[RemoteEndpointState],
         arp_mode: str = "proxy",
+        groups: Iterable[GroupState] = (),
     ) -> None:
-        """Other hosts changed: one VXLAN port per peer VTEP, and their endpoints' flows."""
+        """The cluster changed: one VXLAN port per peer VTEP, other hosts' endpoints' flows,
+        and the groups' policies."""
         self._wait_ready()
         with self._lock:
             self._ensure_tunnels(peers, self.ovs.list_ports(self.config.bridge))
             self._state.remote_endpoints = tuple(remote_endpoints)
             self._state.arp_mode = arp_mode
+            self._state.groups = tuple(groups)
             self._apply(self._cluster_change())
 
     def _ensure_tunnels(self, peers: Mapping[str, str], ports: Mapping[str, PortInfo]) -> None:
@@ -417,6 +413,7 @@ class DatapathAgent:
             networks=[self._network_state(n) for n in s.networks.values()],
             endpoints=[endpoint_state(e) for e in s.endpoints.values()],
             remote_endpoints=list(self._remote_states().values()),
+            groups=list(self._group_states().values()),
             tunnels=[TunnelState(h, p) for h, p in sorted(s.tunnels.items())],
             uplink_port=s.uplink_ofport,
             arp_mode=self._arp_mode(),
@@ -430,6 +427,12 @@ class DatapathAgent:
         s = self._state
         local = [r for r in s.remote_endpoints if r.network_id in s.networks]
         return by_key(local, lambda r: r.id, "endpoint {} is listed twice")
+
+    def _group_states(self) -> dict[str, GroupState]:
+        """The groups of the networks on this host (only those cost flows)."""
+        s = self._state
+        local = [g for g in s.groups if g.network_id in s.networks]
+        return by_key(local, lambda g: g.id, "endpoint group {} is listed twice")
 
     def _arp_mode(self) -> ArpMode:
         return "flood" if self._state.arp_mode == "flood" else "proxy"
@@ -469,6 +472,7 @@ class DatapathAgent:
         return Change(
             remotes=changes(model.remotes, self._remote_states()),
             tunnels=changes(model.tunnels, self._state.tunnels),
+            groups=changes(model.groups, self._group_states()),
             arp_mode=self._arp_mode(),
             **change,
         )
@@ -481,20 +485,7 @@ class DatapathAgent:
         return None
 
     def _sync_nat_if(self, changed: bool) -> None:
-        """iptables if an endpoint change ``changed`` published ports or the last sync failed."""
-        if changed or self._nat is None:
-            self._sync_nat()
+        self._nat.sync_if(changed, self._state.networks.values(), self._state.endpoints.values())
 
     def _sync_nat(self, force: bool = False) -> None:
-        """iptables, if its inputs changed since they were last applied (or ``force``)."""
-        nets = tuple(
-            GatewayNet(n.subnet, n.gateway_port, n.internal)
-            for n in self._state.networks.values()
-            if n.subnet
-        )
-        mappings = tuple(m for e in self._state.endpoints.values() for m in e.port_mappings)
-        if not force and (nets, mappings) == self._nat:
-            return
-        self._nat = None  # unknown until sync succeeds
-        self.iptables.sync(list(nets), list(mappings))
-        self._nat = (nets, mappings)
+        self._nat.sync(self._state.networks.values(), self._state.endpoints.values(), force)

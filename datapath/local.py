@@ -50,6 +50,7 @@ class LocalEndpoint:
     ipv6: str = ""
     ofport: int = 0
     port_mappings: tuple[PortMapping, ...] = ()
+    group: str = ""  # TENANT:GROUP of its endpoint group ("" outside one)
 
 
 def gateway_mac(segment: int) -> str:
@@ -118,4 +119,5 @@ def endpoint_state(e: LocalEndpoint) -> EndpointState:
         mac=e.mac,
         ipv4=e.ipv4 or None,
         ipv6=e.ipv6 or None,
+        group=e.group or None,
     )

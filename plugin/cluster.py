@@ -15,14 +15,25 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from common import keys
-from common.models import Endpoint, GlobalSettings
-from common.records import HostRecord, NetworkRecord, decode, decode_config, decode_endpoint
+from common.models import Endpoint, GlobalSettings, Rule
+from common.records import (
+    GroupRecord,
+    HostRecord,
+    NetworkRecord,
+    decode,
+    decode_config,
+    decode_endpoint,
+)
 from datapath.pipeline import RemoteEndpointState
 from store import KV, Compacted, Lease, Store, StoreError
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
+
+
+def decode_rule(value: bytes) -> Rule:
+    return decode_config(Rule, value)
 
 
 def decode_global(value: bytes) -> GlobalSettings:
@@ -191,12 +202,17 @@ class ClusterView:
         self.networks = PrefixMirror(store, keys.NETWORKS, on_change, NetworkRecord.decode)
         self.endpoints = PrefixMirror(store, keys.ENDPOINTS, on_change, decode_endpoint)
         self.globals = PrefixMirror(store, keys.GLOBAL, on_change, decode_global)
+        # Policy: groups (with their tags) and the rules of every policy.
+        self.groups = PrefixMirror(store, keys.GROUPS, on_change, GroupRecord.decode)
+        self.rules = PrefixMirror(store, keys.RULES, on_change, decode_rule)
         self._mirrors: tuple[PrefixMirror[Any], ...] = (
             self.hosts,
             self.vteps,
             self.networks,
             self.endpoints,
             self.globals,
+            self.groups,
+            self.rules,
         )
 
     def start(self) -> ClusterView:
@@ -247,8 +263,14 @@ def remote_endpoints(me: str, endpoints: Iterable[Endpoint]) -> list[RemoteEndpo
             mac=ep.macAddress,
             ipv4=ep.ipAddress or None,
             ipv6=ep.ipv6Address or None,
+            group=group_id(ep),
         )
         for ep in endpoints
         if ep.host and ep.host != me and ep.macAddress
     ]
     return sorted(out, key=lambda r: r.id)
+
+
+def group_id(ep: Endpoint) -> str | None:
+    """TENANT:GROUP of an endpoint's group (None outside a group)."""
+    return f"{ep.tenantName or 'default'}:{ep.groupName}" if ep.groupName else None

@@ -30,7 +30,8 @@ from store.startup import open_store_at_start
 
 from .app import create_app
 from .cli import TOKEN_ENV
-from .cluster import ClusterView, HostRegistration, peers, remote_endpoints
+from .cluster import ClusterView, HostRegistration
+from .cluster_sync import ClusterSync, local_network, resync
 from .docker_sync import ClusterNetwork, DockerSync, cluster_network
 from .driver import Driver
 from .master_client import MasterClient, leader_url_from_store
@@ -40,36 +41,10 @@ from .server import make_socket_server
 log = logging.getLogger("netplugin")
 
 
-def local_network(record: NetworkRecord) -> LocalNetwork:
-    """A cluster network as this host's datapath wants it."""
-    c = record.config
-    return LocalNetwork(
-        id=record.id,
-        tag=record.pkt_tag,
-        subnet=c.subnet,
-        gateway=c.gateway,
-        ipv6_subnet=c.ipv6Subnet,
-        ipv6_gateway=c.ipv6Gateway,
-        internal=c.internal,
-        encap=record.encap or c.encap,
-    )
-
-
 def _mirrored_network(view: ClusterView, tenant: str, name: str) -> Network | None:
     """A network's config from the agent's mirror of the store (None until it arrives)."""
     record = view.networks.get(keys.network(tenant, name)[len(keys.NETWORKS) :])
     return record.config if record is not None else None
-
-
-def local_endpoint(ep: Endpoint) -> LocalEndpoint:
-    """One of this host's endpoints as the datapath wants it."""
-    return LocalEndpoint(
-        id=ep.endpointID,
-        network_id=ep.network_id,
-        mac=ep.macAddress,
-        ipv4=ep.ipAddress,
-        ipv6=ep.ipv6Address,
-    )
 
 
 class AgentDatapath:
@@ -162,71 +137,6 @@ class LocalDocker:
         """A docker network's -o options (None while dockerd does not know it)."""
         net = self._network(network_id)
         return None if net is None else dict(net.attrs.get("Options") or {})
-
-
-class ClusterSync:
-    """Applies the cluster view to the datapath (peers, other hosts' endpoints, ARP mode)
-    whenever it changes, once the agent has resynced."""
-
-    def __init__(self, view: ClusterView, agent: DatapathAgent, host: str) -> None:
-        self.view = view
-        self.agent = agent
-        self.host = host
-        self._poke = threading.Event()
-        self._last: Any = None
-        self._thread = threading.Thread(target=self._run, name="cluster-sync", daemon=True)
-
-    def start(self) -> ClusterSync:
-        self._thread.start()
-        return self
-
-    def poke(self) -> None:
-        self._poke.set()
-
-    def _run(self) -> None:
-        while True:
-            self._poke.wait()
-            self._poke.clear()
-            time.sleep(0.05)  # coalesce a burst of events into one pass
-            if not self.agent.ready:
-                continue  # resync applies the first view itself
-            try:
-                current = other_hosts(self.view, self.host, self.view.endpoints.values())
-                if current != self._last:
-                    self.agent.set_cluster(*current)
-                    self._last = current
-            except Exception:
-                log.exception("applying the cluster state to the datapath failed; retrying")
-                time.sleep(1.0)
-                self._poke.set()
-
-
-def other_hosts(
-    view: ClusterView, host: str, endpoints: Mapping[str, Endpoint]
-) -> tuple[dict[str, str], list[RemoteEndpointState], str]:
-    """(peers, their endpoints, ARP mode): what the datapath needs of the other hosts."""
-    eps = list(endpoints.values())
-    return (
-        peers(host, view.hosts.values(), view.vteps.values(), eps),
-        remote_endpoints(host, eps),
-        view.arp_mode(),
-    )
-
-
-def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]:
-    """After a (re)start: this host's endpoints and the cluster, reconciled with the switch."""
-    nets = {rec.id: local_network(rec) for rec in view.networks.values().values()}
-    endpoints = view.endpoints.values()
-    local_eps = [local_endpoint(e) for e in endpoints.values() if e.host == host]
-    used = {e.network_id for e in local_eps}
-    peer_vteps, remotes, arp_mode = other_hosts(view, host, endpoints)
-    return agent.resync(
-        [n for nid, n in nets.items() if nid in used],
-        local_eps,
-        peers=peer_vteps,
-        remote_endpoints=remotes,
-        arp_mode=arp_mode,
-    )
 
 
 def fresh_cluster_networks(store: Store) -> list[ClusterNetwork]:

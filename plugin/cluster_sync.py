@@ -1,0 +1,123 @@
+"""The cluster, as this host's datapath wants it: its networks and endpoints (at resync),
+and the other hosts, their endpoints and the groups' policies (whenever they change)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from common.models import Endpoint
+from common.records import NetworkRecord
+from datapath.agent import DatapathAgent, LocalEndpoint, LocalNetwork
+from datapath.pipeline import RemoteEndpointState
+from datapath.policy import GroupState
+
+from .cluster import ClusterView, group_id, peers, remote_endpoints
+from .policy_view import group_states
+
+log = logging.getLogger("netplugin")
+
+ClusterState = tuple[dict[str, str], list[RemoteEndpointState], str, list[GroupState]]
+
+
+def local_network(record: NetworkRecord) -> LocalNetwork:
+    """A cluster network as this host's datapath wants it."""
+    c = record.config
+    return LocalNetwork(
+        id=record.id,
+        tag=record.pkt_tag,
+        subnet=c.subnet,
+        gateway=c.gateway,
+        ipv6_subnet=c.ipv6Subnet,
+        ipv6_gateway=c.ipv6Gateway,
+        internal=c.internal,
+        encap=record.encap or c.encap,
+    )
+
+
+def local_endpoint(ep: Endpoint) -> LocalEndpoint:
+    """One of this host's endpoints as the datapath wants it."""
+    return LocalEndpoint(
+        id=ep.endpointID,
+        network_id=ep.network_id,
+        mac=ep.macAddress,
+        ipv4=ep.ipAddress,
+        ipv6=ep.ipv6Address,
+        group=group_id(ep) or "",
+    )
+
+
+class ClusterSync:
+    """Applies the cluster view to the datapath (peers, other hosts' endpoints, ARP mode,
+    group policies) whenever it changes, once the agent has resynced."""
+
+    def __init__(self, view: ClusterView, agent: DatapathAgent, host: str) -> None:
+        self.view = view
+        self.agent = agent
+        self.host = host
+        self._poke = threading.Event()
+        self._last: Any = None
+        self._thread = threading.Thread(target=self._run, name="cluster-sync", daemon=True)
+
+    def start(self) -> ClusterSync:
+        self._thread.start()
+        return self
+
+    def poke(self) -> None:
+        self._poke.set()
+
+    def _run(self) -> None:
+        while True:
+            self._poke.wait()
+            self._poke.clear()
+            time.sleep(0.05)  # coalesce a burst of events into one pass
+            if not self.agent.ready:
+                continue  # resync applies the first view itself
+            try:
+                current = cluster_state(self.view, self.host, self.view.endpoints.values())
+                if current != self._last:
+                    self.agent.set_cluster(*current)
+                    self._last = current
+            except Exception:
+                log.exception("applying the cluster state to the datapath failed; retrying")
+                time.sleep(1.0)
+                self._poke.set()
+
+
+def cluster_state(view: ClusterView, host: str, endpoints: Mapping[str, Endpoint]) -> ClusterState:
+    """(peers, their endpoints, ARP mode, groups): what the datapath needs of the cluster
+    beyond this host's own endpoints."""
+    eps = list(endpoints.values())
+    groups, unresolved = group_states(
+        view.groups.values().values(),
+        view.rules.values().values(),
+        view.networks.values().values(),
+    )
+    for u in unresolved:
+        log.warning("endpoint group %s: rule %s is not enforced: %s", u.group, u.rule, u.reason)
+    return (
+        peers(host, view.hosts.values(), view.vteps.values(), eps),
+        remote_endpoints(host, eps),
+        view.arp_mode(),
+        groups,
+    )
+
+
+def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]:
+    """After a (re)start: this host's endpoints and the cluster, reconciled with the switch."""
+    nets = {rec.id: local_network(rec) for rec in view.networks.values().values()}
+    endpoints = view.endpoints.values()
+    local_eps = [local_endpoint(e) for e in endpoints.values() if e.host == host]
+    used = {e.network_id for e in local_eps}
+    peer_vteps, remotes, arp_mode, groups = cluster_state(view, host, endpoints)
+    return agent.resync(
+        [n for nid, n in nets.items() if nid in used],
+        local_eps,
+        peers=peer_vteps,
+        remote_endpoints=remotes,
+        arp_mode=arp_mode,
+        groups=groups,
+    )

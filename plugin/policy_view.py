@@ -1,0 +1,145 @@
+"""From the cluster's groups, policies and rules (names) to what the datapath compiles
+(tags, CIDRs and protocol numbers): pure, so every agent resolves them the same way.
+
+A rule belongs to a policy; a group attaches policies. For each group with a tag, its
+rules are resolved against the group's own tenant:
+- the peer (``from*`` of an ``in`` rule, ``to*`` of an ``out`` rule) becomes the peer
+  group's tag and the CIDRs its network and address fields allow (ANDed);
+- a reference that does not resolve (the master refuses them, so only for a moment while
+  a deletion propagates) leaves that rule out, and the caller logs it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from common.models import Network, Rule
+from common.records import GroupRecord, NetworkRecord
+from datapath.policy import GroupState, RuleState
+
+PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1}
+
+IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """A rule left out of a group's policy, and why (for the log)."""
+
+    group: str
+    rule: str
+    reason: str
+
+
+def _subnets(net: Network) -> list[IPNet]:
+    return [ipaddress.ip_network(s, strict=False) for s in (net.subnet, net.ipv6Subnet) if s]
+
+
+def _intersect(a: list[IPNet], b: list[IPNet]) -> list[IPNet]:
+    """The CIDRs in both sets (for two CIDRs: the narrower if they overlap)."""
+    out: list[IPNet] = []
+    for x in a:
+        for y in b:
+            if x.version == y.version and x.overlaps(y):
+                out.append(x if x.prefixlen >= y.prefixlen else y)
+    return out
+
+
+def protocol_number(protocol: str) -> int | None:
+    """A stored rule's protocol: "" (any), a name, or a number."""
+    if not protocol:
+        return None
+    return PROTOCOLS.get(protocol) if protocol in PROTOCOLS else int(protocol)
+
+
+def resolve_rule(
+    rule: Rule,
+    tenant_groups: Mapping[str, GroupRecord],
+    tenant_networks: Mapping[str, NetworkRecord],
+) -> RuleState | str:
+    """The rule as the datapath sees it, or why it cannot be resolved."""
+    inbound = rule.direction == "in"
+    group = rule.fromEndpointGroup if inbound else rule.toEndpointGroup
+    network = rule.fromNetwork if inbound else rule.toNetwork
+    address = rule.fromIpAddress if inbound else rule.toIpAddress
+    tag = 0
+    if group:
+        rec = tenant_groups.get(group)
+        if rec is None or rec.tag <= 0:
+            return f"endpoint group {group} is unknown or has no tag yet"
+        tag = rec.tag
+    cidrs: list[IPNet] | None = None  # None: any address
+    if network:
+        nrec = tenant_networks.get(network)
+        if nrec is None:
+            return f"network {network} is unknown"
+        cidrs = _subnets(nrec.config)
+    if address:
+        mine = [ipaddress.ip_network(address, strict=False)]
+        cidrs = mine if cidrs is None else _intersect(cidrs, mine)
+    if cidrs is not None and not cidrs:
+        return f"network {network} has no address in {address}" if address else "no subnet"
+    return RuleState(
+        direction=rule.direction,
+        priority=rule.priority,
+        action=rule.action,
+        peer_tag=tag,
+        peer_cidrs=tuple(sorted({str(c) for c in cidrs or ()})),
+        protocol=protocol_number(rule.protocol),
+        port=rule.port,
+    )
+
+
+def group_states(
+    groups: Iterable[GroupRecord],
+    rules: Iterable[Rule],
+    networks: Iterable[NetworkRecord],
+) -> tuple[list[GroupState], list[Unresolved]]:
+    """Every tagged group with the resolved rules of the policies it attaches."""
+    by_tenant: dict[str, dict[str, GroupRecord]] = {}
+    for g in groups:
+        by_tenant.setdefault(g.config.tenantName, {})[g.config.groupName] = g
+    nets: dict[str, dict[str, NetworkRecord]] = {}
+    for n in networks:
+        nets.setdefault(n.config.tenantName, {})[n.config.networkName] = n
+    of_policy: dict[tuple[str, str], list[Rule]] = {}
+    for r in rules:
+        of_policy.setdefault((r.tenantName, r.policyName), []).append(r)
+    out: list[GroupState] = []
+    skipped: list[Unresolved] = []
+    for tenant, members in sorted(by_tenant.items()):
+        tenant_nets = nets.get(tenant, {})
+        for name, g in sorted(members.items()):
+            if g.tag <= 0 or g.config.networkName not in tenant_nets:
+                continue
+            resolved: set[RuleState] = set()
+            for policy in dict.fromkeys(g.config.policies):
+                for r in of_policy.get((tenant, policy), []):
+                    state = resolve_rule(r, members, tenant_nets)
+                    if isinstance(state, str):
+                        skipped.append(Unresolved(g.config.id, f"{tenant}:{policy}:{r.ruleId}", state))
+                    else:
+                        resolved.add(state)
+            out.append(
+                GroupState(
+                    id=g.config.id,
+                    network_id=tenant_nets[g.config.networkName].id,
+                    tag=g.tag,
+                    rules=tuple(sorted(resolved, key=_rule_order)),
+                )
+            )
+    return out, skipped
+
+
+def _rule_order(r: RuleState) -> tuple[object, ...]:
+    return (
+        r.direction,
+        -r.priority,
+        r.action,
+        r.peer_tag,
+        r.peer_cidrs,
+        -1 if r.protocol is None else r.protocol,
+        r.port,
+    )
