@@ -20,7 +20,8 @@ CLONE_NEWNET = 0x40000000
 
 def _join(name: str) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    path = name if name.startswith("/") else f"/run/netns/{name}"
+    fd = os.open(path, os.O_RDONLY)
     try:
         if libc.setns(fd, CLONE_NEWNET) != 0:
             err = ctypes.get_errno()
@@ -30,7 +31,8 @@ def _join(name: str) -> None:
 
 
 class InNetns:
-    """One thread inside the network namespace ``name`` (made with ``ip netns add``)."""
+    """One thread inside the network namespace ``name`` (made with ``ip netns add``), or at
+    the path ``name`` (e.g. /proc/PID/ns/net of a container)."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -1,0 +1,141 @@
+"""Real TCP and UDP between containers, driven from the test process: sockets are made
+inside a container's network namespace (a socket stays in the namespace it was made in),
+so a test needs nothing in the image beyond busybox and reads every outcome directly."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+
+from .netns import InNetns
+
+
+def container_pid(name: str) -> int:
+    out = subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.Pid}}", name],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return int(out.stdout.strip())
+
+
+class ContainerNet:
+    """A container's network namespace, to make sockets in."""
+
+    def __init__(self, container: str) -> None:
+        self.container = container
+        self._ns = InNetns(f"/proc/{container_pid(container)}/ns/net")
+
+    def socket(self, kind: int) -> socket.socket:
+        return self._ns(socket.socket, socket.AF_INET, kind)
+
+    def close(self) -> None:
+        self._ns.close()
+
+
+class EchoServer:
+    """Echoes on TCP and UDP ``port`` in a container, in daemon threads, until closed."""
+
+    def __init__(self, net: ContainerNet, port: int) -> None:
+        self.tcp = net.socket(socket.SOCK_STREAM)
+        self.udp = net.socket(socket.SOCK_DGRAM)
+        for s in (self.tcp, self.udp):
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("0.0.0.0", port))
+        self.tcp.listen(64)
+        self._threads = [
+            threading.Thread(target=self._accept, daemon=True),
+            threading.Thread(target=self._datagrams, daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.tcp.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _echo(conn: socket.socket) -> None:
+        with conn:
+            while True:
+                try:
+                    data = conn.recv(4096)
+                except OSError:
+                    return
+                if not data:
+                    return
+                conn.sendall(data)
+
+    def _datagrams(self) -> None:
+        while True:
+            try:
+                data, peer = self.udp.recvfrom(4096)
+                if peer is None:  # shut down
+                    return
+                self.udp.sendto(data, peer)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        for s in (self.tcp, self.udp):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+
+def tcp_opens(net: ContainerNet, ip: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether a new TCP connection from the container to ip:port opens and echoes."""
+    with contextlib.closing(net.socket(socket.SOCK_STREAM)) as s:
+        s.settimeout(timeout)
+        try:
+            s.connect((ip, port))
+            s.sendall(b"hello")
+            return s.recv(16) == b"hello"
+        except OSError:
+            return False
+
+
+def udp_answers(net: ContainerNet, ip: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether a datagram from the container to ip:port gets its echo back."""
+    with contextlib.closing(net.socket(socket.SOCK_DGRAM)) as s:
+        s.settimeout(timeout)
+        try:
+            s.sendto(b"hello", (ip, port))
+            return s.recv(16) == b"hello"
+        except OSError:
+            return False
+
+
+@contextlib.contextmanager
+def tcp_session(net: ContainerNet, ip: str, port: int) -> Iterator[socket.socket]:
+    """An open TCP connection (for "established connections are not cut")."""
+    s = net.socket(socket.SOCK_STREAM)
+    s.settimeout(2.0)
+    try:
+        s.connect((ip, port))
+        yield s
+    finally:
+        s.close()
+
+
+def echoes(s: socket.socket, payload: bytes = b"still here") -> bool:
+    try:
+        s.sendall(payload)
+        got = b""
+        while len(got) < len(payload):
+            chunk = s.recv(len(payload) - len(got))
+            if not chunk:
+                return False
+            got += chunk
+        return got == payload
+    except OSError:
+        return False
