@@ -9,11 +9,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from datapath.policy import GroupState
+
 from common.models import Endpoint
 from common.records import NetworkRecord
 from datapath.agent import DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.pipeline import RemoteEndpointState
-from datapath.policy import GroupState
 
 from .cluster import ClusterView, group_id, peers, remote_endpoints
 from .policy_view import group_states

@@ -10,20 +10,18 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from common import keys
 from common.credentials import CredentialError, client_cert, client_token
 from common.etcd_tls import EtcdTls
 from common.flags import split_endpoints
-from common.models import Endpoint, Network
+from common.models import Network
 from common.records import HostRecord, NetworkRecord
-from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
+from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint
 from datapath.hostnat import Iptables, PortMapping
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
-from datapath.pipeline import RemoteEndpointState
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
 from store import Store, StoreError
 from store.startup import open_store_at_start

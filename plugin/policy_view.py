@@ -15,9 +15,10 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from datapath.policy import GroupState, RuleState
+
 from common.models import Network, Rule
 from common.records import GroupRecord, NetworkRecord
-from datapath.policy import GroupState, RuleState
 
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1}
 
@@ -119,7 +120,9 @@ def group_states(
                 for r in of_policy.get((tenant, policy), []):
                     state = resolve_rule(r, members, tenant_nets)
                     if isinstance(state, str):
-                        skipped.append(Unresolved(g.config.id, f"{tenant}:{policy}:{r.ruleId}", state))
+                        skipped.append(
+                            Unresolved(g.config.id, f"{tenant}:{policy}:{r.ruleId}", state)
+                        )
                     else:
                         resolved.add(state)
             out.append(

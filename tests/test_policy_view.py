@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from datapath.policy import GroupState, RuleState
 
 from common.models import EndpointGroup, Network, Rule
 from common.records import GroupRecord, NetworkRecord
-from datapath.policy import GroupState, RuleState
 from plugin.policy_view import group_states, protocol_number
 
 
@@ -84,7 +84,9 @@ def test_several_policies_merge_and_identical_rules_count_once() -> None:
 def test_rules_of_other_policies_and_tenants_do_not_apply() -> None:
     rules = [rule("q", "1", action="deny"), rule("p", "1", tenant="blue", action="deny")]
     nets = [*NETS, net("pn", "10.2.0.0/16", tenant="blue")]
-    groups, _ = group_states([grp("web", "pn", 5, "p"), grp("w", "pn", 6, tenant="blue")], rules, nets)
+    groups, _ = group_states(
+        [grp("web", "pn", 5, "p"), grp("w", "pn", 6, tenant="blue")], rules, nets
+    )
     assert [g.rules for g in groups] == [(), ()]
 
 
