@@ -44,10 +44,10 @@ def sh(*cmd: str, check: bool = True, timeout: float = 60) -> subprocess.Complet
     return res
 
 
-@pytest.fixture(scope="module")
-def stack(
+def serve_stack(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[MasterProcess, PluginProcess]]:
+    """A master on the embedded store and the netplugin on the host's dockerd and OVS."""
     ensure_host_daemons()
     ensure_test_image(IMAGE)
     if serving(SOCKET):
@@ -65,14 +65,25 @@ def stack(
         master.stop()
 
 
-@pytest.fixture(autouse=True)
-def stack_up(stack: tuple[MasterProcess, PluginProcess]) -> None:
+def restart_stopped(stack: tuple[MasterProcess, PluginProcess]) -> None:
     """Every test starts with the master and the plugin serving (a test that stops one
     starts it again in its own ``finally``; this only makes a failure there not spread)."""
     for proc in stack:
         if not proc.running():
             proc.stop()
             proc.start()
+
+
+@pytest.fixture(scope="module")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[MasterProcess, PluginProcess]]:
+    yield from serve_stack(tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def stack_up(stack: tuple[MasterProcess, PluginProcess]) -> None:
+    restart_stopped(stack)
 
 
 @pytest.fixture

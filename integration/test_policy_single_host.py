@@ -15,15 +15,15 @@ import pytest
 from .master import MasterProcess
 from .plugin import PluginProcess
 from .probe import ContainerNet, EchoServer, echoes, tcp_opens, tcp_session, udp_answers
-from .test_docker_single_host import (  # noqa: F401  (stack, stack_up: fixtures)
+from .test_docker_single_host import (
     BIN,
     IMAGE,
     RUN,
     ip_of,
     ping,
+    restart_stopped,
+    serve_stack,
     sh,
-    stack,
-    stack_up,
 )
 from .wait import wait_for
 
@@ -96,6 +96,18 @@ def docker_has_network(name: str) -> bool:
     return sh("docker", "network", "inspect", name, check=False).returncode == 0
 
 
+@pytest.fixture(scope="module")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[MasterProcess, PluginProcess]]:
+    yield from serve_stack(tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def stack_up(stack: tuple[MasterProcess, PluginProcess]) -> None:
+    restart_stopped(stack)
+
+
 _SUBNETS = iter(range(100, 200))
 
 
@@ -151,7 +163,7 @@ def test_out_rules_by_address_and_network(lab: PolicyLab) -> None:
     w, w_net = lab.container(web)
     lab.serve(w, 81)
     a, a_net = lab.container(app)
-    d, d_net = lab.container(db)
+    _, d_net = lab.container(db)
     wip = ip_of(w)
     p = lab.policy("appout")
     lab.netctl("policy", "rule-add", p, "1", "-d", "out", "-s", wip, "-l", "udp", "-j", "deny")
@@ -171,7 +183,7 @@ def test_established_connections_stay_and_new_containers_are_covered_at_once(
 ) -> None:
     web, app = lab.group("web"), lab.group("app")
     w, _ = lab.container(web)
-    a, a_net = lab.container(app)
+    _, a_net = lab.container(app)
     wip = ip_of(w)
     p = lab.policy("deny")
     with tcp_session(a_net, wip, 80) as session:

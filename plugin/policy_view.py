@@ -112,7 +112,7 @@ def group_states(
     skipped: list[Unresolved] = []
     for tenant, members in sorted(by_tenant.items()):
         tenant_nets = nets.get(tenant, {})
-        for name, g in sorted(members.items()):
+        for _, g in sorted(members.items()):
             if g.tag <= 0 or g.config.networkName not in tenant_nets:
                 continue
             resolved: set[RuleState] = set()
