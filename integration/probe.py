@@ -27,9 +27,10 @@ def container_pid(name: str) -> int:
 class ContainerNet:
     """A container's network namespace, to make sockets in."""
 
-    def __init__(self, container: str) -> None:
+    def __init__(self, container: str, pid: int | None = None) -> None:
         self.container = container
-        self._ns = InNetns(f"/proc/{container_pid(container)}/ns/net")
+        pid = container_pid(container) if pid is None else pid
+        self._ns = InNetns(f"/proc/{pid}/ns/net")
 
     def socket(self, kind: int) -> socket.socket:
         return self._ns(socket.socket, socket.AF_INET, kind)

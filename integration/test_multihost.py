@@ -18,6 +18,7 @@ from .etcd import require_etcd
 from .host import BUSYBOX_IMAGE, TEST_LABEL
 from .multihost import Cluster, SimHost, sh
 from .ovs import stop_pid
+from .probe import ContainerNet, EchoServer, echoes, tcp_opens, tcp_session, udp_answers
 from .wait import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
@@ -363,3 +364,64 @@ def test_a_healed_partition_converges(cluster: Cluster) -> None:
     wait_for(lambda: dropped not in docker_networks(h3), 40, f"h3: {dropped} removed")
     a, c = cluster.run(h1, unique("a"), made), cluster.run(h3, unique("c"), made)
     assert cluster.ping(h3, c, cluster.ip_of(h1, a))
+
+
+def container_net(host: SimHost, container: str) -> ContainerNet:
+    pid = int(host.docker("inspect", "-f", "{{.State.Pid}}", container).strip())
+    return ContainerNet(container, pid)
+
+
+@pytest.mark.parametrize("encap", ["vxlan", "vlan"])
+def test_policies_across_hosts(cluster: Cluster, encap: str) -> None:
+    """An `in` rule is enforced on the destination's host, an `out` rule on the source's,
+    for endpoints on different hosts; replies and established connections pass."""
+    h1, h2, h3 = cluster.hosts
+    opts = ("-e", "vlan", "-p", "310") if encap == "vlan" else ()
+    subnet = "10.76.0.0/24" if encap == "vlan" else "10.77.0.0/24"
+    on = [h1, h3] if encap == "vlan" else [h1, h2]
+    far = on[1]
+    net = network(cluster, "pol", subnet, on, *opts)
+    web, app = unique("web"), unique("app")
+    for g in (web, app):
+        cluster.netctl("group", "create", net, g)
+        for h in on:
+            wait_docker_network(h, g)
+    w = cluster.run(far, unique("w"), web)
+    a = cluster.run(h1, unique("a"), app)
+    a2 = cluster.run(far, unique("a"), app)  # app on web's own host
+    nets = {c: container_net(h, c) for h, c in ((far, w), (h1, a), (far, a2))}
+    servers = [EchoServer(nets[w], 80), EchoServer(nets[w], 81), EchoServer(nets[a], 80)]
+    policy = unique("p")
+    try:
+        wip, aip = cluster.ip_of(far, w), cluster.ip_of(h1, a)
+        assert tcp_opens(nets[a], wip, 81) and udp_answers(nets[a], wip, 81)
+        with tcp_session(nets[a], wip, 81) as before:
+            cluster.netctl("policy", "create", policy)
+            rules = [
+                ("1", "-d", "in", "-l", "tcp", "-j", "deny"),
+                ("2", "-d", "in", "-g", app, "-l", "tcp", "-P", "80", "-p", "10"),
+                ("3", "-d", "out", "-s", aip, "-l", "udp", "-j", "deny"),
+            ]
+            for r in rules:
+                cluster.netctl("policy", "rule-add", policy, *r)
+            cluster.netctl("group", "update", "-p", policy, web)
+            # in: judged on web's host for a connection from the other host.
+            wait_for(lambda: not tcp_opens(nets[a], wip, 81), 10, "tcp/81 into web denied")
+            assert echoes(before)  # established before the rule: not cut
+        assert tcp_opens(nets[a], wip, 80)  # allowed from app, across hosts
+        assert tcp_opens(nets[a2], wip, 80) and not tcp_opens(nets[a2], wip, 81)  # same host
+        # out: judged on web's host for web's own connections to the other host.
+        assert not udp_answers(nets[w], aip, 80)
+        assert tcp_opens(nets[w], aip, 80) and udp_answers(nets[a], wip, 80)
+    finally:
+        for s in servers:
+            s.close()
+        for n in nets.values():
+            n.close()
+        for h, c in ((far, w), (h1, a), (far, a2)):
+            h.docker("rm", "-f", c, check=False)
+        for g in (web, app):
+            cluster.netctl("group", "update", "--no-policy", g, check=False)
+        cluster.netctl("policy", "rm", policy, check=False)
+        for g in (web, app):
+            cluster.netctl("group", "rm", net, g, check=False)
