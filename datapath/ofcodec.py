@@ -40,7 +40,9 @@ def _ofp_action(action: Action) -> Any:
     if kind == "group":
         return parser.OFPActionGroup(action[1])
     if kind == "ct":
-        _, commit, zone, table = action
+        _, commit, zone, table, nested = action
+        if nested or isinstance(zone, tuple):
+            raise ValueError(f"action {action!r} cannot be sent to a switch yet")
         return parser.NXActionCT(
             flags=nicira_ext.NX_CT_F_COMMIT if commit else 0,
             zone_src="",
@@ -93,7 +95,8 @@ def _from_ofp_ct(action: Any) -> Action:
         # A register zone, an ALG, nested NAT or force: not in the model (yet).
         return ("unsupported", type(action).__name__, str(action))
     table = None if action.recirc_table == nicira_ext.NX_CT_RECIRC_NONE else action.recirc_table
-    return ("ct", bool(action.flags & nicira_ext.NX_CT_F_COMMIT), action.zone_ofs_nbits, table)
+    commit = bool(action.flags & nicira_ext.NX_CT_F_COMMIT)
+    return ("ct", commit, action.zone_ofs_nbits, table, ())
 
 
 def _from_ofp_action(action: Any) -> Action:

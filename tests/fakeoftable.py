@@ -179,7 +179,9 @@ class FakeOFTable:
                 elif kind == "meter":
                     result.meters.append(action[1])
                 elif kind == "ct":
-                    _, commit, zone, recirc = action
+                    _, commit, zone, recirc, nested = action
+                    if nested or isinstance(zone, tuple):
+                        raise NotModelled(f"the walker does not model {action} yet")
                     if commit:
                         result.committed.append(zone)
                     if recirc is not None:
