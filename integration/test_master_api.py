@@ -73,6 +73,7 @@ def test_lifecycle(master: MasterProcess) -> None:
     assert insp["Oper"]["allocatedAddresses"] == ["10.9.0.1"]
     assert insp["Oper"]["dockerName"] == "web/blue"
 
+    ok(m.api("POST", "policys/blue:p1", json={}))
     ok(
         m.api(
             "POST",
@@ -111,6 +112,7 @@ def test_lifecycle(master: MasterProcess) -> None:
         ok(m.api("DELETE", f"alloc/endpoints/{eid}"))
     refused(m.api("GET", "endpoints/ep1"), 404, "endpoint ep1")
     ok(m.api("DELETE", "endpointGroups/blue:front"))
+    ok(m.api("DELETE", "policys/blue:p1"))
     ok(m.api("DELETE", "networks/blue:web"))
     ok(m.api("DELETE", "networks/default:dual"))
     ok(m.api("DELETE", "tenants/blue"))
