@@ -27,6 +27,7 @@ from .output import (
     render_global,
     render_table,
 )
+from .policy import add_policy_commands
 
 PROG = "netctl"
 __all__ = ["PROG", "build_parser", "main", "render_table"]
@@ -110,7 +111,7 @@ def net_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> 
 
 def group_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl group create."""
-    policies = [p.strip() for given in args.policy for p in given.split(",") if p.strip()]
+    policies = _policies(args.policy)
     result = client.create_group(
         args.tenant,
         args.group,
@@ -120,6 +121,18 @@ def group_create(client: MasterClient, args: argparse.Namespace, out: TextIO) ->
         net_profile=args.networkprofile,
     )
     emit_quiet(args, result, out)
+
+
+def _policies(given: list[str]) -> list[str]:
+    """-p values: repeatable, each also comma-separated."""
+    return [p.strip() for g in given for p in g.split(",") if p.strip()]
+
+
+def group_update(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
+    """netctl group update: replace the group's policies (the master merges the change into
+    the group in one transaction, so a concurrent change of its other fields stays)."""
+    policies = [] if args.no_policy else _policies(args.policy)
+    emit_quiet(args, client.update_group(args.tenant, args.group, policies=policies), out)
 
 
 def group_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
@@ -288,6 +301,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb(e, "inspect", group_inspect, "endpoint group config and oper state")
     tenant_option(p)
     p.add_argument("group", type=name)
+
+    p = verb(e, "update", group_update, "change an endpoint group's policies")
+    tenant_option(p)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "-p",
+        "--policy",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="the group's policies from now on (repeatable, or comma-separated)",
+    )
+    which.add_argument("--no-policy", action="store_true", help="detach every policy")
+    p.add_argument("group", type=name)
+
+    # policy
+    add_policy_commands(commands)
 
     # endpoint
     ep = obj("endpoint", "endpoints (read-only)", ["ep"])

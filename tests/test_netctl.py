@@ -677,7 +677,7 @@ def test_against_real_master_app(
     assert rc == 1 and err == (
         "netctl: endpoint group blue:g: policy blue:p1 not found; create it first\n"
     )
-    assert s.post("http://netmaster.test:9999/api/v1/policys/blue:p1").status_code == 200
+    assert run(capsys, ["policy", "create", "-t", "blue", "p1"], s) == (0, "", "")
     assert run(capsys, argv, s) == (0, "", "")
     rc, out, _ = run(capsys, ["net", "ls", "-a"], s)
     assert rc == 0
@@ -697,7 +697,7 @@ def test_against_real_master_app(
     assert json.loads(out)["Config"]["arpMode"] == "flood"
     assert json.loads(out)["Config"]["fwdMode"] == "bridge"
     assert run(capsys, ["group", "rm", "-t", "blue", "g"], s) == (0, "", "")
-    assert s.delete("http://netmaster.test:9999/api/v1/policys/blue:p1").status_code == 200
+    assert run(capsys, ["policy", "rm", "-t", "blue", "p1"], s) == (0, "", "")
     assert run(capsys, ["net", "rm", "-t", "blue", "db"], s) == (0, "", "")
     assert run(capsys, ["tenant", "rm", "blue"], s) == (0, "", "")
     rc, out, _ = run(capsys, ["version"], s)
