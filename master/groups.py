@@ -70,7 +70,7 @@ class Groups:
 
         def attempt() -> EndpointGroup:
             old, kv = self.read(tenant, name)
-            merged = {**old.dump(), **fields}
+            merged = {**old.dump(), **fields, "tenantName": tenant, "groupName": name}
             merged.pop("key", None)
             return self._save(parse_body(EndpointGroup, merged, obj), kv)
 
@@ -121,7 +121,7 @@ class Groups:
 
     def _free_tag(self, group_id: str) -> int:
         used, _ = self.txn.range(keys.GROUP_TAGS)
-        return choose_group_tag(group_id, {int(tail(kv)) for kv in used})
+        return choose_group_tag(group_id, {int(t) for kv in used if (t := tail(kv)).isdigit()})
 
     def tag_untagged(self) -> int:
         """Give a tag to every group stored before groups had tags, one txn each (the master

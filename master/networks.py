@@ -104,7 +104,8 @@ class Networks:
                 compares += guards
             else:
                 clash = keys.group(net.tenantName, net.networkName)
-                check_name_free(net, self.txn.get(clash) is not None)
+                taken = self.txn.get(clash) is not None
+                check_name_free(net.id, net.tenantName, net.networkName, taken)
                 compares += [absent(key), absent(clash)]
 
             tags = {
@@ -163,7 +164,7 @@ class Networks:
             check_rename(rec.id, f"{tenant}:{new_name}", taken, count)
             new = renamed(rec, new_name)
             clash = keys.group(tenant, new_name)
-            check_name_free(new.config, self.txn.get(clash) is not None)
+            check_name_free(rec.id, tenant, new_name, self.txn.get(clash) is not None)
             naming, rules = self._naming(tenant, name)
             check_unnamed(rec.id, naming)
             compares = [

@@ -296,21 +296,24 @@ def test_delete_guards(check: Any, args: tuple[Any, ...], error: str | None) -> 
 
 def test_a_group_and_a_network_never_share_a_name() -> None:
     groups.check_name_free(EndpointGroup(groupName="web", networkName="n"), False)
-    networks.check_name_free(Network(networkName="web", subnet="10.1.0.0/24"), False)
+    networks.check_name_free("default:web", "default", "web", False)
     with pytest.raises(Conflict) as e:
         groups.check_name_free(
             EndpointGroup(tenantName="b", groupName="web", networkName="n"), True
         )
     assert str(e.value) == (
-        "endpoint group b:web: network b:web has this name (both would be docker network "
+        "endpoint group b:web: network b:web has the name web (both would be docker network "
         "web/b); choose another name"
     )
     with pytest.raises(Conflict) as e:
-        networks.check_name_free(Network(networkName="web", subnet="10.1.0.0/24"), True)
+        networks.check_name_free("default:web", "default", "web", True)
     assert str(e.value) == (
-        "network default:web: endpoint group default:web has this name (both would be docker "
-        "network web); choose another name"
+        "network default:web: endpoint group default:web has the name web (both would be "
+        "docker network web); choose another name"
     )
+    with pytest.raises(Conflict) as e:  # a rename: the network keeps its id in the refusal
+        networks.check_name_free("default:old", "default", "web", True)
+    assert str(e.value).startswith("network default:old: endpoint group default:web has the")
 
 
 # --- group tags ---

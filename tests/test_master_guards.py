@@ -249,7 +249,7 @@ def test_a_group_and_a_network_made_at_once_under_one_name(state: ClusterState) 
     state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
     web = Network(networkName="web", subnet="10.2.0.0/24")
     before_commit_of(state, keys.group("default", "web"), lambda: state.put_network(web))
-    with pytest.raises(Conflict, match="network default:web has this name"):
+    with pytest.raises(Conflict, match="network default:web has the name web"):
         state.put_group(EndpointGroup(groupName="web", networkName="n"))
     assert state.list_groups() == []
     before_commit_of(
@@ -257,7 +257,7 @@ def test_a_group_and_a_network_made_at_once_under_one_name(state: ClusterState) 
         keys.network("default", "db"),
         lambda: state.put_group(EndpointGroup(groupName="db", networkName="n")),
     )
-    with pytest.raises(Conflict, match="endpoint group default:db has this name"):
+    with pytest.raises(Conflict, match="endpoint group default:db has the name db"):
         state.put_network(Network(networkName="db", subnet="10.3.0.0/24"))
     assert [n.networkName for n in state.list_networks()] == ["n", "web"]
     holds_together(state)

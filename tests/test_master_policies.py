@@ -359,21 +359,21 @@ def test_a_group_and_a_network_never_share_a_name(net: ClusterState) -> None:
         s,
         lambda: s.put_group(group("m")),
         Conflict,
-        "endpoint group t:m: network t:m has this name (both would be docker network m/t); "
+        "endpoint group t:m: network t:m has the name m (both would be docker network m/t); "
         "choose another name",
     )
     refused(
         s,
         lambda: s.put_network(Network(tenantName="t", networkName="web", subnet="10.3.0.0/24")),
         Conflict,
-        "network t:web: endpoint group t:web has this name (both would be docker network "
+        "network t:web: endpoint group t:web has the name web (both would be docker network "
         "web/t); choose another name",
     )
     refused(
         s,
         lambda: s.rename_network("t", "m", "web"),
         Conflict,
-        "network t:web: endpoint group t:web has this name (both would be docker network "
+        "network t:m: endpoint group t:web has the name web (both would be docker network "
         "web/t); choose another name",
     )
     # Other tenants' names do not clash.

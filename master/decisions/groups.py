@@ -92,7 +92,7 @@ def check_name_free(group: EndpointGroup, network_exists: bool) -> None:
     if network_exists:
         raise Conflict(
             f"endpoint group {group.id}",
-            f"network {group.id} has this name (both would be docker network "
+            f"network {group.id} has the name {group.groupName} (both would be docker network "
             f"{docker_name(group.tenantName, group.groupName)}); choose another name",
         )
 

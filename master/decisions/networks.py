@@ -162,14 +162,14 @@ def check_unnamed(net_id: str, rules: Sequence[str]) -> None:
         )
 
 
-def check_name_free(net: Network, group_exists: bool) -> None:
-    """A network may not take the name of an endpoint group of its tenant: in docker, both
-    would be the same network."""
+def check_name_free(net_id: str, tenant: str, name: str, group_exists: bool) -> None:
+    """A network (``net_id``, made or renamed) may not take the name ``name`` of an endpoint
+    group of its tenant: in docker, both would be the same network."""
     if group_exists:
         raise Conflict(
-            f"network {net.id}",
-            f"endpoint group {net.id} has this name (both would be docker network "
-            f"{docker_name(net.tenantName, net.networkName)}); choose another name",
+            f"network {net_id}",
+            f"endpoint group {tenant}:{name} has the name {name} (both would be docker network "
+            f"{docker_name(tenant, name)}); choose another name",
         )
 
 
