@@ -15,6 +15,9 @@ ALLOC = ROOT + "ipam/alloc/"  # ipam/alloc/<pool id>/<address>
 OWNERS = ROOT + "ipam/owners/"  # ipam/owners/<owner> -> {pool, address}
 TAGS = ROOT + "tags/"  # tags/<vlan|vxlan>/<tag>
 HOSTS = ROOT + "hosts/"
+POLICIES = ROOT + "policies/"  # policies/<tenant>/<policy>
+RULES = ROOT + "rules/"  # rules/<tenant>/<policy>/<rule id>
+GROUP_TAGS = ROOT + "grouptags/"  # grouptags/<tag> -> the group's id (TENANT:NAME)
 LEADER = ROOT + "master/leader"
 
 
@@ -36,6 +39,31 @@ def groups_of(tenant_name: str) -> str:
 
 def group(tenant_name: str, name: str) -> str:
     return f"{GROUPS}{tenant_name}/{name}"
+
+
+def policies_of(tenant_name: str) -> str:
+    return f"{POLICIES}{tenant_name}/"
+
+
+def policy(tenant_name: str, name: str) -> str:
+    return f"{POLICIES}{tenant_name}/{name}"
+
+
+def rules_of_tenant(tenant_name: str) -> str:
+    return f"{RULES}{tenant_name}/"
+
+
+def rules_of(tenant_name: str, policy_name: str) -> str:
+    return f"{RULES}{tenant_name}/{policy_name}/"
+
+
+def rule(tenant_name: str, policy_name: str, rule_id: str) -> str:
+    return f"{RULES}{tenant_name}/{policy_name}/{rule_id}"
+
+
+def group_tag(value: int) -> str:
+    """A group's tag (1..2**31-1, what the datapath marks its endpoints' packets with)."""
+    return f"{GROUP_TAGS}{value}"
 
 
 def endpoints_of(tenant_name: str, network_name: str) -> str:

@@ -85,6 +85,65 @@ class EndpointGroup(_Model):
         return {"key": self.id, **super().dump()}
 
 
+class Policy(_Model):
+    """A named set of rules; endpoint groups attach it by name (EndpointGroup.policies)."""
+
+    key: str | None = Field(default=None, exclude=True)
+    tenantName: Name = "default"
+    policyName: Name
+
+    @property
+    def id(self) -> str:
+        return f"{self.tenantName}:{self.policyName}"
+
+    def dump(self) -> dict[str, Any]:
+        return {"key": self.id, **super().dump()}
+
+
+class Rule(_Model):
+    """One rule of a policy. An ``in`` rule matches traffic to the groups the policy is
+    attached to (``from*`` select the source), an ``out`` rule traffic from them (``to*``
+    select the destination). Higher priority wins; at equal priority deny wins.
+
+    As stored (master/validate.normalize_rule): protocol is "", "tcp", "udp", "icmp" or a
+    decimal IP protocol number, and the IP fields are canonical CIDRs or ""."""
+
+    key: str | None = Field(default=None, exclude=True)
+    tenantName: Name = "default"
+    policyName: Name
+    ruleId: Name
+    direction: Literal["in", "out"] = "in"
+    priority: int = Field(default=1, ge=1, le=100)
+    fromEndpointGroup: str = ""
+    toEndpointGroup: str = ""
+    fromNetwork: str = ""
+    toNetwork: str = ""
+    fromIpAddress: str = ""
+    toIpAddress: str = ""
+    protocol: str = ""
+    port: int = Field(default=0, ge=0, le=65535)
+    action: Literal["allow", "deny"] = "allow"
+
+    @field_validator("protocol", mode="before")
+    @classmethod
+    def _protocol_number(cls, value: Any) -> Any:
+        # Contiv sends a string; a JSON number is the same protocol.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    @property
+    def id(self) -> str:
+        return f"{self.tenantName}:{self.policyName}:{self.ruleId}"
+
+    @property
+    def policy_id(self) -> str:
+        return f"{self.tenantName}:{self.policyName}"
+
+    def dump(self) -> dict[str, Any]:
+        return {"key": self.id, **super().dump()}
+
+
 class GlobalSettings(_Model):
     key: str | None = Field(default=None, exclude=True)
     name: Literal["global"] = "global"

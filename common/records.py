@@ -10,7 +10,10 @@ reads every record an earlier version wrote.
 | GLOBAL                     | ConfigRecord of GlobalSettings                |
 | tenant(name)               | ConfigRecord of Tenant                        |
 | network(tenant, name)      | NetworkRecord (config + tag and pools)        |
-| group(tenant, name)        | ConfigRecord of EndpointGroup                 |
+| group(tenant, name)        | GroupRecord (config + tag)                    |
+| group_tag(n)               | the owning group's id (TENANT:NAME), bytes    |
+| policy(tenant, name)       | ConfigRecord of Policy                        |
+| rule(tenant, policy, id)   | ConfigRecord of Rule                          |
 | endpoint(t, n, id)         | Endpoint                                      |
 | endpoint_index(id)         | the endpoint's key, as bytes                  |
 | tag(encap, n)              | the owning network's id (TENANT:NAME), bytes  |
@@ -27,9 +30,9 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from .models import Endpoint, EndpointGroup, GlobalSettings, Network, Tenant
+from .models import Endpoint, EndpointGroup, GlobalSettings, Network, Policy, Rule, Tenant
 
-C = TypeVar("C", Tenant, Network, EndpointGroup, GlobalSettings)
+C = TypeVar("C", Tenant, Network, EndpointGroup, GlobalSettings, Policy, Rule)
 
 
 class KVLike(Protocol):
@@ -69,7 +72,8 @@ def _object(value: bytes, what: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ConfigRecord(Generic[C]):
-    """A tenant, endpoint group or the global settings: only its configuration is stored."""
+    """A tenant, policy, rule or the global settings: only its configuration is stored.
+    (An endpoint group's GroupRecord has the same "config", so this reads its config too.)"""
 
     config: C
 
@@ -82,12 +86,37 @@ class ConfigRecord(Generic[C]):
         return ConfigRecord(model.model_validate(data.get("config")))
 
 
-def encode_config(obj: Tenant | EndpointGroup | GlobalSettings) -> bytes:
+def encode_config(obj: Tenant | EndpointGroup | GlobalSettings | Policy | Rule) -> bytes:
     return ConfigRecord(obj).encode()
 
 
 def decode_config(model: type[C], value: bytes) -> C:
     return ConfigRecord.decode(model, value).config
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """An endpoint group: its configuration, plus the tag the control plane gave it (what
+    the datapath marks its endpoints' packets with; 0 = none yet, a group stored before tags
+    existed). ``decode_config(EndpointGroup, ...)`` reads the config of it."""
+
+    config: EndpointGroup
+    tag: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.config.id
+
+    def encode(self) -> bytes:
+        return encode({"config": self.config.dump(), "tag": self.tag})
+
+    @classmethod
+    def decode(cls, value: bytes) -> GroupRecord:
+        data = _object(value, "endpoint group record")
+        tag = data.get("tag") or 0
+        if not isinstance(tag, int) or isinstance(tag, bool) or tag < 0:
+            raise RecordError(f"endpoint group record: tag {tag!r} is not a tag")
+        return cls(EndpointGroup.model_validate(data.get("config")), tag)
 
 
 @dataclass(frozen=True)

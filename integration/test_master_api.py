@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -12,7 +14,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from .master import MasterProcess
+from common import keys
+from common.models import EndpointGroup
+from common.records import GroupRecord, encode_config
+from master.decisions.consistency import check_state
+from store import open_store
+
+from .master import VENV_BIN, MasterProcess
 
 
 @pytest.fixture
@@ -73,6 +81,7 @@ def test_lifecycle(master: MasterProcess) -> None:
     assert insp["Oper"]["allocatedAddresses"] == ["10.9.0.1"]
     assert insp["Oper"]["dockerName"] == "web/blue"
 
+    ok(m.api("POST", "policys/blue:p1", json={}))
     ok(
         m.api(
             "POST",
@@ -111,6 +120,7 @@ def test_lifecycle(master: MasterProcess) -> None:
         ok(m.api("DELETE", f"alloc/endpoints/{eid}"))
     refused(m.api("GET", "endpoints/ep1"), 404, "endpoint ep1")
     ok(m.api("DELETE", "endpointGroups/blue:front"))
+    ok(m.api("DELETE", "policys/blue:p1"))
     ok(m.api("DELETE", "networks/blue:web"))
     ok(m.api("DELETE", "networks/default:dual"))
     ok(m.api("DELETE", "tenants/blue"))
@@ -398,6 +408,93 @@ def test_restart_keeps_allocations(backend: str, tmp_path: Path) -> None:
         m.stop()
 
 
+def netctl(m: MasterProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """The netctl command line against ``m``; any NETCTL_/NETMASTER settings of ours left out."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NETCTL_", "NETMASTER"))}
+    return subprocess.run(
+        [str(VENV_BIN / "netctl"), "--netmaster", m.url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+def test_policies_and_rules_through_netctl(backend: str, tmp_path: Path) -> None:
+    """netctl's policy verbs against a real netmaster; then a group stored by an earlier
+    master (no tag) gets one when the master restarts, and the store holds together."""
+    m = MasterProcess(tmp_path / "m", etcd_endpoints=backend).start()
+    try:
+
+        def run(*args: str) -> str:
+            res = netctl(m, *args)
+            assert (res.returncode, res.stderr) == (0, ""), args
+            return res.stdout
+
+        def refused(*args: str) -> str:
+            res = netctl(m, *args)
+            assert (res.returncode, res.stdout) == (1, ""), args
+            return res.stderr
+
+        run("tenant", "create", "blue")
+        run("net", "create", "-t", "blue", "-s", "10.60.0.0/24", "net1")
+        run("group", "create", "-t", "blue", "net1", "app")
+        run("group", "create", "-t", "blue", "net1", "web")
+        run("policy", "create", "-t", "blue", "web-in")
+        run("policy", "rule-add", "-t", "blue", "-l", "tcp", "-j", "deny", "web-in", "1")
+        run("policy", "rule-add", "-t", "blue", "-p", "10", "-g", "app", "-l", "tcp", "-P", "80",
+            "web-in", "2")  # fmt: skip
+        run("group", "update", "-t", "blue", "-p", "web-in", "web")
+        rules = json.loads(run("policy", "rule-ls", "-t", "blue", "web-in", "--json"))
+        assert [(r["ruleId"], r["priority"], r["action"]) for r in rules] == [
+            ("1", 1, "deny"),
+            ("2", 10, "allow"),
+        ]
+        oper = json.loads(run("policy", "inspect", "-t", "blue", "web-in"))["Oper"]
+        assert (oper["endpointGroups"], oper["numRules"]) == (["web"], 2)
+        tags = {g: ok(m.api("GET", f"inspect/endpointGroups/blue:{g}"))["Oper"]["groupTag"]
+                for g in ("app", "web")}  # fmt: skip
+        assert tags == {"app": 1, "web": 2}
+
+        assert "it is attached to endpoint group(s) web" in refused(
+            "policy", "rm", "-t", "blue", "web-in"
+        )
+        assert "it is named by rule(s) blue:web-in:2" in refused("group", "rm", "-t", "blue", "app")
+        assert "field 'port': a port needs protocol tcp or udp" in refused(
+            "policy", "rule-add", "-t", "blue", "-P", "22", "web-in", "3"
+        )
+        assert "tenant blue: it still has" in refused("tenant", "rm", "blue")
+
+        # A group as a master before group tags wrote it, while the master is down.
+        m.stop()
+        store = open_store(backend.split(",") if backend else None, str(m.data_dir))
+        try:
+            legacy = EndpointGroup(tenantName="blue", groupName="old", networkName="net1")
+            store.put(keys.group("blue", "old"), encode_config(legacy))
+        finally:
+            store.close()
+        m.start()
+        assert ok(m.api("GET", "inspect/endpointGroups/blue:old"))["Oper"]["groupTag"] == 3
+        assert ok(m.api("GET", "inspect/endpointGroups/blue:web"))["Oper"]["groupTag"] == 2
+
+        run("group", "update", "-t", "blue", "--no-policy", "web")
+        run("policy", "rm", "-t", "blue", "web-in")  # and its rules
+        assert json.loads(run("policy", "ls", "-a", "--json")) == []
+        assert ok(m.api("GET", "rules")) == []
+        run("group", "rm", "-t", "blue", "app")
+    finally:
+        m.stop()
+    store = open_store(backend.split(",") if backend else None, str(m.data_dir))
+    try:
+        scan = {kv.key: kv.value for kv in store.range(keys.ROOT).kvs}
+    finally:
+        store.close()
+    assert GroupRecord.decode(scan[keys.group("blue", "old")]).tag == 3
+    assert keys.group_tag(1) not in scan  # app's tag went with it
+    assert [str(p) for p in check_state(scan)] == []
+
+
 def test_openapi_and_version(master: MasterProcess) -> None:
     doc = requests.get(master.url + "/api/v1/openapi.json", timeout=5).json()
     assert doc["openapi"].startswith("3.")
@@ -405,9 +502,12 @@ def test_openapi_and_version(master: MasterProcess) -> None:
         "/api/v1/networks/{key}",
         "/api/v1/alloc/endpoints",
         "/api/v1/inspect/globals/{key}",
+        "/api/v1/policys/{key}",
+        "/api/v1/rules/{key}",
     ):
         assert path in doc["paths"], path
-    assert "Network" in doc["components"]["schemas"]
+    assert {"Network", "Policy", "Rule"} <= set(doc["components"]["schemas"])
+    assert "patch" in doc["paths"]["/api/v1/endpointGroups/{key}"]
     assert requests.get(master.url + "/version", timeout=5).json()["version"]
     json.dumps(doc)
 

@@ -13,13 +13,13 @@ One job per module:
 - decisions/: the rules against the cluster state, pure (no store): guards, plans (tags,
   pools, addresses), the inspect views. One module per family, unit-tested in
   tests/test_decisions_*.py.
-- The store side, one module per family: settings, tenants, networks, groups (the config
-  objects); endpoints and pools (allocation; Docker's pools and addresses), with
-  addresses.py (the PoolCache and an attempt's address claims); views (inspect). Each
-  operation reads, calls its decision, and commits with a compare for every fact the
-  decision relied on, so a refused request changes nothing.
+- The store side, one module per family: settings, tenants, networks, groups, policies
+  and rules (the config objects); endpoints and pools (allocation; Docker's pools and
+  addresses), with addresses.py (the PoolCache and an attempt's address claims); views
+  (inspect). Each operation reads, calls its decision, and commits with a compare for
+  every fact the decision relied on, so a refused request changes nothing.
 
-A new object kind (policy, rule, netprofile, service LB) goes:
+A new object kind (netprofile, service LB; policies and rules went this way) goes:
 1. model, key and record in common/models.py, common/keys.py, common/records.py;
 2. its pure rules in decisions/<kind>.py (checks of the object alone may sit there too),
    with tests/test_decisions_<kind>.py; a guard for objects that refer to it goes in

@@ -1,24 +1,33 @@
-"""Endpoint groups in the store."""
+"""Endpoint groups in the store: each with its tag key (keys.group_tag), allocated when the
+group is made and freed when it goes."""
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Any
+
 from common import keys
-from common.models import Endpoint, EndpointGroup
-from common.records import decode_config, decode_endpoint, encode_config
-from store import KV, Delete, Put
+from common.models import Endpoint, EndpointGroup, Rule
+from common.records import GroupRecord, decode_config, decode_endpoint
+from store import KV, Compare, Delete, Op, Put
 
 from .decisions.groups import (
     check_change,
     check_deletable,
+    check_name_free,
+    check_policies_exist,
     check_pool_overlap,
+    check_unreferenced,
+    choose_group_tag,
     members,
     moves,
 )
+from .decisions.policies import naming_group
 from .errors import NotFound
 from .networks import Networks
 from .tenants import Tenants
-from .txn import TxnStore, absent, retrying, unchanged, untouched_since
-from .validate import check_name, normalize_group
+from .txn import TxnStore, absent, retrying, tail, unchanged, untouched_since
+from .validate import check_name, normalize_group, parse_body
 
 
 class Groups:
@@ -31,11 +40,15 @@ class Groups:
         kvs, _ = self.txn.range(keys.groups_of(tenant) if tenant else keys.GROUPS)
         return [decode_config(EndpointGroup, kv.value) for kv in kvs]
 
-    def read(self, tenant: str, name: str) -> tuple[EndpointGroup, KV]:
+    def record(self, tenant: str, name: str) -> tuple[GroupRecord, KV]:
         kv = self.txn.get(keys.group(tenant, name))
         if kv is None:
             raise NotFound(f"endpoint group {tenant}:{name}")
-        return decode_config(EndpointGroup, kv.value), kv
+        return GroupRecord.decode(kv.value), kv
+
+    def read(self, tenant: str, name: str) -> tuple[EndpointGroup, KV]:
+        rec, kv = self.record(tenant, name)
+        return rec.config, kv
 
     def get(self, tenant: str, name: str) -> EndpointGroup:
         return self.read(tenant, name)[0]
@@ -48,40 +61,110 @@ class Groups:
     def put(self, group: EndpointGroup) -> EndpointGroup:
         check_name("endpoint group", group.groupName)
         key = keys.group(group.tenantName, group.groupName)
+        return retrying(f"endpoint group {group.id}", lambda: self._save(group, self.txn.get(key)))
+
+    def patch(self, tenant: str, name: str, fields: dict[str, Any]) -> EndpointGroup:
+        """Change the given fields of a group, merged over the group this txn compares: two
+        patches of different fields both hold."""
+        obj = f"endpoint group {tenant}:{name}"
 
         def attempt() -> EndpointGroup:
-            tkv = self.tenants.require(group.tenantName)
-            net, nkv = self.networks.read(group.tenantName, group.networkName)
-            g = normalize_group(group, net.config)
-            compares = [unchanged(tkv), unchanged(nkv)]
-            old = self.txn.get(key)
-            if old is not None:
-                prev = decode_config(EndpointGroup, old.value)
-                if prev == g:
-                    return g
-                if moves(prev, g):
-                    eps, erev = self.members(prev)
-                    check_change(prev, g, len(eps))
-                    # The guard holds in the txn too: no endpoint joined since it was read.
-                    endpoints = keys.endpoints_of(prev.tenantName, prev.networkName)
-                    compares.append(untouched_since(endpoints, erev))
-                compares.append(unchanged(old))
-            else:
-                compares.append(absent(key))
-            others, rev = self.txn.range(keys.groups_of(g.tenantName))
-            check_pool_overlap(g, (decode_config(EndpointGroup, kv.value) for kv in others))
-            compares.append(untouched_since(keys.groups_of(g.tenantName), rev))
-            self.txn.commit(compares, [Put(key, encode_config(g))])
-            return g
+            old, kv = self.read(tenant, name)
+            merged = {**old.dump(), **fields, "tenantName": tenant, "groupName": name}
+            merged.pop("key", None)
+            return self._save(parse_body(EndpointGroup, merged, obj), kv)
 
-        return retrying(f"endpoint group {group.id}", attempt)
+        return retrying(obj, attempt)
+
+    def _save(self, group: EndpointGroup, old: KV | None) -> EndpointGroup:
+        """One attempt at writing ``group`` over ``old`` (its stored entry, None: a new one)."""
+        key = keys.group(group.tenantName, group.groupName)
+        tkv = self.tenants.require(group.tenantName)
+        net, nkv = self.networks.read(group.tenantName, group.networkName)
+        g = normalize_group(group, net.config)
+        compares: list[Compare] = [unchanged(tkv), unchanged(nkv)]
+        ops: list[Op] = []
+        if old is not None:
+            prev = GroupRecord.decode(old.value)
+            if prev.config == g and prev.tag:
+                return g
+            if moves(prev.config, g):
+                eps, erev = self.members(prev.config)
+                check_change(prev.config, g, len(eps))
+                # The guard holds in the txn too: no endpoint joined since it was read.
+                endpoints = keys.endpoints_of(prev.config.tenantName, prev.config.networkName)
+                compares.append(untouched_since(endpoints, erev))
+            compares.append(unchanged(old))
+            tag = prev.tag
+        else:
+            clash = keys.network(g.tenantName, g.groupName)
+            check_name_free(g, self.txn.get(clash) is not None)
+            compares.append(absent(key))
+            compares.append(absent(clash))
+            tag = 0
+        if not tag:  # a new group, or one stored before groups had tags
+            tag = self._free_tag(g.id)
+            compares.append(absent(keys.group_tag(tag)))
+            ops.append(Put(keys.group_tag(tag), g.id.encode()))
+        policies: set[str] = set()
+        for p in g.policies:
+            pkv = self.txn.get(keys.policy(g.tenantName, p))
+            if pkv is not None:
+                policies.add(p)
+                compares.append(unchanged(pkv))
+        check_policies_exist(g, policies)
+        others, rev = self.txn.range(keys.groups_of(g.tenantName))
+        check_pool_overlap(g, (decode_config(EndpointGroup, kv.value) for kv in others))
+        compares.append(untouched_since(keys.groups_of(g.tenantName), rev))
+        self.txn.commit(compares, [*ops, Put(key, GroupRecord(g, tag).encode())])
+        return g
+
+    def _free_tag(self, group_id: str) -> int:
+        used, _ = self.txn.range(keys.GROUP_TAGS)
+        return choose_group_tag(group_id, {int(t) for kv in used if (t := tail(kv)).isdigit()})
+
+    def tag_untagged(self) -> int:
+        """Give a tag to every group stored before groups had tags, one txn each (the master
+        does this at start); returns how many it tagged."""
+        kvs, _ = self.txn.range(keys.GROUPS)
+        untagged = [kv.key for kv in kvs if not GroupRecord.decode(kv.value).tag]
+        return sum(retrying(f"endpoint group {key}", partial(self._tag, key)) for key in untagged)
+
+    def _tag(self, key: str) -> bool:
+        old = self.txn.get(key)
+        if old is None:
+            return False
+        rec = GroupRecord.decode(old.value)
+        if rec.tag:
+            return False
+        tag = self._free_tag(rec.id)
+        self.txn.commit(
+            [unchanged(old), absent(keys.group_tag(tag))],
+            [
+                Put(keys.group_tag(tag), rec.id.encode()),
+                Put(key, GroupRecord(rec.config, tag).encode()),
+            ],
+        )
+        return True
 
     def delete(self, tenant: str, name: str) -> None:
         def attempt() -> None:
-            g, kv = self.read(tenant, name)
+            rec, kv = self.record(tenant, name)
+            g = rec.config
             eps, erev = self.members(g)
             check_deletable(g.id, len(eps))
+            rules = keys.rules_of_tenant(tenant)
+            rkvs, rrev = self.txn.range(rules)
+            check_unreferenced(
+                g.id, naming_group(name, (decode_config(Rule, r.value) for r in rkvs))
+            )
             endpoints = keys.endpoints_of(tenant, g.networkName)
-            self.txn.commit([unchanged(kv), untouched_since(endpoints, erev)], [Delete(kv.key)])
+            ops: list[Op] = [Delete(kv.key)]
+            if rec.tag:
+                ops.append(Delete(keys.group_tag(rec.tag)))
+            self.txn.commit(
+                [unchanged(kv), untouched_since(endpoints, erev), untouched_since(rules, rrev)],
+                ops,
+            )
 
         retrying(f"endpoint group {tenant}:{name}", attempt)

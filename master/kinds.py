@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from common.models import Endpoint, EndpointGroup, GlobalSettings, Network, Tenant
+from common.models import Endpoint, EndpointGroup, GlobalSettings, Network, Policy, Rule, Tenant
 
 from .errors import BadRequest
 
@@ -78,7 +78,8 @@ class Op:
 
     ``call`` names a ClusterState method, or is a function of (state, *args) for an answer that
     ClusterState gives only in pieces. Calls take the key parts (list: the ?tenant= filter of a
-    tenant-scoped kind; put: the parsed model; rename: the key parts and the new name).
+    tenant-scoped kind; put: the parsed model; rename: the key parts and the new name; patch:
+    the key parts and the body's fields).
     """
 
     call: str | Callable[..., Any]
@@ -90,9 +91,10 @@ class ObjectKind:
     """One kind of object under /api/v1/<plural>/<key>, and what its routes do.
 
     Routes exist for the operations declared: ``list`` GET /<plural>; ``get`` GET /<plural>/<key>;
-    ``put`` POST and PUT /<plural>/<key> (create or update); ``rename`` POST
-    /<plural>/<key>/rename; ``delete`` DELETE /<plural>/<key>; ``inspect`` GET
-    /inspect/<plural>/<key>.
+    ``put`` POST and PUT /<plural>/<key> (create or update); ``patch`` PATCH /<plural>/<key>
+    (change the fields the body gives, merged over the object inside its own txn);
+    ``rename`` POST /<plural>/<key>/rename; ``delete`` DELETE /<plural>/<key>; ``inspect``
+    GET /inspect/<plural>/<key>.
     """
 
     plural: str
@@ -103,6 +105,7 @@ class ObjectKind:
     list: Op | None = None
     get: Op | None = None
     put: Op | None = None
+    patch: Op | None = None
     rename: Op | None = None  # body {<the last key field>: NEW_NAME}
     delete: Op | None = None
     inspect: Op | None = None
@@ -168,8 +171,32 @@ KINDS: tuple[ObjectKind, ...] = (
         list=Op("list_groups", "List endpoint groups"),
         get=Op("get_group", "Get an endpoint group"),
         put=Op("put_group", "Create or update an endpoint group"),
-        delete=Op("delete_group", "Delete an endpoint group"),
-        inspect=Op("inspect_group", "Endpoint group config and oper state"),
+        patch=Op("patch_group", "Change the given fields of an endpoint group (e.g. policies)"),
+        delete=Op("delete_group", "Delete an endpoint group (refused while a rule names it)"),
+        inspect=Op("inspect_group", "Endpoint group config and oper state (its tag too)"),
+    ),
+    ObjectKind(
+        "policys",  # Contiv's plural
+        "policy",
+        Policy,
+        TENANT_NAME,
+        fields=("tenantName", "policyName"),
+        list=Op("list_policies", "List policies"),
+        get=Op("get_policy", "Get a policy"),
+        put=Op("put_policy", "Create a policy"),
+        delete=Op("delete_policy", "Delete a policy and its rules (refused while attached)"),
+        inspect=Op("inspect_policy", "Policy config and oper state (groups, endpoints, rules)"),
+    ),
+    ObjectKind(
+        "rules",
+        "rule",
+        Rule,
+        PartsKey(("TENANT", "POLICY", "RULEID"), default_tenant=True),
+        fields=("tenantName", "policyName", "ruleId"),
+        list=Op("list_rules", "List policy rules"),
+        get=Op("get_rule", "Get a policy rule (key TENANT:POLICY:RULEID)"),
+        put=Op("put_rule", "Create or update a policy rule"),
+        delete=Op("delete_rule", "Delete a policy rule"),
     ),
     ObjectKind(
         "globals",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common import keys, owners
-from common.models import EndpointGroup, Network
+from common.models import EndpointGroup, Network, Rule
 from common.records import (
     AllocRecord,
     NetworkRecord,
@@ -18,12 +18,15 @@ from .decisions import groups as group_rules
 from .decisions.networks import (
     addressing,
     check_deletable,
+    check_name_free,
     check_readdress,
     check_rename,
+    check_unnamed,
     plan_network,
     renamed,
     renamed_pool,
 )
+from .decisions.policies import naming_network
 from .errors import NotFound
 from .pools import release_addresses
 from .settings import Settings, tag_use
@@ -100,7 +103,10 @@ class Networks:
                 ops += torn
                 compares += guards
             else:
-                compares.append(absent(key))
+                clash = keys.group(net.tenantName, net.networkName)
+                taken = self.txn.get(clash) is not None
+                check_name_free(net.id, net.tenantName, net.networkName, taken)
+                compares += [absent(key), absent(clash)]
 
             tags = {
                 u.tag: u.network for u in map(tag_use, self.txn.range(keys.tags_of(net.encap))[0])
@@ -157,7 +163,17 @@ class Networks:
             count = len(self.txn.range(endpoints)[0]) if not taken else 0
             check_rename(rec.id, f"{tenant}:{new_name}", taken, count)
             new = renamed(rec, new_name)
-            compares = [unchanged(kv), absent(new_key), none_under(endpoints)]
+            clash = keys.group(tenant, new_name)
+            check_name_free(rec.id, tenant, new_name, self.txn.get(clash) is not None)
+            naming, rules = self._naming(tenant, name)
+            check_unnamed(rec.id, naming)
+            compares = [
+                unchanged(kv),
+                absent(new_key),
+                none_under(endpoints),
+                absent(clash),
+                rules,
+            ]
             ops: list[Op] = [
                 Delete(kv.key),
                 Put(new_key, new.encode()),
@@ -175,6 +191,13 @@ class Networks:
 
         return retrying(f"network {tenant}:{name}", attempt)
 
+    def _naming(self, tenant: str, name: str) -> tuple[list[str], Compare]:
+        """The ids of the rules that name network ``name``, and the compare that no rule was
+        written since they were read."""
+        kvs, rev = self.txn.range(keys.rules_of_tenant(tenant))
+        rules = (decode_config(Rule, kv.value) for kv in kvs)
+        return naming_network(name, rules), untouched_since(keys.rules_of_tenant(tenant), rev)
+
     def delete(self, tenant: str, name: str) -> None:
         def attempt() -> None:
             rec, kv = self.read(tenant, name)
@@ -182,15 +205,18 @@ class Networks:
             eps, _ = self.txn.range(endpoints)
             gkvs, grev = self.txn.range(keys.groups_of(tenant))
             groups = [decode_config(EndpointGroup, g.value) for g in gkvs]
+            naming, rules = self._naming(tenant, name)
             check_deletable(
                 rec.id,
                 [decode_endpoint(e.value).host for e in eps],
                 group_rules.using(name, groups),
+                naming,
             )
             compares = [
                 unchanged(kv),
                 none_under(endpoints),
                 untouched_since(keys.groups_of(tenant), grev),
+                rules,
             ]
             torn, guards = teardown(self.txn, rec)
             self.txn.commit([*compares, *guards], [Delete(kv.key), *torn])

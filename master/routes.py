@@ -117,6 +117,16 @@ def register_kind(api: Api, state: ClusterState, kind: ObjectKind) -> None:
         for method in ("POST", "PUT"):
             api.route(one, method, put_op.summary, kind.model, kind.model)(put_object)
 
+    if (patch_op := kind.patch) is not None:
+
+        def patch_object(**url: str) -> Response:
+            parts = key_parts(url)
+            obj = kind.name(parts)
+            body = with_key(read_body(obj), obj, **dict(zip(kind.fields, parts, strict=True)))
+            return json_response(call(patch_op, *parts, body).dump())
+
+        api.route(one, "PATCH", patch_op.summary, kind.model, kind.model)(patch_object)
+
     if (rename_op := kind.rename) is not None:
         field = kind.fields[-1]
 

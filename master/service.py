@@ -17,7 +17,9 @@ from common.models import (
     EndpointRequest,
     GlobalSettings,
     Network,
+    Policy,
     PoolRequest,
+    Rule,
     Tenant,
 )
 from store import Store
@@ -28,7 +30,9 @@ from .endpoints import Endpoints
 from .groupcommit import GroupCommit
 from .groups import Groups
 from .networks import Networks
+from .policies import Policies
 from .pools import Pools
+from .rules import Rules
 from .settings import Settings
 from .tenants import Tenants
 from .txn import HotCache, TxnStore
@@ -50,17 +54,30 @@ class ClusterState:
         self.tenants = Tenants(txn)
         self.networks = Networks(txn, self.tenants, self.settings, self.pool_cache)
         self.groups = Groups(txn, self.tenants, self.networks)
+        self.policies = Policies(txn, self.tenants)
+        self.rules = Rules(txn, self.policies)
         self.endpoints = Endpoints(txn, hot, self.pool_cache)
         self.pools = Pools(txn, hot, self.pool_cache)
-        self.views = Views(txn, backend, self.settings, self.tenants, self.networks, self.groups)
+        self.views = Views(
+            txn,
+            backend,
+            self.settings,
+            self.tenants,
+            self.networks,
+            self.groups,
+            self.policies,
+            self.rules,
+        )
 
     def commit_stats(self) -> dict[str, Any]:
         """The group commit's batches in this process (empty when it is off)."""
         return self.group.stats() if self.group is not None else {}
 
     def ensure_defaults(self) -> None:
-        """Create the default tenant and the global settings if they are missing."""
+        """Create the default tenant and the global settings if they are missing, and give
+        a tag to each group stored before groups had tags."""
         self.settings.ensure_defaults()
+        self.groups.tag_untagged()
 
     # --- global settings ---
 
@@ -122,11 +139,45 @@ class ClusterState:
     def put_group(self, group: EndpointGroup) -> EndpointGroup:
         return self.groups.put(group)
 
+    def patch_group(self, tenant: str, name: str, fields: dict[str, Any]) -> EndpointGroup:
+        """Change the given fields of a group, merged inside the group's own txn."""
+        return self.groups.patch(tenant, name, fields)
+
     def delete_group(self, tenant: str, name: str) -> None:
         self.groups.delete(tenant, name)
 
     def inspect_group(self, tenant: str, name: str) -> dict[str, Any]:
         return self.views.inspect_group(tenant, name)
+
+    # --- policies and their rules ---
+
+    def list_policies(self, tenant: str | None = None) -> list[Policy]:
+        return self.policies.list(tenant)
+
+    def get_policy(self, tenant: str, name: str) -> Policy:
+        return self.policies.get(tenant, name)
+
+    def put_policy(self, policy: Policy) -> Policy:
+        return self.policies.put(policy)
+
+    def delete_policy(self, tenant: str, name: str) -> None:
+        """Delete a policy no group attaches, with its rules."""
+        self.policies.delete(tenant, name)
+
+    def inspect_policy(self, tenant: str, name: str) -> dict[str, Any]:
+        return self.views.inspect_policy(tenant, name)
+
+    def list_rules(self, tenant: str | None = None) -> list[Rule]:
+        return self.rules.list(tenant)
+
+    def get_rule(self, tenant: str, policy: str, rule_id: str) -> Rule:
+        return self.rules.get(tenant, policy, rule_id)
+
+    def put_rule(self, rule: Rule) -> Rule:
+        return self.rules.put(rule)
+
+    def delete_rule(self, tenant: str, policy: str, rule_id: str) -> None:
+        self.rules.delete(tenant, policy, rule_id)
 
     # --- endpoints (allocation API) ---
 

@@ -56,12 +56,19 @@ class Tenants:
                 raise NotFound(f"tenant {name}")
             nets, _ = self.txn.range(keys.networks_of(name))
             groups, _ = self.txn.range(keys.groups_of(name))
-            check_no_children(name, [network_id(k) for k in nets], [tail(k) for k in groups])
+            policies, _ = self.txn.range(keys.policies_of(name))
+            check_no_children(
+                name,
+                [network_id(k) for k in nets],
+                [tail(k) for k in groups],
+                [tail(k) for k in policies],
+            )
             self.txn.commit(
                 [
                     unchanged(kv),
                     none_under(keys.networks_of(name)),
                     none_under(keys.groups_of(name)),
+                    none_under(keys.policies_of(name)),  # and so no rules either
                 ],
                 [Delete(keys.tenant(name))],
             )

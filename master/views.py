@@ -8,10 +8,20 @@ from common import keys
 from common.records import PoolRecord, decode_endpoint
 from store import KV
 
+from .decisions.policies import attached
 from .decisions.pools import pool_spec
-from .decisions.views import global_view, group_view, network_view, pool_view, tenant_view
+from .decisions.views import (
+    global_view,
+    group_view,
+    network_view,
+    policy_view,
+    pool_view,
+    tenant_view,
+)
 from .groups import Groups
 from .networks import Networks
+from .policies import Policies
+from .rules import Rules
 from .settings import Settings
 from .tenants import Tenants
 from .txn import TxnStore, tail
@@ -30,6 +40,8 @@ class Views:
         tenants: Tenants,
         networks: Networks,
         groups: Groups,
+        policies: Policies,
+        rules: Rules,
     ) -> None:
         self.txn = txn
         self.backend = backend
@@ -37,6 +49,8 @@ class Views:
         self.tenants = tenants
         self.networks = networks
         self.groups = groups
+        self.policies = policies
+        self.rules = rules
 
     def inspect_global(self) -> dict[str, Any]:
         settings = self.settings.get()
@@ -66,6 +80,15 @@ class Views:
         return network_view(rec, endpoints, pools)
 
     def inspect_group(self, tenant: str, name: str) -> dict[str, Any]:
-        group = self.groups.get(tenant, name)
-        members, _ = self.groups.members(group)
-        return group_view(group, members)
+        rec, _ = self.groups.record(tenant, name)
+        members, _ = self.groups.members(rec.config)
+        return group_view(rec.config, members, rec.tag)
+
+    def inspect_policy(self, tenant: str, name: str) -> dict[str, Any]:
+        policy = self.policies.get(tenant, name)
+        tenant_groups = self.groups.list(tenant)
+        names = attached(name, tenant_groups)
+        groups = [g for g in tenant_groups if g.groupName in names]
+        members = [ep for g in groups for ep in self.groups.members(g)[0]]
+        rules = self.rules.of_policy(tenant, name)
+        return policy_view(policy, names, members, rules)

@@ -35,6 +35,11 @@ def key(tenant: str, name: str) -> str:
     return f"{tenant}:{name}"
 
 
+def rule_key(tenant: str, policy: str, rule_id: str) -> str:
+    """A rule's key: "TENANT:POLICY:RULEID"."""
+    return f"{tenant}:{policy}:{rule_id}"
+
+
 def _quote(part: str) -> str:
     return quote(part, safe=":")
 
@@ -210,6 +215,16 @@ class MasterClient:
         }
         return self.request("POST", f"{API}/endpointGroups/{_quote(key(tenant, name))}", body)
 
+    def update_group(
+        self, tenant: str, name: str, *, policies: Iterable[str] | None = None
+    ) -> JSONObject:
+        """PATCH /api/v1/endpointGroups/TENANT:NAME with only the given fields (the master
+        merges them over the group inside the group's own transaction)."""
+        body: JSONObject = {}
+        if policies is not None:
+            body["policies"] = list(policies)
+        return self.request("PATCH", f"{API}/endpointGroups/{_quote(key(tenant, name))}", body)
+
     def delete_group(self, tenant: str, name: str) -> JSONObject:
         """DELETE /api/v1/endpointGroups/TENANT:NAME."""
         return self.request("DELETE", f"{API}/endpointGroups/{_quote(key(tenant, name))}")
@@ -217,6 +232,47 @@ class MasterClient:
     def inspect_group(self, tenant: str, name: str) -> JSONObject:
         """GET /api/v1/inspect/endpointGroups/TENANT:NAME."""
         return self.request("GET", f"{API}/inspect/endpointGroups/{_quote(key(tenant, name))}")
+
+    # --- policies and their rules ---
+
+    def list_policies(self, tenant: str | None = None) -> list[JSONObject]:
+        """GET /api/v1/policys (all tenants when ``tenant`` is None)."""
+        params = {"tenant": tenant} if tenant else None
+        return self.request("GET", f"{API}/policys", params=params)
+
+    def get_policy(self, tenant: str, name: str) -> JSONObject:
+        """GET /api/v1/policys/TENANT:NAME."""
+        return self.request("GET", f"{API}/policys/{_quote(key(tenant, name))}")
+
+    def create_policy(self, tenant: str, name: str) -> JSONObject:
+        """POST /api/v1/policys/TENANT:NAME."""
+        body = {"tenantName": tenant, "policyName": name}
+        return self.request("POST", f"{API}/policys/{_quote(key(tenant, name))}", body)
+
+    def delete_policy(self, tenant: str, name: str) -> JSONObject:
+        """DELETE /api/v1/policys/TENANT:NAME (its rules go with it)."""
+        return self.request("DELETE", f"{API}/policys/{_quote(key(tenant, name))}")
+
+    def inspect_policy(self, tenant: str, name: str) -> JSONObject:
+        """GET /api/v1/inspect/policys/TENANT:NAME."""
+        return self.request("GET", f"{API}/inspect/policys/{_quote(key(tenant, name))}")
+
+    def list_rules(self, tenant: str | None = None) -> list[JSONObject]:
+        """GET /api/v1/rules (all tenants when ``tenant`` is None)."""
+        params = {"tenant": tenant} if tenant else None
+        return self.request("GET", f"{API}/rules", params=params)
+
+    def create_rule(self, tenant: str, policy: str, rule_id: str, **fields: Any) -> JSONObject:
+        """POST /api/v1/rules/TENANT:POLICY:RULEID; ``fields`` are the rule's REST fields
+        (direction, priority, fromEndpointGroup, ..., action)."""
+        body = {"tenantName": tenant, "policyName": policy, "ruleId": rule_id, **fields}
+        return self.request(
+            "POST", f"{API}/rules/{_quote(rule_key(tenant, policy, rule_id))}", body
+        )
+
+    def delete_rule(self, tenant: str, policy: str, rule_id: str) -> JSONObject:
+        """DELETE /api/v1/rules/TENANT:POLICY:RULEID."""
+        return self.request("DELETE", f"{API}/rules/{_quote(rule_key(tenant, policy, rule_id))}")
 
     # --- endpoints (read-only) ---
 

@@ -48,7 +48,9 @@ SEED: list[tuple[str, str, dict[str, Any]]] = [
     ("POST", "/api/v1/networks/default:net1", {"subnet": "10.1.0.0/24"}),
     ("POST", "/api/v1/tenants/t1", {}),
     ("POST", "/api/v1/networks/t1:n2", {"subnet": "10.2.0.0/24", "encap": "vlan", "pktTag": 100}),
-    ("POST", "/api/v1/endpointGroups/default:grp1", {"networkName": "net1"}),
+    ("POST", "/api/v1/policys/default:pol1", {}),
+    ("POST", "/api/v1/endpointGroups/default:grp1", {"networkName": "net1", "policies": ["pol1"]}),
+    ("POST", "/api/v1/rules/default:pol1:r1", {"fromEndpointGroup": "grp1", "protocol": "tcp"}),
     ("POST", "/api/v1/alloc/endpoints", {"endpointID": EID, "networkName": "net1"}),
     ("POST", "/api/v1/alloc/pools", {"addressSpace": "default", "pool": "10.9.0.0/24"}),
     ("POST", "/api/v1/alloc/addresses", {"poolID": POOL, "owner": "o1"}),
@@ -58,9 +60,12 @@ METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 ODD_PATHS = ["/", "/api/v1", "/api/v1/nosuch", "/api/v2/networks", "/api/v1/networks/a/b/c"]
 
 # --- values: right-ish ones by field name, so that some requests are accepted ---
-KNOWN_KEYS = ["default:net1", "net1", "t1:n2", "default:grp1", "grp1", "t1", "default", "global"]
+KNOWN_KEYS = [
+    *("default:net1", "net1", "t1:n2", "default:grp1", "grp1", "t1", "default", "global"),
+    *("default:pol1", "pol1", "pol1:r1", "default:pol1:r1", "pol1:r2"),
+]
 names = mix(
-    (3, st.sampled_from(["default", "net1", "n2", "grp1", "t1", "net3", "g2", "global"])),
+    (3, st.sampled_from(["default", "net1", "n2", "grp1", "t1", "net3", "g2", "global", "pol1"])),
     (1, st.from_regex(NAME_RE, fullmatch=True)),
 )
 
@@ -100,7 +105,11 @@ pool_ids = st.sampled_from(
 pool_ids = mix((3, pool_ids), (1, st.sampled_from(["nosuch", "default:", ":10.9.0.0/24", "x/33"])))
 HINTS: dict[str, st.SearchStrategy[Any]] = {
     **dict.fromkeys(["tenantName", "networkName", "groupName", "defaultNetwork"], names),
-    **dict.fromkeys(["addressSpace", "host", "netProfile", "cfgdTag"], names),
+    **dict.fromkeys(["addressSpace", "host", "netProfile", "cfgdTag", "policyName"], names),
+    **dict.fromkeys(["fromEndpointGroup", "toEndpointGroup", "fromNetwork", "toNetwork"], names),
+    **dict.fromkeys(["fromIpAddress", "toIpAddress"], addresses | cidrs4 | cidrs6),
+    "protocol": st.sampled_from(["", "tcp", "UDP", "icmp", "6", "47", "256", "x"]),
+    "policies": st.lists(st.sampled_from(["pol1", "pol2", "a:b"]), max_size=2),
     **dict.fromkeys(["subnet", "pvtSubnet"], cidrs4),
     **dict.fromkeys(["pool"], cidrs4 | cidrs6 | st.just("")),
     **dict.fromkeys(["ipv6Subnet"], cidrs6),
@@ -161,6 +170,8 @@ URL_FIELDS = {
     "tenants": {"tenantName"},
     "networks": {"tenantName", "networkName"},
     "endpointGroups": {"tenantName", "groupName"},
+    "policys": {"tenantName", "policyName"},
+    "rules": {"tenantName", "policyName", "ruleId"},
     "globals": {"name"},
 }
 

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from typing import Any
 
 import pytest
 
 from common import keys, owners
-from common.models import AddressRequest, EndpointRequest, Network, PoolRequest
+from common.models import (
+    AddressRequest,
+    EndpointGroup,
+    EndpointRequest,
+    Network,
+    Policy,
+    PoolRequest,
+    Rule,
+)
 from master.decisions.consistency import Problem, check_state
 from master.service import ClusterState
 
@@ -212,3 +221,127 @@ def test_a_network_adopting_dockers_pool_takes_its_gateway_whole(state: ClusterS
     again = AddressRequest(poolID=pool, owner=gw, address="10.77.0.1", kind="gateway")
     assert state.request_address(again) == "10.77.0.1/24"  # Docker's retry still gets it
     assert _check(state) == []
+
+
+# --- groups, their tags, policies and rules ---
+
+
+@pytest.fixture
+def pscan(state: ClusterState) -> dict[str, bytes]:
+    """Groups a (tag 1) and b (tag 2) on network n, b attaching policy p, whose rules name
+    group a and network n."""
+    state.put_network(Network(networkName="n", subnet="10.80.0.0/24"))
+    state.put_policy(Policy(policyName="p"))
+    state.put_group(EndpointGroup(groupName="a", networkName="n"))
+    state.put_group(EndpointGroup(groupName="b", networkName="n", policies=["p"]))
+    state.put_rule(Rule(policyName="p", ruleId="1", fromEndpointGroup="a", fromNetwork="n"))
+    state.put_rule(Rule(policyName="p", ruleId="2", direction="out", toEndpointGroup="a"))
+    scan = {kv.key: kv.value for kv in state.store.range(keys.ROOT).kvs}
+    assert check_state(scan) == []
+    return scan
+
+
+def _group(scan: dict[str, bytes], name: str, **changes: object) -> None:
+    data = json.loads(scan[keys.group("default", name)])
+    for k, v in changes.items():
+        if k == "tag":
+            data["tag"] = v
+        else:
+            data["config"][k] = v
+    scan[keys.group("default", name)] = json.dumps(data).encode()
+
+
+A, B = keys.group("default", "a"), keys.group("default", "b")
+P, R1, R2 = (
+    keys.policy("default", "p"),
+    keys.rule("default", "p", "1"),
+    keys.rule("default", "p", "2"),
+)
+
+
+@pytest.mark.parametrize(
+    ("brk", "expected"),
+    [
+        (lambda s: s.pop(keys.group_tag(1)), [f"{A}: its group tag 1 is not held by it"]),
+        (
+            lambda s: s.__setitem__(keys.group_tag(1), b"default:b"),
+            [
+                f"{A}: its group tag 1 is not held by it",
+                f"{keys.group_tag(1)}: held by endpoint group default:b, whose tag is 2",
+            ],
+        ),
+        (
+            lambda s: _group(s, "b", tag=1),  # two groups, one tag
+            [
+                f"{B}: its group tag 1 is not held by it",
+                f"{keys.group_tag(2)}: held by endpoint group default:b, whose tag is 1",
+            ],
+        ),
+        (
+            lambda s: s.__setitem__(keys.group_tag(9), b"default:gone"),
+            [f"{keys.group_tag(9)}: held by endpoint group default:gone, which does not exist"],
+        ),
+        (
+            lambda s: s.__setitem__(keys.GROUP_TAGS + "0", b"default:a"),
+            [f"{keys.GROUP_TAGS}0: '0' is not a group tag"],
+        ),
+        (
+            lambda s: s.__setitem__(keys.GROUP_TAGS + str(2**31), b"default:a"),
+            [f"{keys.GROUP_TAGS}{2**31}: '{2**31}' is not a group tag"],
+        ),
+        (
+            lambda s: _group(s, "a", tag=0),
+            [
+                f"{A}: has no group tag (the master gives it one when it starts)",
+                f"{keys.group_tag(1)}: held by endpoint group default:a, whose tag is 0",
+            ],
+        ),
+        (
+            lambda s: _group(s, "a", networkName="gone"),
+            [f"{A}: its network default:gone does not exist"],
+        ),
+        (
+            lambda s: _group(s, "a", groupName="z"),
+            [
+                f"{A}: holds endpoint group default:z, whose key is another",
+                f"{A}: its group tag 1 is not held by it",
+                f"{keys.group_tag(1)}: held by endpoint group default:a, which does not exist",
+                f"{R1}: its fromEndpointGroup names endpoint group default:a, which does not exist",
+                f"{R2}: its toEndpointGroup names endpoint group default:a, which does not exist",
+            ],
+        ),
+        (
+            lambda s: s.pop(P),
+            [
+                f"{B}: its policy p does not exist",
+                f"{R1}: its policy default:p does not exist",
+                f"{R2}: its policy default:p does not exist",
+            ],
+        ),
+        (
+            lambda s: (s.pop(A), s.pop(keys.group_tag(1))),
+            [
+                f"{R1}: its fromEndpointGroup names endpoint group default:a, which does not exist",
+                f"{R2}: its toEndpointGroup names endpoint group default:a, which does not exist",
+            ],
+        ),
+        (
+            lambda s: s.__setitem__(R1, s[R1].replace(b'"fromNetwork":"n"', b'"fromNetwork":"m"')),
+            [f"{R1}: its fromNetwork names network default:m, which does not exist"],
+        ),
+        (
+            lambda s: s.__setitem__(keys.rule("default", "p", "9"), s[R1]),
+            [f"{keys.rule('default', 'p', '9')}: holds rule default:p:1, whose key is another"],
+        ),
+        (
+            lambda s: s.__setitem__(keys.policy("default", "q"), s[P]),
+            [f"{keys.policy('default', 'q')}: holds policy default:p, whose key is another"],
+        ),
+        (lambda s: s.__setitem__(R1, b"[]"), [f"{R1}: does not decode: Rule: not a JSON object"]),
+    ],
+)
+def test_each_broken_policy_link_is_named(
+    pscan: dict[str, bytes], brk: Any, expected: list[str]
+) -> None:
+    brk(pscan)
+    assert [str(p) for p in check_state(pscan)] == sorted(expected)

@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from common.models import Endpoint, EndpointGroup, GlobalSettings, Network, Tenant
+from common.models import Endpoint, EndpointGroup, GlobalSettings, Network, Policy, Rule, Tenant
 from common.records import NetworkRecord
 from master.decisions.settings import TagUse
 from master.decisions.views import (
@@ -14,6 +14,7 @@ from master.decisions.views import (
     global_view,
     group_view,
     network_view,
+    policy_view,
     pool_view,
     ranges,
     tenant_view,
@@ -101,7 +102,29 @@ def test_network_view() -> None:
 def test_group_view() -> None:
     g = EndpointGroup(groupName="front", networkName="web")
     ep = Endpoint(endpointID="e1", tenantName="default", networkName="web", groupName="front")
-    assert group_view(g, [ep]) == {
+    assert group_view(g, [ep], 7) == {
         "Config": g.dump(),
-        "Oper": {"dockerName": "front", "numEndpoints": 1, "endpoints": [ep.dump()]},
+        "Oper": {
+            "dockerName": "front",
+            "groupTag": 7,
+            "numEndpoints": 1,
+            "endpoints": [ep.dump()],
+        },
     }
+
+
+def test_policy_view() -> None:
+    p = Policy(tenantName="t", policyName="web")
+    ep = Endpoint(endpointID="e1", tenantName="t", networkName="n", groupName="front")
+    rules = [Rule(tenantName="t", policyName="web", ruleId=r) for r in ("1", "2")]
+    assert policy_view(p, ["front", "back"], [ep], rules) == {
+        "Config": {"key": "t:web", "tenantName": "t", "policyName": "web"},
+        "Oper": {
+            "endpointGroups": ["front", "back"],
+            "numEndpoints": 1,
+            "endpoints": [ep.dump()],
+            "numRules": 2,
+            "rules": ["1", "2"],
+        },
+    }
+    assert policy_view(p, [], [], [])["Oper"]["numEndpoints"] == 0

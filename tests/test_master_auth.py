@@ -178,9 +178,9 @@ def test_every_route_of_the_app_needs_the_role_the_readme_says(tmp_path: Path) -
     assert admin == {
         (m, kind)
         for m in ("POST", "PUT", "DELETE")
-        for kind in ("tenants", "endpointGroups", "globals")
+        for kind in ("tenants", "endpointGroups", "policys", "rules", "globals")
         if (m, kind) != ("DELETE", "globals")
-    }
+    } | {("PATCH", "endpointGroups")}
 
 
 def test_check_decides_401_403_or_the_caller() -> None:

@@ -8,8 +8,9 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from common import keys
-from common.models import EndpointGroup, EndpointRequest, Network, Tenant
-from master.errors import Conflict
+from common.models import EndpointGroup, EndpointRequest, Network, Policy, Rule, Tenant
+from master.decisions.consistency import check_state
+from master.errors import Conflict, NotFound
 from master.service import ClusterState
 from store import Compare, Op, TxnResult
 
@@ -116,3 +117,178 @@ def test_a_tenant_goes_only_without_children(state: ClusterState) -> None:
     with pytest.raises(Conflict, match="tenant blue: it still has network blue:n"):
         state.delete_tenant("blue")
     assert state.get_tenant("blue").tenantName == "blue"
+
+
+# --- policies, rules and groups: each side of every race, and the store holds together ---
+
+
+def holds_together(state: ClusterState) -> None:
+    scan = {kv.key: kv.value for kv in state.store.range(keys.ROOT).kvs}
+    assert [str(p) for p in check_state(scan)] == []
+
+
+@pytest.fixture
+def pol(state: ClusterState) -> ClusterState:
+    """A network n, a group g on it and a policy p, all in the default tenant."""
+    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.put_group(EndpointGroup(groupName="g", networkName="n"))
+    state.put_policy(Policy(policyName="p"))
+    return state
+
+
+def attach(state: ClusterState, group: str = "g") -> Callable[[], object]:
+    return lambda: state.put_group(EndpointGroup(groupName=group, networkName="n", policies=["p"]))
+
+
+def add_rule(state: ClusterState, rule_id: str = "1", **fields: object) -> Callable[[], object]:
+    return lambda: state.put_rule(Rule(policyName="p", ruleId=rule_id, **fields))  # type: ignore[arg-type]
+
+
+def test_a_policy_is_not_deleted_under_a_group_that_just_attached_it(pol: ClusterState) -> None:
+    before_commit_of(pol, keys.policy("default", "p"), attach(pol))
+    with pytest.raises(Conflict, match="policy default:p: it is attached to endpoint group"):
+        pol.delete_policy("default", "p")
+    assert pol.get_group("default", "g").policies == ["p"]
+    holds_together(pol)
+
+
+def test_a_group_does_not_attach_a_policy_deleted_meanwhile(pol: ClusterState) -> None:
+    before_commit_of(pol, keys.group("default", "g"), lambda: pol.delete_policy("default", "p"))
+    with pytest.raises(NotFound, match="policy default:p not found; create it first"):
+        attach(pol)()
+    assert pol.get_group("default", "g").policies == []
+    holds_together(pol)
+
+
+def test_a_group_is_not_deleted_under_a_rule_that_just_named_it(pol: ClusterState) -> None:
+    before_commit_of(pol, keys.group("default", "g"), add_rule(pol, fromEndpointGroup="g"))
+    with pytest.raises(Conflict, match="it is named by rule\\(s\\) default:p:1; remove"):
+        pol.delete_group("default", "g")
+    assert pol.get_rule("default", "p", "1").fromEndpointGroup == "g"
+    holds_together(pol)
+
+
+def test_a_rule_does_not_name_a_group_deleted_meanwhile(pol: ClusterState) -> None:
+    before_commit_of(pol, keys.rule("default", "p", "1"), lambda: pol.delete_group("default", "g"))
+    with pytest.raises(NotFound, match="endpoint group default:g not found"):
+        add_rule(pol, direction="out", toEndpointGroup="g")()
+    assert pol.list_rules() == []
+    holds_together(pol)
+
+
+def test_a_rule_added_while_its_policy_goes_goes_with_it(pol: ClusterState) -> None:
+    before_commit_of(pol, keys.policy("default", "p"), add_rule(pol))
+    pol.delete_policy("default", "p")
+    assert pol.list_rules() == []  # the cascade took the rule written after the read
+    holds_together(pol)
+
+
+def test_a_rule_is_not_added_to_a_policy_deleted_meanwhile(pol: ClusterState) -> None:
+    before_commit_of(pol, keys.rule("default", "p", "1"), lambda: pol.delete_policy("default", "p"))
+    with pytest.raises(NotFound, match="rule default:p:1: policy default:p not found"):
+        add_rule(pol)()
+    assert pol.list_rules() == []
+    holds_together(pol)
+
+
+def test_a_network_is_not_deleted_under_a_rule_that_just_named_it(state: ClusterState) -> None:
+    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.put_policy(Policy(policyName="p"))
+    before_commit_of(state, keys.network("default", "n"), add_rule(state, fromNetwork="n"))
+    with pytest.raises(Conflict, match="network default:n: it is named by rule\\(s\\) default:p:1"):
+        state.delete_network("default", "n")
+    assert state.get_network("default", "n").networkName == "n"
+    holds_together(state)
+
+
+def test_a_network_is_not_renamed_under_a_rule_that_just_named_it(state: ClusterState) -> None:
+    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.put_policy(Policy(policyName="p"))
+    before_commit_of(state, keys.network("default", "n2"), add_rule(state, fromNetwork="n"))
+    with pytest.raises(Conflict, match="network default:n: it is named by rule\\(s\\) default:p:1"):
+        state.rename_network("default", "n", "n2")
+    assert [n.networkName for n in state.list_networks()] == ["n"]
+    holds_together(state)
+
+
+def test_a_rule_does_not_name_a_network_deleted_meanwhile(state: ClusterState) -> None:
+    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.put_policy(Policy(policyName="p"))
+    before_commit_of(
+        state, keys.rule("default", "p", "1"), lambda: state.delete_network("default", "n")
+    )
+    with pytest.raises(NotFound, match="field 'fromNetwork': network default:n not found"):
+        add_rule(state, fromNetwork="n")()
+    assert state.list_rules() == []
+    holds_together(state)
+
+
+def test_a_tenant_is_not_deleted_under_a_policy_just_made(state: ClusterState) -> None:
+    state.put_tenant(Tenant(tenantName="blue"))
+    before_commit_of(
+        state,
+        keys.tenant("blue"),
+        lambda: state.put_policy(Policy(tenantName="blue", policyName="p")),
+    )
+    with pytest.raises(Conflict, match="tenant blue: it still has policy p; delete them first"):
+        state.delete_tenant("blue")
+    assert state.get_policy("blue", "p").id == "blue:p"
+    holds_together(state)
+
+
+def test_a_policy_is_not_made_in_a_tenant_deleted_meanwhile(state: ClusterState) -> None:
+    state.put_tenant(Tenant(tenantName="blue"))
+    before_commit_of(state, keys.policy("blue", "p"), lambda: state.delete_tenant("blue"))
+    with pytest.raises(NotFound, match="tenant blue: not found; create it first"):
+        state.put_policy(Policy(tenantName="blue", policyName="p"))
+    assert state.list_policies() == []
+    holds_together(state)
+
+
+def test_a_group_and_a_network_made_at_once_under_one_name(state: ClusterState) -> None:
+    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
+    web = Network(networkName="web", subnet="10.2.0.0/24")
+    before_commit_of(state, keys.group("default", "web"), lambda: state.put_network(web))
+    with pytest.raises(Conflict, match="network default:web has the name web"):
+        state.put_group(EndpointGroup(groupName="web", networkName="n"))
+    assert state.list_groups() == []
+    before_commit_of(
+        state,
+        keys.network("default", "db"),
+        lambda: state.put_group(EndpointGroup(groupName="db", networkName="n")),
+    )
+    with pytest.raises(Conflict, match="endpoint group default:db has the name db"):
+        state.put_network(Network(networkName="db", subnet="10.3.0.0/24"))
+    assert [n.networkName for n in state.list_networks()] == ["n", "web"]
+    holds_together(state)
+
+
+def test_two_groups_made_at_once_get_different_tags(state: ClusterState) -> None:
+    # Tags are cluster-wide: groups of two tenants (which no other guard orders) race for 1.
+    state.put_tenant(Tenant(tenantName="blue"))
+    for t in ("default", "blue"):
+        state.put_network(Network(tenantName=t, networkName="n", subnet="10.1.0.0/24"))
+    before_commit_of(
+        state,
+        keys.group("default", "a"),
+        lambda: state.put_group(EndpointGroup(tenantName="blue", groupName="b", networkName="n")),
+    )
+    state.put_group(EndpointGroup(groupName="a", networkName="n"))
+    tags = {
+        t: state.inspect_group(t, g)["Oper"]["groupTag"]
+        for t, g in (("default", "a"), ("blue", "b"))
+    }
+    assert tags == {"blue": 1, "default": 2}  # a chose 1 too, lost the race, and chose again
+    holds_together(state)
+
+
+def test_two_patches_of_a_group_both_hold(pol: ClusterState) -> None:
+    before_commit_of(
+        pol,
+        keys.group("default", "g"),
+        lambda: pol.patch_group("default", "g", {"netProfile": "gold"}),
+    )
+    pol.patch_group("default", "g", {"policies": ["p"]})
+    g = pol.get_group("default", "g")
+    assert (g.policies, g.netProfile) == (["p"], "gold")  # GET+PUT would have lost one
+    holds_together(pol)

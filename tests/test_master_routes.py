@@ -47,6 +47,8 @@ def _declared(kind: ObjectKind) -> set[tuple[str, str]]:
         routes.add((one, "GET"))
     if kind.put:
         routes |= {(one, "POST"), (one, "PUT")}
+    if kind.patch:
+        routes.add((one, "PATCH"))
     if kind.rename:
         routes.add((f"{one}/rename", "POST"))
     if kind.delete:
@@ -60,13 +62,17 @@ def _declared(kind: ObjectKind) -> set[tuple[str, str]]:
 
 
 def test_todays_kinds_and_what_each_allows() -> None:
-    ops = ("list", "get", "put", "rename", "delete", "inspect")
+    ops = ("list", "get", "put", "patch", "rename", "delete", "inspect")
     crud = {"list", "get", "put", "delete", "inspect"}
     allowed = {p: {op for op in ops if getattr(k, op) is not None} for p, k in KIND.items()}
-    assert {p: allowed.get(p) for p in ("tenants", "endpointGroups")} == {
+    assert {p: allowed.get(p) for p in ("tenants", "policys")} == {
         "tenants": crud,
-        "endpointGroups": crud,
+        "policys": crud,
     }
+    assert allowed["endpointGroups"] == crud | {"patch"}  # netctl group update
+    assert allowed["rules"] == crud - {"inspect"}
+    assert KIND["rules"].key.parse("rule", "web:1") == ("default", "web", "1")
+    assert KIND["rules"].key.parse("rule", "t:web:1") == ("t", "web", "1")
     assert allowed["networks"] == crud | {"rename"}
     assert allowed["globals"] == {"list", "get", "put", "inspect"}  # one object, never deleted
     assert allowed["endpoints"] == {"list", "get", "inspect"}  # written by the allocation API
@@ -96,7 +102,8 @@ def test_every_route_is_a_kinds_or_one_of_the_explicit_ones(client: FlaskClient)
         ("/api/v1/alloc/addresses/release", "POST"),
     }
     assert _rules(client.application) == from_table | explicit
-    assert len(from_table) == 6 + 7 + 6 + 5 + 3
+    # tenants, networks, endpointGroups, policys, rules, globals, endpoints
+    assert len(from_table) == 6 + 7 + 7 + 6 + 5 + 5 + 3
 
 
 def test_undeclared_operations_are_refused(client: FlaskClient) -> None:
@@ -322,6 +329,8 @@ def test_each_kind_serves_list_get_and_inspect(client: FlaskClient) -> None:
     assert client.post("/api/v1/networks/t1:n1", json={"subnet": "10.1.0.0/24"}).status_code == 200
     r = client.post("/api/v1/endpointGroups/t1:g1", json={"networkName": "n1"})
     assert r.status_code == 200
+    assert client.post("/api/v1/policys/t1:p1").status_code == 200
+    assert client.post("/api/v1/rules/t1:p1:1", json={"action": "deny"}).status_code == 200
     r = client.post(
         "/api/v1/alloc/endpoints",
         json={"endpointID": "e1", "tenantName": "t1", "networkName": "n1"},
@@ -331,6 +340,8 @@ def test_each_kind_serves_list_get_and_inspect(client: FlaskClient) -> None:
         "tenants": "t1",
         "networks": "t1:n1",
         "endpointGroups": "t1:g1",
+        "policys": "t1:p1",
+        "rules": "t1:p1:1",
         "globals": "global",
         "endpoints": "e1",
     }
@@ -339,6 +350,8 @@ def test_each_kind_serves_list_get_and_inspect(client: FlaskClient) -> None:
         got = client.get(f"/api/v1/{plural}/{key}")
         assert got.status_code == 200 and got.json["key"] == key, (plural, got.json)
         assert got.json in client.get(f"/api/v1/{plural}").json
+        if KIND[plural].inspect is None:
+            continue
         inspected = client.get(f"/api/v1/inspect/{plural}/{key}")
         assert inspected.status_code == 200 and inspected.json["Config"] == got.json
 

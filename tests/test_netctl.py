@@ -673,6 +673,11 @@ def test_against_real_master_app(
     argv = ["net", "create", "-t", "blue", "-e", "vlan", "-p", "100", "-s", "10.2.0.0/24", "db"]
     assert run(capsys, argv, s) == (0, "", "")
     argv = ["group", "create", "-t", "blue", "-r", "10.2.0.10-10.2.0.20", "-p", "p1", "db", "g"]
+    rc, _, err = run(capsys, argv, s)
+    assert rc == 1 and err == (
+        "netctl: endpoint group blue:g: policy blue:p1 not found; create it first\n"
+    )
+    assert run(capsys, ["policy", "create", "-t", "blue", "p1"], s) == (0, "", "")
     assert run(capsys, argv, s) == (0, "", "")
     rc, out, _ = run(capsys, ["net", "ls", "-a"], s)
     assert rc == 0
@@ -692,6 +697,7 @@ def test_against_real_master_app(
     assert json.loads(out)["Config"]["arpMode"] == "flood"
     assert json.loads(out)["Config"]["fwdMode"] == "bridge"
     assert run(capsys, ["group", "rm", "-t", "blue", "g"], s) == (0, "", "")
+    assert run(capsys, ["policy", "rm", "-t", "blue", "p1"], s) == (0, "", "")
     assert run(capsys, ["net", "rm", "-t", "blue", "db"], s) == (0, "", "")
     assert run(capsys, ["tenant", "rm", "blue"], s) == (0, "", "")
     rc, out, _ = run(capsys, ["version"], s)

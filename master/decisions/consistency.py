@@ -19,7 +19,11 @@ It checks, for every record:
   spelling the same address, an address outside its pool, or two overlapping pools of one
   address space (which would let one address be booked twice);
 - networks <-> pools and tags: a network's pools and tag exist and point back at it, and
-  every pool, tag and allocation belongs to something that exists.
+  every pool, tag and allocation belongs to something that exists;
+- groups <-> tags: a group's network exists, its tag key points back at it, and no tag is
+  held twice or by a group that does not exist;
+- policies and rules: every policy a group attaches exists, and every rule's policy and
+  the groups and networks it names exist.
 """
 
 from __future__ import annotations
@@ -31,13 +35,15 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from common import keys, owners
-from common.models import Endpoint
+from common.models import Endpoint, Policy, Rule
 from common.records import (
     AllocRecord,
+    GroupRecord,
     NetworkRecord,
     OwnerRecord,
     PoolRecord,
     RecordError,
+    decode_config,
     decode_endpoint,
 )
 
@@ -89,6 +95,8 @@ def check_state(kvs: Mapping[str, bytes]) -> list[Problem]:
     allocs = _allocations(c, pools, endpoints)
     _owner_records(c, allocs)
     _tags(c, networks)
+    groups = _groups(c, networks)
+    _policies(c, groups, networks)
     return sorted(c.problems)
 
 
@@ -282,3 +290,66 @@ def _tags(c: _Check, networks: Mapping[str, tuple[str, NetworkRecord]]) -> None:
     for nkey, net in networks.values():
         if c.kvs.get(keys.tag(net.encap, net.pkt_tag)) != net.id.encode():
             c.bad(nkey, f"its tag {net.encap} {net.pkt_tag} is not held by it")
+
+
+def _groups(c: _Check, networks: Mapping[str, tuple[str, NetworkRecord]]) -> dict[str, GroupRecord]:
+    """group id -> record; each group's network exists and each tag is held once."""
+    found: dict[str, GroupRecord] = {}
+    for key, _, value in _under(c.kvs, keys.GROUPS):
+        rec = c.decoded(key, value, GroupRecord.decode)
+        if rec is None:
+            continue
+        g = rec.config
+        if key != keys.group(g.tenantName, g.groupName):
+            c.bad(key, f"holds endpoint group {rec.id}, whose key is another")
+        found[rec.id] = rec
+        if f"{g.tenantName}:{g.networkName}" not in networks:
+            c.bad(key, f"its network {g.tenantName}:{g.networkName} does not exist")
+        if not rec.tag:
+            c.bad(key, "has no group tag (the master gives it one when it starts)")
+        elif c.kvs.get(keys.group_tag(rec.tag)) != rec.id.encode():
+            c.bad(key, f"its group tag {rec.tag} is not held by it")
+    for key, tag, value in _under(c.kvs, keys.GROUP_TAGS):
+        holder = value.decode(errors="replace")
+        rec = found.get(holder)
+        if not tag.isdigit() or not 1 <= int(tag) < 2**31 or str(int(tag)) != tag:
+            c.bad(key, f"{tag!r} is not a group tag")
+        elif rec is None:
+            c.bad(key, f"held by endpoint group {holder}, which does not exist")
+        elif rec.tag != int(tag):
+            c.bad(key, f"held by endpoint group {holder}, whose tag is {rec.tag}")
+    return found
+
+
+def _policies(
+    c: _Check,
+    groups: Mapping[str, GroupRecord],
+    networks: Mapping[str, tuple[str, NetworkRecord]],
+) -> None:
+    policies: set[str] = set()
+    for key, _, value in _under(c.kvs, keys.POLICIES):
+        p = c.decoded(key, value, lambda v: decode_config(Policy, v))
+        if p is None:
+            continue
+        if key != keys.policy(p.tenantName, p.policyName):
+            c.bad(key, f"holds policy {p.id}, whose key is another")
+        policies.add(p.id)
+    for rec in groups.values():
+        g = rec.config
+        for name in g.policies:
+            if f"{g.tenantName}:{name}" not in policies:
+                c.bad(keys.group(g.tenantName, g.groupName), f"its policy {name} does not exist")
+    for key, _, value in _under(c.kvs, keys.RULES):
+        r = c.decoded(key, value, lambda v: decode_config(Rule, v))
+        if r is None:
+            continue
+        if key != keys.rule(r.tenantName, r.policyName, r.ruleId):
+            c.bad(key, f"holds rule {r.id}, whose key is another")
+        if r.policy_id not in policies:
+            c.bad(key, f"its policy {r.policy_id} does not exist")
+        for field in ("fromEndpointGroup", "toEndpointGroup", "fromNetwork", "toNetwork"):
+            name = getattr(r, field)
+            known = groups if field.endswith("Group") else networks
+            if name and f"{r.tenantName}:{name}" not in known:
+                what = "endpoint group" if field.endswith("Group") else "network"
+                c.bad(key, f"its {field} names {what} {r.tenantName}:{name}, which does not exist")

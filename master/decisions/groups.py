@@ -1,14 +1,17 @@
-"""Endpoint groups against the cluster state: their ip-pools, members, and when they may
-change."""
+"""Endpoint groups against the cluster state: their ip-pools, members, policies, tags, and
+when they may change."""
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 
-from common.models import Endpoint, EndpointGroup
+from common.models import Endpoint, EndpointGroup, docker_name
 
-from ..errors import Conflict
+from ..errors import Conflict, NotFound
+
+# Group tags are 1..2**31-1: the datapath keeps bit 31 of the tag register for "local".
+MAX_GROUP_TAG = 2**31 - 1
 
 
 def pool_bounds(ip_pool: str) -> tuple[int, int]:
@@ -62,3 +65,41 @@ def check_deletable(group_id: str, members: int) -> None:
 def using(network: str, groups: Iterable[EndpointGroup]) -> list[str]:
     """The names of the groups (of one tenant) on network ``network`` (its name)."""
     return [g.groupName for g in groups if g.networkName == network]
+
+
+def check_policies_exist(group: EndpointGroup, known: Collection[str]) -> None:
+    """Every policy a group attaches exists (``known``: those of its tenant that do)."""
+    for p in group.policies:
+        if p not in known:
+            raise NotFound(
+                f"endpoint group {group.id}",
+                f"policy {group.tenantName}:{p} not found; create it first",
+            )
+
+
+def check_unreferenced(group_id: str, rules: Sequence[str]) -> None:
+    """A group goes only once no rule names it (``rules``: the ids of those that do)."""
+    if rules:
+        raise Conflict(
+            f"endpoint group {group_id}",
+            f"it is named by rule(s) {', '.join(rules)}; remove the rule(s) first",
+        )
+
+
+def check_name_free(group: EndpointGroup, network_exists: bool) -> None:
+    """A group may not take the name of a network of its tenant: in docker, both would be
+    the same network."""
+    if network_exists:
+        raise Conflict(
+            f"endpoint group {group.id}",
+            f"network {group.id} has the name {group.groupName} (both would be docker network "
+            f"{docker_name(group.tenantName, group.groupName)}); choose another name",
+        )
+
+
+def choose_group_tag(group_id: str, used: Collection[int]) -> int:
+    """The first free group tag for group ``group_id`` (``used``: the tags groups hold)."""
+    tag = next(t for t in range(1, len(used) + 2) if t not in used)
+    if tag > MAX_GROUP_TAG:
+        raise Conflict(f"endpoint group {group_id}", f"no free group tag left (1-{MAX_GROUP_TAG})")
+    return tag

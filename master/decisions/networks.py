@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.models import GlobalSettings, Network
+from common.models import GlobalSettings, Network, docker_name
 from common.records import NetworkRecord, PoolRecord
 from ipam import parse_network
 
@@ -134,9 +134,11 @@ def plan_network(
     )
 
 
-def check_deletable(net_id: str, endpoint_hosts: Sequence[str], groups: Sequence[str]) -> None:
-    """A network goes once it has no endpoints (on ``endpoint_hosts``, "" for no host) and no
-    endpoint group uses it (``groups``: their names)."""
+def check_deletable(
+    net_id: str, endpoint_hosts: Sequence[str], groups: Sequence[str], rules: Sequence[str] = ()
+) -> None:
+    """A network goes once it has no endpoints (on ``endpoint_hosts``, "" for no host), no
+    endpoint group uses it (``groups``: their names) and no rule names it (their ids)."""
     if endpoint_hosts:
         hosts = sorted({h or "?" for h in endpoint_hosts})
         raise Conflict(
@@ -147,6 +149,27 @@ def check_deletable(net_id: str, endpoint_hosts: Sequence[str], groups: Sequence
     if groups:
         raise Conflict(
             f"network {net_id}", f"endpoint group(s) {', '.join(groups)} use it; delete them first"
+        )
+    check_unnamed(net_id, rules)
+
+
+def check_unnamed(net_id: str, rules: Sequence[str]) -> None:
+    """A network named by rules (``rules``: their ids) neither goes nor changes its name."""
+    if rules:
+        raise Conflict(
+            f"network {net_id}",
+            f"it is named by rule(s) {', '.join(rules)}; remove the rule(s) first",
+        )
+
+
+def check_name_free(net_id: str, tenant: str, name: str, group_exists: bool) -> None:
+    """A network (``net_id``, made or renamed) may not take the name ``name`` of an endpoint
+    group of its tenant: in docker, both would be the same network."""
+    if group_exists:
+        raise Conflict(
+            f"network {net_id}",
+            f"endpoint group {tenant}:{name} has the name {name} (both would be docker network "
+            f"{docker_name(tenant, name)}); choose another name",
         )
 
 

@@ -15,9 +15,16 @@ def check_deletable(name: str) -> None:
         raise Conflict(f"tenant {name}", "the default tenant cannot be deleted")
 
 
-def check_no_children(name: str, networks: Sequence[str], groups: Sequence[str]) -> None:
-    """A tenant goes only once its networks (ids) and endpoint groups (names) are gone."""
-    if not networks and not groups:
+def check_no_children(
+    name: str, networks: Sequence[str], groups: Sequence[str], policies: Sequence[str] = ()
+) -> None:
+    """A tenant goes only once its networks (ids), endpoint groups and policies (names) are
+    gone (a policy's rules go with it)."""
+    if not networks and not groups and not policies:
         return
-    children = [f"network {n}" for n in networks] + [f"endpoint group {g}" for g in groups]
+    children = (
+        [f"network {n}" for n in networks]
+        + [f"endpoint group {g}" for g in groups]
+        + [f"policy {p}" for p in policies]
+    )
     raise Conflict(f"tenant {name}", f"it still has {', '.join(children)}; delete them first")

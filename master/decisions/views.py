@@ -6,7 +6,15 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from common.models import Endpoint, EndpointGroup, GlobalSettings, Tenant, docker_name
+from common.models import (
+    Endpoint,
+    EndpointGroup,
+    GlobalSettings,
+    Policy,
+    Rule,
+    Tenant,
+    docker_name,
+)
 from common.records import NetworkRecord
 from ipam.parse import Network, usable_bounds
 
@@ -98,12 +106,31 @@ def network_view(
     return {"Config": net.dump(), "Oper": oper}
 
 
-def group_view(group: EndpointGroup, members: Sequence[Endpoint]) -> dict[str, Any]:
+def group_view(group: EndpointGroup, members: Sequence[Endpoint], tag: int = 0) -> dict[str, Any]:
+    """``tag``: the group's tag (0: none yet)."""
     return {
         "Config": group.dump(),
         "Oper": {
             "dockerName": docker_name(group.tenantName, group.groupName),
+            "groupTag": tag,
             "numEndpoints": len(members),
             "endpoints": [e.dump() for e in members],
+        },
+    }
+
+
+def policy_view(
+    policy: Policy, groups: Sequence[str], members: Sequence[Endpoint], rules: Sequence[Rule]
+) -> dict[str, Any]:
+    """``groups``: the names of the groups that attach the policy; ``members``: their
+    endpoints (the ones it applies to); ``rules``: its rules."""
+    return {
+        "Config": policy.dump(),
+        "Oper": {
+            "endpointGroups": list(groups),
+            "numEndpoints": len(members),
+            "endpoints": [e.dump() for e in members],
+            "numRules": len(rules),
+            "rules": [r.ruleId for r in rules],
         },
     }
