@@ -424,4 +424,4 @@ def test_policies_across_hosts(cluster: Cluster, encap: str) -> None:
             cluster.netctl("group", "update", "--no-policy", g, check=False)
         cluster.netctl("policy", "rm", policy, check=False)
         for g in (web, app):
-            cluster.netctl("group", "rm", net, g, check=False)
+            cluster.netctl("group", "rm", g, check=False)

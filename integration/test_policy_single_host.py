@@ -87,7 +87,7 @@ class PolicyLab:
         for p in self.policies:
             self.netctl("policy", "rm", p, check=False)
         for g in reversed(self.groups):
-            self.netctl("group", "rm", self.network, g, check=False)
+            self.netctl("group", "rm", g, check=False)
         if self.network:
             self.netctl("net", "rm", self.network, check=False)
 
