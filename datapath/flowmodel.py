@@ -11,11 +11,12 @@ depend on. Each *unit* owns a set of flows:
                       ARP mode
     ("misses", "")    each table's miss flow: nothing
 
-The host's flows are the union of the units' sets. A Change (objects put or removed) marks
-the units that depend on what changed, recompiles them, and the difference between their
-old and new sets is the delta, a FlowDiff with datapath.flows.diff's meaning: what to add
-(new or changed) and what to delete (identity no longer wanted). One more endpoint touches
-its own unit and its network's, so it costs O(ports of that segment), not O(host).
+The host's flows are the union of the units' sets. A Change (datapath.change: objects put
+or removed) marks the units that depend on what changed, recompiles them, and the
+difference between their old and new sets is the delta, a FlowDiff with
+datapath.flows.diff's meaning: what to add (new or changed) and what to delete (identity no
+longer wanted). One more endpoint touches its own unit and its network's, so it costs
+O(ports of that segment), not O(host).
 
 Validation is incremental too: each object claims the keys it uses (datapath.desired), and
 a change withdraws and re-adds only the claims of what it touches. A change that would
@@ -27,10 +28,9 @@ path (resync) and the oracle of the tests.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Mapping
 
+from datapath.change import Change, Journal, Keep, by_key, changes, index_member
 from datapath.desired import (
     ArpMode,
     Claim,
@@ -63,62 +63,11 @@ from datapath.pipeline import (
     to_host,
 )
 
+__all__ = ["Change", "FlowModel", "Unit", "by_key", "changes"]  # the agent's names
+
 Unit = tuple[str, str]
 MISSES: Unit = ("misses", "")
 _EMPTY: frozenset[Flow] = frozenset()
-
-
-class _Keep:
-    """The uplink is left as it is."""
-
-    def __repr__(self) -> str:
-        return "KEEP"
-
-
-KEEP = _Keep()
-
-
-@dataclass(frozen=True)
-class Change:
-    """Objects to put (a new value) or remove (None), by ID (tunnels: by host, to ofport)."""
-
-    networks: Mapping[str, NetworkState | None] = field(default_factory=dict)
-    endpoints: Mapping[str, EndpointState | None] = field(default_factory=dict)
-    remotes: Mapping[str, RemoteEndpointState | None] = field(default_factory=dict)
-    tunnels: Mapping[str, int | None] = field(default_factory=dict)
-    uplink: int | _Keep | None = KEEP
-    arp_mode: ArpMode | None = None
-
-
-class _Journal:
-    """Undo steps of a change in progress, replayed backwards if it fails."""
-
-    def __init__(self) -> None:
-        self.steps: list[Callable[[], None]] = []
-
-    def put(self, table: dict[Any, Any], key: Any, value: Any) -> None:
-        """table[key] = value, or del table[key] if value is None."""
-        had, old = key in table, table.get(key)
-        if value is None:
-            table.pop(key, None)
-        else:
-            table[key] = value
-        self.steps.append(lambda: table.__setitem__(key, old) if had else table.pop(key, None))
-
-    def undo(self) -> None:
-        for step in reversed(self.steps):
-            step()
-        self.steps.clear()
-
-
-def _index(table: dict[str, set[str]], key: str, member: str, add: bool) -> None:
-    members = table.setdefault(key, set())
-    if add:
-        members.add(member)
-    else:
-        members.discard(member)
-        if not members:
-            del table[key]
 
 
 class FlowModel:
@@ -187,7 +136,7 @@ class FlowModel:
     def apply(self, change: Change) -> FlowDiff:
         """Apply a change; the flows to add and delete. Raises ValueError (and changes
         nothing) if the state would be invalid."""
-        journal = _Journal()
+        journal = Journal()
         try:
             dirty = self._mutate(change, journal)
             self._claims.check()
@@ -200,7 +149,7 @@ class FlowModel:
         self.last_units = len(new)
         return delta
 
-    def _mutate(self, change: Change, journal: _Journal) -> set[Unit]:
+    def _mutate(self, change: Change, journal: Journal) -> set[Unit]:
         nets = {k: v for k, v in change.networks.items() if self.networks.get(k) != v}
         eps = {k: v for k, v in change.endpoints.items() if self.endpoints.get(k) != v}
         rems = {k: v for k, v in change.remotes.items() if self.remotes.get(k) != v}
@@ -208,7 +157,7 @@ class FlowModel:
         for key, value in (*nets.items(), *eps.items(), *rems.items()):
             if value is not None and value.id != key:
                 raise ValueError(f"{key}: the object put there is {value.id}")
-        uplink = change.uplink if not isinstance(change.uplink, _Keep) else self.uplink
+        uplink = change.uplink if not isinstance(change.uplink, Keep) else self.uplink
         mode = change.arp_mode or self.arp_mode
         dirty: set[Unit] = set()
         if uplink != self.uplink or mode != self.arp_mode:
@@ -263,7 +212,7 @@ class FlowModel:
         return dirty
 
     def _put_remote(
-        self, r: str, rep: RemoteEndpointState | None, journal: _Journal, dirty: set[Unit]
+        self, r: str, rep: RemoteEndpointState | None, journal: Journal, dirty: set[Unit]
     ) -> None:
         old = self.remotes.get(r)
         journal.put(self.remotes, r, rep)
@@ -282,12 +231,12 @@ class FlowModel:
                 dirty.add(("net", version.network_id))  # the hosts its floods reach changed
 
     def _reindex(
-        self, journal: _Journal, table: dict[str, set[str]], key: str, member: str, add: bool
+        self, journal: Journal, table: dict[str, set[str]], key: str, member: str, add: bool
     ) -> None:
-        _index(table, key, member, add)
-        journal.steps.append(lambda: _index(table, key, member, not add))
+        index_member(table, key, member, add)
+        journal.steps.append(lambda: index_member(table, key, member, not add))
 
-    def _withdraw(self, obj: tuple[str, str], journal: _Journal) -> None:
+    def _withdraw(self, obj: tuple[str, str], journal: Journal) -> None:
         held = self._held.get(obj)
         if held is None:
             return
@@ -295,7 +244,7 @@ class FlowModel:
         journal.steps.append(lambda: self._claims.add(held))
         journal.put(self._held, obj, None)
 
-    def _claim(self, obj: tuple[str, str], journal: _Journal) -> None:
+    def _claim(self, obj: tuple[str, str], journal: Journal) -> None:
         """Work out what an object uses under the current state, and claim it."""
         kind, key = obj
         claims: list[Claim] = []
@@ -410,22 +359,3 @@ class FlowModel:
                 del self._by_identity[f.identity]
         for f in delta.to_add:
             self._by_identity[f.identity] = f
-
-
-def by_key(items: Iterable[Any], key: Callable[[Any], str], twice: str) -> dict[str, Any]:
-    """Items by key; ``twice`` (formatted with the key) is the error for a repeated one."""
-    out: dict[str, Any] = {}
-    for item in items:
-        k = key(item)
-        if k in out:
-            raise ValueError(twice.format(k))
-        out[k] = item
-    return out
-
-
-def changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
-    """What a Change must put (new or different values) and remove (None) to turn
-    ``current`` into ``wanted``."""
-    out: dict[str, Any] = {k: None for k in current if k not in wanted}
-    out.update({k: v for k, v in wanted.items() if current.get(k) != v})
-    return out
