@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from datapath.flows import OFPP_MAX, canonical_value
+from datapath.flows import CT_ZONE_MAX, OFPP_MAX, canonical_value
 from datapath.tables import SEGMENT_MASK
 
 ArpMode = Literal["proxy", "flood"]
@@ -241,6 +241,18 @@ def check_network(net: NetworkState) -> None:
         raise ValueError(f"network {net.id}: VNI {net.vni} is out of 1-16777215")
     if net.vlan is not None and not 0 < net.vlan < 4095:
         raise ValueError(f"network {net.id}: VLAN {net.vlan} is out of 1-4094")
+    if net.gateway_port is not None and net.gateway_port > CT_ZONE_MAX:
+        raise ValueError(
+            f"network {net.id}: gateway port {net.gateway_port} is its conntrack zone, "
+            f"which must fit 16 bits (at most {CT_ZONE_MAX})"
+        )
+
+
+def ct_zone(net: NetworkState) -> int | None:
+    """The network's conntrack zone on this host: its gateway port's ofport (unique on the
+    bridge, kept while the port lives). None: the network is not tracked (no gateway port),
+    so its traffic meets no policy."""
+    return net.gateway_port
 
 
 def gateway_port(net: NetworkState) -> SegmentPort | None:

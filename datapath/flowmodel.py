@@ -3,13 +3,13 @@
 Flows are pure functions of the desired state (datapath.pipeline), partitioned by what they
 depend on. Each *unit* owns a set of flows:
 
-    ("net", id)       what arrives for the network from other hosts, the segment's floods
-                      and its gateway port's flows: the network, its local ports, the hosts
-                      with endpoints in it and their tunnels (or the uplink)
+    ("net", id)       what arrives for the network from other hosts, the segment's floods,
+                      its gateway port's flows and its conntrack: the network, its local
+                      ports, the hosts with endpoints in it and their tunnels (or uplink)
     ("ep", id)        a local endpoint's port flows: the endpoint, its segment, the ARP mode
     ("remote", id)    another host's endpoint: it, its network, the way to its host, the
                       ARP mode
-    ("misses", "")    each table's miss flow: nothing
+    ("static", "")    each table's miss flow, the conntrack gate: nothing
 
 The host's flows are the union of the units' sets. A Change (datapath.change: objects put
 or removed) marks the units that depend on what changed, recompiles them, and the
@@ -60,13 +60,14 @@ from datapath.pipeline import (
     network_flows,
     port_flows,
     remote_flows,
+    static_flows,
     to_host,
 )
 
 __all__ = ["Change", "FlowModel", "Unit", "by_key", "changes"]  # the agent's names
 
 Unit = tuple[str, str]
-MISSES: Unit = ("misses", "")
+STATIC: Unit = ("static", "")
 _EMPTY: frozenset[Flow] = frozenset()
 
 
@@ -89,10 +90,10 @@ class FlowModel:
         self._remotes_of: dict[str, set[str]] = {}  # network id -> its remote endpoints
         self._remotes_on: dict[str, set[str]] = {}  # host -> its endpoints
         self._hosts_in: dict[str, Counter[str]] = {}  # network id -> host -> endpoints
-        misses = frozenset(PIPELINE.miss_flow(spec) for spec in PIPELINE)
-        self._units: dict[Unit, frozenset[Flow]] = {MISSES: misses}
-        self._count: Counter[Flow] = Counter(misses)
-        self._by_identity: dict[tuple[int, int, Match], Flow] = {f.identity: f for f in misses}
+        static = frozenset(static_flows())
+        self._units: dict[Unit, frozenset[Flow]] = {STATIC: static}
+        self._count: Counter[Flow] = Counter(static)
+        self._by_identity: dict[tuple[int, int, Match], Flow] = {f.identity: f for f in static}
         self.last_units = 0  # how many units the last change recompiled
 
     # -- reading
@@ -313,8 +314,8 @@ class FlowModel:
             if reaches(net, host, self.tunnels, self.uplink):
                 to = to_host(net, host, self.tunnels, self.uplink)
                 flows = remote_flows(remote, to, self.arp_mode)
-        elif kind == "misses":
-            return self._units[MISSES]
+        elif kind == "static":
+            return self._units[STATIC]
         result = frozenset(flows)
         PIPELINE.check_all(result)
         return result

@@ -3,10 +3,11 @@
 Packet walk: classify (in_port, or the VNI/VLAN of what arrives from other hosts -> segment
 and origin into metadata) -> ingress (anti-spoofing of local ports) -> arp (ARP for known
 addresses: answered by the switch in proxy mode, sent to its owner in flood mode) ->
-conntrack -> service -> policy (room for the next issues: they pass every packet on) ->
-forward (known eth_dst -> its port, or its host's tunnel; anything else floods within the
-segment). The tables and their graph are declared in datapath.tables; every flow compiled
-here is checked against that declaration.
+conntrack (IP of a network with a zone, in that zone) -> service (room for the next issue:
+passes every packet on) -> policy (the conntrack gate, then group tags and rules: the flows
+of datapath.policy) -> forward (known eth_dst -> its port, or its host's tunnel; anything
+else floods within the segment). The tables and their graph are declared in
+datapath.tables; every flow compiled here is checked against that declaration.
 
 Origins. Metadata carries the segment in its low 32 bits and where the packet came from in
 two bits above: a local endpoint (00), this host's gateway port (GATEWAY), or another host
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from datapath import policy
 from datapath.desired import (
     ArpMode,
     DesiredState,
@@ -33,9 +35,11 @@ from datapath.desired import (
     RemotePort,
     SegmentPort,
     TunnelState,
+    ct_zone,
     validate,
 )
 from datapath.flows import Action, Flow, flow
+from datapath.policy import ct_flows, default_allow_flows
 from datapath.tables import (
     ARP,
     CLASSIFY,
@@ -313,9 +317,13 @@ def network_flows(
     net: NetworkState, ports: list[SegmentPort], out: tuple[Action, ...], uplink: int | None
 ) -> Iterable[Flow]:
     """What arrives from other hosts, and the floods of the segment (``ports``: its local
-    ports by ofport, ``out``: flood_out)."""
+    ports by ofport, ``out``: flood_out), and its conntrack and default allow if tracked."""
     yield from _classify_remote(net, uplink)
     yield from _flood(net.segment, ports, out)
+    zone = ct_zone(net)
+    if zone is not None:
+        yield from ct_flows(net.segment, zone)
+        yield from default_allow_flows(net.segment, zone)
 
 
 def remote_flows(remote: RemotePort, to_host: tuple[Action, ...], mode: ArpMode) -> Iterable[Flow]:
@@ -324,12 +332,18 @@ def remote_flows(remote: RemotePort, to_host: tuple[Action, ...], mode: ArpMode)
     yield from _forward_remote(remote, to_host)
 
 
+def static_flows() -> list[Flow]:
+    """The flows that depend on nothing: each table's miss, the conntrack gate and the ND
+    bypass."""
+    return [*(PIPELINE.miss_flow(spec) for spec in PIPELINE), *policy.static_flows()]
+
+
 def compile_flows(state: DesiredState) -> set[Flow]:
     """All flows of the bridge for this state; raises ValueError naming a bad object, or
     a flow its table's declaration does not allow."""
     world = validate(state)
     tunnels, uplink = world.tunnels, world.uplink_port
-    flows: set[Flow] = {PIPELINE.miss_flow(spec) for spec in PIPELINE}
+    flows: set[Flow] = set(static_flows())
     for net in world.networks.values():
         out = flood_out(net, world.hosts_of.get(net.segment, ()), tunnels, uplink)
         flows.update(network_flows(net, world.ports_of(net.segment), out, uplink))
