@@ -5,14 +5,15 @@ No I/O here: conversion to and from os-ken parser objects lives in datapath.ofco
 A Flow is canonical by construction (sorted match, normalised addresses and masks, a fixed
 instruction order), so a flow read back from OVS compares equal to the flow we wrote.
 
-Match fields use os-ken's OFPMatch names; a masked field is (value, mask). Actions:
+Match fields use os-ken's OFPMatch names; a masked field is (value, mask), a full mask is
+dropped (as OVS reports it): reg0..reg15 are 32-bit fields like any other. Actions:
     ("meter", meter_id)                the OpenFlow 1.3 meter instruction: always first
     ("output", port)                   ("set_field", field, value)  vlan_vid incl. 0x1000
     ("push_vlan", ethertype=0x8100)    ("pop_vlan",)
     ("move", src_field, dst_field, n_bits)   copy a whole field (Nicira reg move, offsets 0)
     ("group", group_id)                the group's buckets act on copies of the packet
-    ("ct", commit, zone, table|None)   conntrack in an immediate zone; table: recirculate
-                                       there (any table, backwards too), with ct_state set
+    ("ct", commit, zone, table|None, nested)   conntrack; table: recirculate there (any
+                                       table, backwards too) with ct_state set; see _ct
     ("write_metadata", value, mask)    ("goto", table)              always last, in this order
 No actions means drop; ("drop",) is accepted and dropped from the tuple.
 
@@ -68,6 +69,9 @@ _INT_FIELD_BITS = {
     "ct_state": 32,
     "ct_zone": 16,
     "ct_mark": 32,
+    "ct_label": 128,
+    "conj_id": 32,
+    **{f"reg{n}": 32 for n in range(16)},
 }
 OFPVID_PRESENT = 0x1000
 
@@ -75,6 +79,10 @@ OFPVID_PRESENT = 0x1000
 _TRAILING = ("write_metadata", "goto")
 OFPTT_MAX = 254  # the last table id
 CT_ZONE_MAX = 0xFFFF
+REGISTERS = frozenset(f"reg{n}" for n in range(16))
+CT_SET_FIELDS = frozenset({"ct_mark", "ct_label"})  # what set_field may write inside ct()
+NAT_KINDS = frozenset({"src", "dst", ""})
+NAT_FLAGS = frozenset({"random", "hash", "persistent"})
 
 
 @dataclass(frozen=True)
@@ -150,7 +158,10 @@ def _int_field(field: str, value: Any) -> Any:
         if mask & full == full:
             return val & full
         return (val & mask, mask)
-    return int(value)
+    number = int(value)
+    if not 0 <= number <= full:
+        raise ValueError(f"{field}: {number:#x} does not fit in {bits} bits")
+    return number
 
 
 def canonical_value(field: str, value: Any) -> Any:
@@ -242,12 +253,87 @@ def _entry_id(kind: str, value: Any) -> int:
 
 
 def _ct(action: Action) -> Action:
-    _, commit, zone, table = action
+    """("ct", commit, zone, table, nested); a 4-tuple without nested is widened.
+
+    zone: an int 0-65535, or ("reg", "regN", ofs, nbits) for a zone loaded from bits
+    ofs..ofs+nbits-1 of a register. nested: the actions ct() runs on the connection, in
+    order: ("set_field", "ct_mark" | "ct_label", value) and at most one
+    ("nat", kind, addr_lo, addr_hi, port_lo, port_hi, flags). A range's high end equal to
+    its low end is None, as is an absent one. Anything but a plain ("nat", "") needs commit
+    (OVS refuses it otherwise).
+    """
+    if len(action) not in (4, 5):
+        raise ValueError(f"{action!r}: ct is (ct, commit, zone, table, nested)")
+    commit, zone, table = bool(action[1]), _ct_zone(action[2]), action[3]
+    if table is not None:
+        table = int(table)
+        if not 0 <= table <= OFPTT_MAX:
+            raise ValueError(f"ct recirculation to table {table}: tables are 0-{OFPTT_MAX}")
+    nested = tuple(_ct_nested(a) for a in (action[4] if len(action) == 5 else ()))
+    if sum(a[0] == "nat" for a in nested) > 1:
+        raise ValueError(f"{action!r}: one nat per ct")
+    if not commit and any(a != ("nat", "", None, None, None, None, ()) for a in nested):
+        raise ValueError(f"{action!r}: ct with set_field or nat arguments needs commit")
+    return ("ct", commit, zone, table, nested)
+
+
+def _ct_zone(zone: Any) -> int | tuple[str, str, int, int]:
+    if isinstance(zone, tuple):
+        if len(zone) != 4 or zone[0] != "reg" or zone[1] not in REGISTERS:
+            raise ValueError(f"ct zone {zone!r}: expected an int or ('reg', 'regN', ofs, nbits)")
+        ofs, nbits = int(zone[2]), int(zone[3])
+        if ofs < 0 or not 1 <= nbits <= 16 or ofs + nbits > 32:
+            raise ValueError(f"ct zone {zone!r}: bits {ofs}..{ofs + nbits - 1} of a register")
+        return ("reg", zone[1], ofs, nbits)
     if not 0 <= int(zone) <= CT_ZONE_MAX:
         raise ValueError(f"ct zone {zone} is out of 0-{CT_ZONE_MAX}")
-    if table is not None and not 0 <= int(table) <= OFPTT_MAX:
-        raise ValueError(f"ct recirculation to table {table}: tables are 0-{OFPTT_MAX}")
-    return ("ct", bool(commit), int(zone), None if table is None else int(table))
+    return int(zone)
+
+
+def _ct_nested(action: Action) -> Action:
+    kind = action[0]
+    if kind == "set_field" and len(action) == 3 and action[1] in CT_SET_FIELDS:
+        if isinstance(action[2], tuple):
+            raise ValueError(f"{action!r}: ct sets the whole {action[1]} (no mask)")
+        return ("set_field", action[1], canonical_value(action[1], action[2]))
+    if kind == "nat" and len(action) == 7:
+        return _nat(action)
+    raise ValueError(f"{action!r}: ct() may only set_field ct_mark/ct_label and nat")
+
+
+def _nat(action: Action) -> Action:
+    _, kind, addr_lo, addr_hi, port_lo, port_hi, flags = action
+    if kind not in NAT_KINDS:
+        raise ValueError(f"{action!r}: nat kind is 'src', 'dst' or '' (un-NAT)")
+    lo = None if addr_lo is None else ipaddress.ip_address(str(addr_lo))
+    hi = None if addr_hi is None else ipaddress.ip_address(str(addr_hi))
+    plo = None if port_lo is None else int(port_lo)
+    phi = None if port_hi is None else int(port_hi)
+    if isinstance(flags, str):
+        raise ValueError(f"{action!r}: nat flags are a tuple of names")
+    flagset = tuple(sorted(set(flags)))
+    if not set(flagset) <= NAT_FLAGS or {"random", "hash"} <= set(flagset):
+        raise ValueError(f"{action!r}: nat flags are random or hash, and persistent")
+    if not kind and (flagset or any(v is not None for v in (lo, hi, plo, phi))):
+        raise ValueError(f"{action!r}: a plain nat (un-NAT) takes no addresses, ports or flags")
+    if kind and lo is None:
+        raise ValueError(f"{action!r}: nat({kind}=...) needs an address")
+    if hi is not None and (lo is None or hi.version != lo.version or hi < lo):
+        raise ValueError(f"{action!r}: nat address range {addr_lo}-{addr_hi}")
+    for port in (plo, phi):
+        if port is not None and not 1 <= port <= 0xFFFF:
+            raise ValueError(f"{action!r}: nat port {port} is out of 1-65535")
+    if phi is not None and (plo is None or phi < plo):
+        raise ValueError(f"{action!r}: nat port range {port_lo}-{port_hi}")
+    return (
+        "nat",
+        kind,
+        None if lo is None else str(lo),
+        None if hi is None or hi == lo else str(hi),
+        plo,
+        None if phi is None or phi == plo else phi,
+        flagset,
+    )
 
 
 def flow(

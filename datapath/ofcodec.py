@@ -3,7 +3,8 @@
 to_ofp_* and flow_mod build what is sent; from_ofp_flow turns what the switch reports back
 into a Flow that compares equal to the one written. An action or instruction we do not
 model reads back as ("unsupported", ...), so such a flow never equals a desired one and
-reconcile replaces it.
+reconcile replaces it. ct reads back whole (a register zone, nested nat and set_field
+ct_mark/ct_label); only ALG, force or other nested actions are unsupported.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from datapath.flows import Action, Flow, canonical_actions, canonical_match
 
 _ALL_BITS = (1 << 64) - 1
 _INSTRUCTIONS = ("meter", "write_metadata", "goto")
+# OVS's nx_nat_flags (os-ken has no names for them).
+_NAT_KINDS = {"src": 1 << 0, "dst": 1 << 1}
+_NAT_FLAGS = {"persistent": 1 << 2, "hash": 1 << 3, "random": 1 << 4}
 
 
 def to_ofp_match(flow: Flow) -> parser.OFPMatch:
@@ -40,16 +44,52 @@ def _ofp_action(action: Action) -> Any:
     if kind == "group":
         return parser.OFPActionGroup(action[1])
     if kind == "ct":
-        _, commit, zone, table = action
-        return parser.NXActionCT(
-            flags=nicira_ext.NX_CT_F_COMMIT if commit else 0,
-            zone_src="",
-            zone_ofs_nbits=zone,
-            recirc_table=nicira_ext.NX_CT_RECIRC_NONE if table is None else table,
-            alg=0,
-            actions=[],
-        )
+        return _ofp_ct(action)
     raise ValueError(f"action {action!r} cannot be sent to a switch")
+
+
+def _ofp_ct(action: Action) -> Any:
+    _, commit, zone, table, nested = action
+    if isinstance(zone, tuple):
+        _, reg, ofs, nbits = zone
+        zone_src, zone_ofs_nbits = reg, nicira_ext.ofs_nbits(ofs, ofs + nbits - 1)
+    else:
+        zone_src, zone_ofs_nbits = "", zone
+    return parser.NXActionCT(
+        flags=nicira_ext.NX_CT_F_COMMIT if commit else 0,
+        zone_src=zone_src,
+        zone_ofs_nbits=zone_ofs_nbits,
+        recirc_table=nicira_ext.NX_CT_RECIRC_NONE if table is None else table,
+        alg=0,
+        actions=[_ofp_nat(a) if a[0] == "nat" else _ofp_action(a) for a in nested],
+    )
+
+
+class _PaddedNAT(parser.NXActionNAT):
+    """os-ken 4.2.2's NXActionNAT writes its length rounded up to 8 bytes but not the
+    padding; NXActionCT appends its next nested action right after, so a nat followed by
+    set_field ct_mark reaches the switch garbled. This one writes the padding too."""
+
+    def serialize_body(self) -> bytearray:
+        data = super().serialize_body()
+        header = ofp.OFP_ACTION_EXPERIMENTER_HEADER_SIZE + 2  # + the Nicira subtype
+        return data + bytes(-(header + len(data)) % 8)
+
+
+def _ofp_nat(action: Action) -> Any:
+    _, kind, addr_lo, addr_hi, port_lo, port_hi, flags = action
+    bits = _NAT_KINDS.get(kind, 0) | sum(_NAT_FLAGS[f] for f in flags)
+    v6 = addr_lo is not None and ":" in addr_lo
+    lo_hi = ("" if addr_lo is None else addr_lo, "" if addr_hi is None else addr_hi)
+    return _PaddedNAT(
+        flags=bits,
+        range_ipv4_min="" if v6 else lo_hi[0],
+        range_ipv4_max="" if v6 else lo_hi[1],
+        range_ipv6_min=lo_hi[0] if v6 else "",
+        range_ipv6_max=lo_hi[1] if v6 else "",
+        range_proto_min=port_lo,
+        range_proto_max=port_hi,
+    )
 
 
 def to_ofp_instructions(flow: Flow) -> list[Any]:
@@ -89,11 +129,44 @@ def flow_mod(datapath: Any, flow: Flow, command: int = ofp.OFPFC_ADD) -> parser.
 
 
 def _from_ofp_ct(action: Any) -> Action:
-    if action.zone_src or action.alg or action.actions or action.flags & ~1:
-        # A register zone, an ALG, nested NAT or force: not in the model (yet).
-        return ("unsupported", type(action).__name__, str(action))
+    """The canonical ct of an NXActionCT; ALG, force or anything else we do not write
+    nested in it is unsupported (reconcile then replaces the flow)."""
+    if action.alg or action.flags & ~nicira_ext.NX_CT_F_COMMIT:
+        return _unsupported(action)
+    if action.zone_src:
+        ofs, nbits = action.zone_ofs_nbits >> 6, (action.zone_ofs_nbits & 0x3F) + 1
+        zone: Any = ("reg", action.zone_src, ofs, nbits)
+    else:
+        zone = action.zone_ofs_nbits
+    nested = []
+    for a in action.actions:
+        if isinstance(a, parser.NXActionNAT):
+            nested.append(_from_ofp_nat(a))
+        elif isinstance(a, parser.OFPActionSetField):
+            nested.append(("set_field", a.key, a.value))
+        else:
+            return _unsupported(action)
     table = None if action.recirc_table == nicira_ext.NX_CT_RECIRC_NONE else action.recirc_table
-    return ("ct", bool(action.flags & nicira_ext.NX_CT_F_COMMIT), action.zone_ofs_nbits, table)
+    commit = bool(action.flags & nicira_ext.NX_CT_F_COMMIT)
+    try:
+        return canonical_actions([("ct", commit, zone, table, tuple(nested))])[0]
+    except ValueError:
+        return _unsupported(action)
+
+
+def _from_ofp_nat(action: Any) -> Action:
+    kinds = [k for k, bit in _NAT_KINDS.items() if action.flags & bit]
+    flags = tuple(f for f, bit in _NAT_FLAGS.items() if action.flags & bit)
+    lo = action.range_ipv4_min or action.range_ipv6_min or None
+    hi = action.range_ipv4_max or action.range_ipv6_max or None
+    if len(kinds) > 1 or action.flags & ~(3 | sum(_NAT_FLAGS.values())):
+        kinds = ["?"]  # refused by canonical_actions: the ct reads back unsupported
+    kind = kinds[0] if kinds else ""
+    return ("nat", kind, lo, hi, action.range_proto_min, action.range_proto_max, flags)
+
+
+def _unsupported(action: Any) -> Action:
+    return ("unsupported", type(action).__name__, str(action))
 
 
 def _from_ofp_action(action: Any) -> Action:
@@ -111,7 +184,7 @@ def _from_ofp_action(action: Any) -> Action:
         return ("group", action.group_id)
     if isinstance(action, parser.NXActionCT):
         return _from_ofp_ct(action)
-    return ("unsupported", type(action).__name__, str(action))
+    return _unsupported(action)
 
 
 def from_ofp_flow(table_id: int, priority: int, cookie: int, match: Any, instructions: Any) -> Flow:

@@ -7,9 +7,16 @@ priorities (two best matches at one priority are an error, not a coin toss), mas
 matches, metadata, goto (forward only), the miss flows the pipeline declares (no flow
 matching in a table is OpenFlow 1.3's default: drop), output (never back out of the
 in_port; OFPP_IN_PORT sends it there), set_field, move, push/pop VLAN, a meter (passes the
-packet: rates are not modelled) and ct(table=N), which recirculates to table N with the
-conntrack state the caller says the connection is in. Anything else raises, so a test
-never passes by silently ignoring an action.
+packet: rates are not modelled) and ct(table=N), which recirculates to table N with
+ct_state, ct_zone, ct_mark and ct_label set. Registers (reg0..reg15) are header fields
+like any other: set_field writes them, a match reads them, and they and the metadata
+survive recirculation; they, and the ct fields of a packet that has not been through ct,
+read 0 until set.
+
+ct_state comes from the caller (walk's ct_state: the state of every connection), or, given
+a FakeConntrack, from its table of committed connections: a packet can then be played as
+the SYN, the reply and the next packet of one connection, with the table kept in between.
+Anything else raises, so a test never passes by silently ignoring an action.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from datapath.flows import OFPP_MAX, Flow
+from datapath.flows import OFPP_MAX, REGISTERS, Action, Flow
 
 OFPP_IN_PORT = 0xFFFFFFF8
 OFPVID_PRESENT = 0x1000
@@ -37,6 +44,9 @@ _MAC_FIELDS = frozenset({"eth_src", "eth_dst", "arp_sha", "arp_tha", "ipv6_nd_sl
 _IP_FIELDS = frozenset(
     {"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa", "ipv6_src", "ipv6_dst", "ipv6_nd_target"}
 )
+# Fields of the packet's metadata rather than its headers: 0 until something sets them.
+ZERO_UNTIL_SET = REGISTERS | {"ct_state", "ct_zone", "ct_mark", "ct_label"}
+_PLAIN_NAT = ("nat", "", None, None, None, None, ())
 
 
 class NotModelled(Exception):
@@ -63,6 +73,84 @@ def field_matches(name: str, want: Any, have: Any) -> bool:
         value, mask = (as_int(name, v) for v in want)
         return as_int(name, have) & mask == value
     return as_int(name, have) == as_int(name, want)
+
+
+def header(headers: Mapping[str, Any], name: str) -> Any:
+    """A field of a packet: None if it has no such header, 0 for an unset register."""
+    return headers.get(name, 0 if name in ZERO_UNTIL_SET else None)
+
+
+FiveTuple = tuple[int, int, int, int, int]  # source, destination, protocol, ports
+
+
+@dataclass
+class Connection:
+    """A committed connection: what ct(commit, set_field ...) left on it."""
+
+    mark: int = 0
+    label: int = 0
+    replied: bool = False  # a packet of the other direction has been through ct
+
+
+@dataclass
+class FakeConntrack:
+    """Conntrack as netplugin's flows see it: committed connections by (zone, 5-tuple).
+
+    A packet that is no connection's is +trk+new; one of a committed connection is
+    +trk+est, or +trk+new while it goes the first packet's way and nothing has come back
+    yet (as OVS's conntrack keeps a retransmitted SYN +new); one going the other way is
+    +trk+est+rpl. Not IP: +trk+inv. ct(commit) commits (once per connection, with its
+    nested set_field ct_mark/ct_label); nat is modelled only as un-NAT of nothing.
+    """
+
+    connections: dict[tuple[int, FiveTuple], Connection] = field(default_factory=dict)
+
+    @staticmethod
+    def five_tuple(headers: Mapping[str, Any]) -> FiveTuple | None:
+        """The packet's 5-tuple (ports 0 for ICMP and the rest), or None if not IP."""
+        family = {0x0800: "ipv4", 0x86DD: "ipv6"}.get(headers.get("eth_type", 0))
+        src, dst = headers.get(f"{family}_src"), headers.get(f"{family}_dst")
+        if family is None or src is None or dst is None:
+            return None
+        proto = int(headers.get("ip_proto", 0))
+        l4 = {6: "tcp", 17: "udp"}.get(proto)
+        sport = int(headers.get(f"{l4}_src", 0)) if l4 else 0
+        dport = int(headers.get(f"{l4}_dst", 0)) if l4 else 0
+        return (as_int(f"{family}_src", src), as_int(f"{family}_dst", dst), proto, sport, dport)
+
+    def find(self, zone: int, headers: Mapping[str, Any]) -> tuple[Connection, bool] | None:
+        """The packet's connection and whether the packet is a reply, or None."""
+        key = self.five_tuple(headers)
+        if key is None:
+            return None
+        if (zone, key) in self.connections:
+            return self.connections[(zone, key)], False
+        src, dst, proto, sport, dport = key
+        reverse = self.connections.get((zone, (dst, src, proto, dport, sport)))
+        return None if reverse is None else (reverse, True)
+
+    def track(self, zone: int, headers: Mapping[str, Any]) -> tuple[int, Connection | None]:
+        """What ct() sees: the packet's ct_state and its connection, if committed."""
+        if self.five_tuple(headers) is None:
+            return CT_TRACKED | CT_INVALID, None
+        found = self.find(zone, headers)
+        if found is None:
+            return CT_TRACKED | CT_NEW, None
+        conn, reply = found
+        if reply:
+            conn.replied = True
+            return CT_TRACKED | CT_ESTABLISHED | CT_REPLY, conn
+        return CT_TRACKED | (CT_ESTABLISHED if conn.replied else CT_NEW), conn
+
+    def commit(self, zone: int, headers: Mapping[str, Any]) -> Connection | None:
+        """Commit the packet's connection (a no-op if it is one already); None if not IP."""
+        found = self.find(zone, headers)
+        if found is not None:
+            return found[0]
+        key = self.five_tuple(headers)
+        if key is None:
+            return None
+        return self.connections.setdefault((zone, key), Connection())
 
 
 @dataclass
@@ -112,7 +200,7 @@ class FakeOFTable:
         hits = [
             f
             for f in self.tables.get(table, ())
-            if all(field_matches(k, v, headers.get(k)) for k, v in f.match)
+            if all(field_matches(k, v, header(headers, k)) for k, v in f.match)
         ]
         if not hits:
             return None
@@ -122,8 +210,14 @@ class FakeOFTable:
             raise NotModelled(f"overlapping flows at one priority: {[str(f) for f in best]}")
         return best[0]
 
-    def walk(self, packet: Mapping[str, Any], ct_state: int = CT_TRACKED | CT_NEW) -> Walk:
-        """Send ``packet`` from table 0; ``ct_state`` is what conntrack says after a ct()."""
+    def walk(
+        self,
+        packet: Mapping[str, Any],
+        ct_state: int = CT_TRACKED | CT_NEW,
+        conntrack: FakeConntrack | None = None,
+    ) -> Walk:
+        """Send ``packet`` from table 0. After a ct(), the packet's ct_state is what
+        ``conntrack`` says, or without one ``ct_state``."""
         result = Walk()
         headers = {"tunnel_id": 0, **packet}
         if "in_port" not in headers:
@@ -132,14 +226,16 @@ class FakeOFTable:
         recirculations = 0
         while queue:
             pkt = queue.pop(0)
-            more = self._run(pkt, result, ct_state)
+            more = self._run(pkt, result, ct_state, conntrack)
             recirculations += len(more)
             if recirculations > MAX_RECIRCULATIONS:
                 raise NotModelled(f"more than {MAX_RECIRCULATIONS} recirculations: a loop?")
             queue.extend(more)
         return result
 
-    def _run(self, pkt: _Packet, result: Walk, ct_state: int) -> list[_Packet]:
+    def _run(
+        self, pkt: _Packet, result: Walk, ct_state: int, conntrack: FakeConntrack | None
+    ) -> list[_Packet]:
         """One pass through the tables; returns the copies ct(table=N) recirculates."""
         headers, metadata, table = pkt.headers, pkt.metadata, pkt.table
         in_port = headers["in_port"]
@@ -167,7 +263,7 @@ class FakeOFTable:
                         raise NotModelled(f"{hit}: set_field vlan_vid on an untagged packet")
                     headers[action[1]] = action[2]
                 elif kind == "move":
-                    headers[action[2]] = headers.get(action[1])
+                    headers[action[2]] = header(headers, action[1])
                 elif kind == "push_vlan":
                     if "vlan_vid" in headers:
                         raise NotModelled(f"{hit}: a second VLAN tag")
@@ -179,12 +275,9 @@ class FakeOFTable:
                 elif kind == "meter":
                     result.meters.append(action[1])
                 elif kind == "ct":
-                    _, commit, zone, recirc = action
-                    if commit:
-                        result.committed.append(zone)
-                    if recirc is not None:
-                        copy = {**headers, "ct_state": ct_state, "ct_zone": zone}
-                        recirculated.append(_Packet(copy, metadata, recirc))
+                    copy = _conntrack(action, headers, result, ct_state, conntrack)
+                    if copy is not None:
+                        recirculated.append(_Packet(copy, metadata, action[3]))
                 elif kind == "write_metadata":
                     metadata = (metadata & ~action[2]) | (action[1] & action[2])
                 elif kind == "goto":
@@ -196,8 +289,44 @@ class FakeOFTable:
         return recirculated
 
 
+def _conntrack(
+    action: Action,
+    headers: dict[str, Any],
+    result: Walk,
+    ct_state: int,
+    conntrack: FakeConntrack | None,
+) -> dict[str, Any] | None:
+    """Do a ct() action; returns the packet it recirculates (with its ct fields), if any."""
+    _, commit, zone, recirc, nested = action
+    if isinstance(zone, tuple):
+        _, reg, ofs, nbits = zone
+        zone = (header(headers, reg) >> ofs) & ((1 << nbits) - 1)
+    conn: Connection | None = None
+    if conntrack is not None:
+        ct_state, conn = conntrack.track(zone, headers)
+    if commit:
+        result.committed.append(zone)
+        if conntrack is not None:
+            conn = conntrack.commit(zone, headers)
+    ct_fields = {"ct_mark": conn.mark, "ct_label": conn.label} if conn else {}
+    for sub in nested:
+        if sub == _PLAIN_NAT:
+            continue  # un-NAT: no connection here was NATed
+        if sub[0] != "set_field":
+            raise NotModelled(f"the walker does not model {sub} in ct()")
+        ct_fields[sub[1]] = sub[2]
+        if conn is not None:
+            setattr(conn, sub[1].removeprefix("ct_"), sub[2])
+    if recirc is None:
+        return None
+    return {**headers, **ct_fields, "ct_state": ct_state, "ct_zone": zone}
+
+
 def walk(
-    flows: Iterable[Flow], packet: Mapping[str, Any], ct_state: int = CT_TRACKED | CT_NEW
+    flows: Iterable[Flow],
+    packet: Mapping[str, Any],
+    ct_state: int = CT_TRACKED | CT_NEW,
+    conntrack: FakeConntrack | None = None,
 ) -> Walk:
     """Where ``packet`` goes through ``flows``: see FakeOFTable.walk."""
-    return FakeOFTable(flows).walk(packet, ct_state)
+    return FakeOFTable(flows).walk(packet, ct_state, conntrack)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import pytest
 from fakeoftable import (
     CT_ESTABLISHED,
+    CT_INVALID,
     CT_NEW,
+    CT_REPLY,
     CT_TRACKED,
     OFPP_IN_PORT,
     OFPVID_PRESENT,
+    FakeConntrack,
     NotModelled,
     walk,
 )
@@ -128,3 +131,99 @@ def test_ct_recirculates_with_the_state_conntrack_reports() -> None:
 def test_a_recirculation_loop_is_reported() -> None:
     with pytest.raises(NotModelled, match="loop"):
         walk({flow(0, 1, [("ct", False, 1, 0)])}, PKT)
+
+
+# A stateful pipeline as issue 10's: table 0 puts IP through ct in the zone of reg6 and
+# resumes in 2; new connections to port 80 are committed (marked 7), other new ones dropped,
+# established ones and replies pass.
+TRK, NEW, EST, RPL, INV = CT_TRACKED, CT_NEW, CT_ESTABLISHED, CT_REPLY, CT_INVALID
+ZONE = ("reg", "reg6", 0, 16)
+STATEFUL = {
+    flow(0, 100, [("set_field", "reg6", 0x8000_0009), ("goto", 1)], eth_type=0x0800),
+    flow(0, 90, [("output", 9)]),
+    flow(1, 100, [("ct", False, ZONE, 2)]),
+    flow(2, 100, [("output", 9)], ct_state=(TRK | EST, TRK | EST)),
+    flow(2, 90, [("drop",)], ct_state=(TRK | INV, TRK | INV)),
+    flow(
+        2,
+        80,
+        [("ct", True, ZONE, None, [("set_field", "ct_mark", 7)]), ("output", 9)],
+        ct_state=(TRK | NEW, TRK | NEW),
+        tcp_dst=80,
+    ),
+    flow(2, 0),
+}
+A, B = "10.77.0.1", "10.77.0.2"
+TCP = {**PKT, "ip_proto": 6}
+SYN = {**TCP, "ipv4_src": A, "ipv4_dst": B, "tcp_src": 40000, "tcp_dst": 80}
+REPLY = {**TCP, "in_port": 3, "ipv4_src": B, "ipv4_dst": A, "tcp_src": 80, "tcp_dst": 40000}
+
+
+def test_conntrack_tells_a_connection_s_packets_from_unsolicited_ones() -> None:
+    ct = FakeConntrack()
+    syn = walk(STATEFUL, SYN, conntrack=ct)
+    assert syn.outputs == [9] and syn.committed == [9]  # zone 9: the low 16 bits of reg6
+    # The commit's mark is the connection's: the packets after it see it, the SYN does not.
+    assert syn.sent(9)["ct_state"] == TRK | NEW and syn.sent(9).get("ct_mark", 0) == 0
+    assert syn.sent(9)["reg6"] == 0x8000_0009  # registers survive the recirculation
+    reply = walk(STATEFUL, REPLY, conntrack=ct)
+    assert reply.outputs == [9] and reply.committed == []
+    assert reply.sent(9)["ct_state"] == TRK | EST | RPL and reply.sent(9)["ct_mark"] == 7
+    ack = walk(STATEFUL, SYN, conntrack=ct)
+    assert ack.sent(9)["ct_state"] == TRK | EST
+    # Unsolicited: B opening to A's port 80 is a connection of its own; port 22 is not let in.
+    assert walk(STATEFUL, {**REPLY, "tcp_src": 22}, conntrack=ct).outputs == []
+    assert walk(STATEFUL, {**SYN, "tcp_dst": 22}, conntrack=ct).outputs == []
+    assert len(ct.connections) == 1
+    # Another zone is another table: the same packets there are new.
+    other = {**SYN, "in_port": 1, "reg6": 0}
+    flows = {f for f in STATEFUL if f.table} | {flow(0, 100, [("goto", 1)])}
+    assert walk(flows, {**REPLY, "tcp_src": 80}, conntrack=ct).outputs == []
+    assert walk(flows, other, conntrack=ct).committed == [0]
+
+
+def test_a_retransmitted_syn_is_new_until_the_reply() -> None:
+    ct = FakeConntrack()
+    walk(STATEFUL, SYN, conntrack=ct)
+    again = walk(STATEFUL, SYN, conntrack=ct)
+    assert again.sent(9)["ct_state"] == TRK | NEW and again.committed == [9]
+    assert len(ct.connections) == 1  # committing again changes nothing
+
+
+def test_conntrack_of_non_ip_and_of_udp_and_icmp() -> None:
+    ct = FakeConntrack()
+    flows = {
+        flow(0, 100, [("ct", True, 3, 2)]),
+        flow(2, 100, [("output", 9)], ct_state=(TRK | EST, TRK | EST)),
+        flow(2, 90, [("output", 8)], ct_state=(TRK | NEW, TRK | NEW)),
+        flow(2, 80, [("output", 7)], ct_state=(TRK | INV, TRK | INV)),
+    }
+    assert walk(flows, {**PKT, "eth_type": 0x0806}, conntrack=ct).outputs == [7]
+    ping = {**PKT, "ip_proto": 1, "ipv4_src": A, "ipv4_dst": B}
+    pong = {**ping, "in_port": 2, "ipv4_src": B, "ipv4_dst": A}
+    assert walk(flows, ping, conntrack=ct).outputs == [8]
+    assert walk(flows, pong, conntrack=ct).outputs == [9]
+    v6 = {**PKT, "eth_type": 0x86DD, "ip_proto": 17, "ipv6_src": "fd00::1", "ipv6_dst": "fd00::2"}
+    query = {**v6, "udp_src": 5353, "udp_dst": 53}
+    answer = {**query, "in_port": 2, "ipv6_src": "FD00::2", "ipv6_dst": "fd00::1"}
+    assert walk(flows, query, conntrack=ct).outputs == [8]
+    assert walk(flows, {**answer, "udp_src": 53, "udp_dst": 5353}, conntrack=ct).outputs == [9]
+    assert walk(flows, {**answer, "udp_src": 54, "udp_dst": 5353}, conntrack=ct).outputs == [8]
+
+
+def test_registers_read_zero_until_set_and_move_like_fields() -> None:
+    flows = {
+        flow(0, 100, [("move", "reg5", "reg7", 32), ("goto", 1)]),
+        flow(1, 100, [("output", 2)], reg7=0, ct_state=0),
+        flow(1, 90, [("output", 3)], reg7=(1 << 31, 1 << 31)),
+    }
+    assert walk(flows, PKT).outputs == [2]
+    assert walk(flows, {**PKT, "reg5": 0x8000_0001}).outputs == [3]
+
+
+def test_nat_beyond_un_nat_is_not_modelled() -> None:
+    dnat = ("nat", "dst", "10.77.0.3", None, 8080, None, ())
+    with pytest.raises(NotModelled, match="nat"):
+        walk({flow(0, 1, [("ct", True, 1, None, [dnat]), ("output", 2)])}, SYN)
+    unnat = ("nat", "", None, None, None, None, ())
+    assert walk({flow(0, 1, [("ct", False, 1, None, [unnat]), ("output", 2)])}, SYN).outputs == [2]
