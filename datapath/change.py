@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datapath.desired import ArpMode, EndpointState, NetworkState, RemoteEndpointState
+from datapath.policy import GroupState
 
 
 class Keep:
@@ -35,6 +36,7 @@ class Change:
     tunnels: Mapping[str, int | None] = field(default_factory=dict)
     uplink: int | Keep | None = KEEP
     arp_mode: ArpMode | None = None
+    groups: Mapping[str, GroupState | None] = field(default_factory=dict)
 
 
 class Journal:

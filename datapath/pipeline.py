@@ -39,7 +39,7 @@ from datapath.desired import (
     validate,
 )
 from datapath.flows import Action, Flow, flow
-from datapath.policy import ct_flows, default_allow_flows
+from datapath.policy import GroupState, ct_flows, default_allow_flows, rule_flows, tag_flows
 from datapath.tables import (
     ARP,
     CLASSIFY,
@@ -332,6 +332,29 @@ def remote_flows(remote: RemotePort, to_host: tuple[Action, ...], mode: ArpMode)
     yield from _forward_remote(remote, to_host)
 
 
+def endpoint_tags(
+    net: NetworkState,
+    ipv4: str | None,
+    ipv6: str | None,
+    group_id: str | None,
+    groups: Mapping[str, GroupState],
+    local: bool,
+) -> list[Flow]:
+    """An endpoint's group tag flows: none unless its network is tracked here and its group
+    is known, tagged and of that network."""
+    group = groups.get(group_id) if group_id is not None else None
+    zone = ct_zone(net)
+    if zone is None or group is None or group.network_id != net.id:
+        return []
+    return tag_flows(net.segment, ipv4, ipv6, group.tag, local)
+
+
+def group_flows(group: GroupState, net: NetworkState | None) -> list[Flow]:
+    """A group's rule flows, if its network is on this host and tracked."""
+    zone = ct_zone(net) if net is not None else None
+    return rule_flows(group, zone) if zone is not None else []
+
+
 def static_flows() -> list[Flow]:
     """The flows that depend on nothing: each table's miss, the conntrack gate and the ND
     bypass."""
@@ -347,10 +370,19 @@ def compile_flows(state: DesiredState) -> set[Flow]:
     for net in world.networks.values():
         out = flood_out(net, world.hosts_of.get(net.segment, ()), tunnels, uplink)
         flows.update(network_flows(net, world.ports_of(net.segment), out, uplink))
+    by_segment = {net.segment: net for net in world.networks.values()}
+    groups = world.groups
     for port in world.ports:
         flows.update(port_flows(port, world.arp_mode))
+        if not port.is_gateway:
+            net = by_segment[port.segment]
+            flows.update(endpoint_tags(net, port.ipv4, port.ipv6, port.group, groups, True))
     for remote in world.remotes:
         to = to_host(remote.network, remote.host, tunnels, uplink)
         flows.update(remote_flows(remote, to, world.arp_mode))
+        tags = endpoint_tags(remote.network, remote.ipv4, remote.ipv6, remote.group, groups, False)
+        flows.update(tags)
+    for group in groups.values():
+        flows.update(group_flows(group, world.networks.get(group.network_id)))
     PIPELINE.check_all(flows)
     return flows

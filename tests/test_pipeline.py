@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from typing import Any
 
@@ -41,6 +42,7 @@ from datapath.pipeline import (
     removal_order,
     static_flows,
 )
+from datapath.policy import GroupState, RuleState
 from datapath.tables import DST_GROUP, POLICY_IN, POLICY_OUT, SRC_GROUP
 
 
@@ -270,3 +272,64 @@ def test_a_gateway_port_that_does_not_fit_a_ct_zone_is_refused() -> None:
     state.networks[0] = dataclasses.replace(state.networks[0], gateway_port=0x10000)
     with pytest.raises(ValueError, match="network net-a: gateway port 65536 is its conntrack zone"):
         compile_flows(state)
+
+
+# ---------------------------------------------------------------- groups (issue 10)
+
+
+def _with_group(**kw: Any) -> Any:
+    fields = {"id": "t:a", "network_id": NET_A, "tag": 5, "rules": (), **kw}
+    return lambda s: s.groups.append(GroupState(**fields))
+
+
+def _with_rule(**kw: Any) -> Any:
+    fields = {"direction": "in", "priority": 1, "action": "allow", **kw}
+    return _with_group(rules=(RuleState(**fields),))
+
+
+def _twice(first: Any, second: Any) -> Any:
+    return lambda s: (first(s), second(s))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (_with_group(network_id="nope"), "group t:a: network nope is unknown"),
+        (_twice(_with_group(), _with_group(id="t:b")), "group t:a and group t:b share tag 5"),
+        (_twice(_with_group(), _with_group(tag=6)), "group t:a is listed twice"),
+        (_with_group(tag=1 << 31), "group t:a: tag 2147483648 is out of 0-2147483647"),
+        (_with_group(tag=-1), "group t:a: tag -1 is out of"),
+        (_with_group(id=""), "group '': the ID must be a non-empty string"),
+        (_with_rule(direction="both"), "t:a: both rule at priority 1: direction 'both' is not"),
+        (_with_rule(priority=0), "in rule at priority 0: priority 0 is out of 1-100"),
+        (_with_rule(priority=101), "priority 101 is out of 1-100"),
+        (_with_rule(action="reject"), "action 'reject' is not allow or deny"),
+        (_with_rule(peer_tag=1 << 31), "peer tag 2147483648 is out of"),
+        (_with_rule(peer_cidrs=("10.0.0.1/24",)), "'10.0.0.1/24' is not a CIDR"),
+        (_with_rule(peer_cidrs=("fd00::/129",)), "'fd00::/129' is not a CIDR"),
+        (_with_rule(protocol=256), "protocol 256 is out of 0-255"),
+        (_with_rule(protocol=6, port=70000), "port 70000 is out of 0-65535"),
+        (_with_rule(protocol=1, port=80), "port 80 needs protocol tcp \\(6\\) or udp \\(17\\)"),
+        (_with_rule(port=80), "port 80 needs protocol tcp"),
+    ],
+)
+def test_a_bad_group_is_refused_with_the_group_and_the_field_named(
+    mutate: Any, message: str
+) -> None:
+    state = world()
+    mutate(state)
+    with pytest.raises(ValueError, match=message):
+        compile_flows(state)
+
+
+def test_groups_and_endpoint_groups_round_trip_through_json() -> None:
+    state = world()
+    state.endpoints[0] = dataclasses.replace(state.endpoints[0], group="t:a")
+    rules = (
+        RuleState("in", 10, "allow", peer_tag=7, protocol=6, port=80),
+        RuleState("out", 1, "deny", peer_cidrs=("10.9.0.0/16", "fd00:9::/48"), protocol=1),
+    )
+    state.groups = [GroupState("t:a", NET_A, 5, rules), GroupState("t:b", NET_A, 0)]
+    again = DesiredState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert again == state and compile_flows(again) == compile_flows(state)
+    assert DesiredState.from_dict({}).groups == []
