@@ -255,12 +255,13 @@ def _entry_id(kind: str, value: Any) -> int:
 def _ct(action: Action) -> Action:
     """("ct", commit, zone, table, nested); a 4-tuple without nested is widened.
 
-    zone: an int 0-65535, or ("reg", "regN", ofs, nbits) for a zone loaded from bits
-    ofs..ofs+nbits-1 of a register. nested: the actions ct() runs on the connection, in
-    order: ("set_field", "ct_mark" | "ct_label", value) and at most one
+    zone: an int 0-65535, or ("reg", "regN", ofs, 16) for a zone loaded from bits
+    ofs..ofs+15 of a register (OVS takes exactly 16 bits). nested: the actions ct() runs on
+    the connection, in order: ("set_field", "ct_mark" | "ct_label", value) and at most one
     ("nat", kind, addr_lo, addr_hi, port_lo, port_hi, flags). A range's high end equal to
     its low end is None, as is an absent one. Anything but a plain ("nat", "") needs commit
-    (OVS refuses it otherwise).
+    (OVS refuses it otherwise), and a nat needs the flow to match its IP version's eth_type
+    (checked by flow()).
     """
     if len(action) not in (4, 5):
         raise ValueError(f"{action!r}: ct is (ct, commit, zone, table, nested)")
@@ -282,8 +283,8 @@ def _ct_zone(zone: Any) -> int | tuple[str, str, int, int]:
         if len(zone) != 4 or zone[0] != "reg" or zone[1] not in REGISTERS:
             raise ValueError(f"ct zone {zone!r}: expected an int or ('reg', 'regN', ofs, nbits)")
         ofs, nbits = int(zone[2]), int(zone[3])
-        if ofs < 0 or not 1 <= nbits <= 16 or ofs + nbits > 32:
-            raise ValueError(f"ct zone {zone!r}: bits {ofs}..{ofs + nbits - 1} of a register")
+        if nbits != 16 or not 0 <= ofs <= 16:  # OVS takes exactly 16 bits
+            raise ValueError(f"ct zone {zone!r}: 16 bits of a register (ofs 0-16, nbits 16)")
         return ("reg", zone[1], ofs, nbits)
     if not 0 <= int(zone) <= CT_ZONE_MAX:
         raise ValueError(f"ct zone {zone} is out of 0-{CT_ZONE_MAX}")
@@ -336,6 +337,22 @@ def _nat(action: Action) -> Action:
     )
 
 
+_ETH_TYPE_OF_IP = {4: 0x0800, 6: 0x86DD}
+
+
+def _check_nat_family(ct: Action, eth_type: Any) -> None:
+    """OVS refuses a nat unless the flow matches IP, of the version of its addresses."""
+    for nested in ct[4]:
+        if nested[0] != "nat":
+            continue
+        wanted = {0x0800, 0x86DD}
+        if nested[2] is not None:
+            wanted = {_ETH_TYPE_OF_IP[ipaddress.ip_address(nested[2]).version]}
+        if eth_type not in wanted:
+            need = " or ".join(f"{t:#06x}" for t in sorted(wanted))
+            raise ValueError(f"{nested!r} needs a match on eth_type {need}")
+
+
 def flow(
     table: int,
     priority: int,
@@ -349,6 +366,8 @@ def flow(
     for action in acts:
         if action[0] == "goto" and action[1] <= table:
             raise ValueError(f"table {table}: goto {action[1]} must go forward")
+        if action[0] == "ct":
+            _check_nat_family(action, match.get("eth_type"))
     if not 0 <= priority <= 0xFFFF:
         raise ValueError(f"priority {priority} is out of range 0-65535")
     return Flow(table, priority, canonical_match(match), acts, cookie)

@@ -224,6 +224,7 @@ def test_registers_read_zero_until_set_and_move_like_fields() -> None:
 def test_nat_beyond_un_nat_is_not_modelled() -> None:
     dnat = ("nat", "dst", "10.77.0.3", None, 8080, None, ())
     with pytest.raises(NotModelled, match="nat"):
-        walk({flow(0, 1, [("ct", True, 1, None, [dnat]), ("output", 2)])}, SYN)
+        walk({flow(0, 1, [("ct", True, 1, None, [dnat]), ("output", 2)], eth_type=0x0800)}, SYN)
     unnat = ("nat", "", None, None, None, None, ())
-    assert walk({flow(0, 1, [("ct", False, 1, None, [unnat]), ("output", 2)])}, SYN).outputs == [2]
+    flows = {flow(0, 1, [("ct", False, 1, None, [unnat]), ("output", 2)], eth_type=0x0800)}
+    assert walk(flows, SYN).outputs == [2]

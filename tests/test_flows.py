@@ -81,6 +81,7 @@ def test_bad_meters_groups_and_conntrack_are_refused(actions: list[Any], message
 
 
 REG6_ZONE = ("reg", "reg6", 0, 16)
+IP4, IP6 = 0x0800, 0x86DD
 DNAT = ("nat", "dst", "10.77.0.3", None, 8080, None, ())
 
 
@@ -100,6 +101,7 @@ def test_ct_nested_actions_and_register_zones_are_canonical() -> None:
                 ],
             )
         ],
+        eth_type=0x0800,
     )
     assert a.actions == (
         (
@@ -111,15 +113,31 @@ def test_ct_nested_actions_and_register_zones_are_canonical() -> None:
         ),
     )
     # Nested order is kept: it is what OVS does.
-    b = flow(30, 5, [("ct", 1, 3, None, [DNAT, ("set_field", "ct_label", 1 << 100)])])
+    b = flow(30, 5, [("ct", 1, 3, None, [DNAT, ("set_field", "ct_label", 1 << 100)])], eth_type=IP4)
     assert b.actions[0][4] == (DNAT, ("set_field", "ct_label", 1 << 100))
     v6 = ("nat", "src", "FD00::0001", "fd00::00ff", 1024, 2048, ("random", "persistent"))
-    assert flow(30, 5, [("ct", True, 3, None, [v6])]).actions[0][4] == (
+    assert flow(30, 5, [("ct", True, 3, None, [v6])], eth_type=IP6).actions[0][4] == (
         ("nat", "src", "fd00::1", "fd00::ff", 1024, 2048, ("persistent", "random")),
     )
     # A plain nat (un-NAT the replies) needs no commit.
     unnat = ("nat", "", None, None, None, None, ())
-    assert flow(30, 5, [("ct", False, 3, 40, [unnat])]).actions[0][4] == (unnat,)
+    assert flow(30, 5, [("ct", False, 3, 40, [unnat])], eth_type=IP6).actions[0][4] == (unnat,)
+
+
+def test_a_nat_needs_a_match_on_its_ip_version() -> None:
+    """OVS refuses it otherwise (OFPBAC_MATCH_INCONSISTENT)."""
+    unnat = ("nat", "", None, None, None, None, ())
+    for nat, eth_type in ((DNAT, IP6), (DNAT, None), (unnat, 0x0806), (unnat, None)):
+        with pytest.raises(ValueError, match="needs a match on eth_type"):
+            flow(
+                30,
+                5,
+                [("ct", True, 3, None, [nat])],
+                **({"eth_type": eth_type} if eth_type else {}),
+            )
+    v6 = ("nat", "dst", "fd00::3", None, None, None, ())
+    with pytest.raises(ValueError, match="needs a match on eth_type 0x86dd"):
+        flow(30, 5, [("ct", True, 3, None, [v6])], eth_type=IP4)
 
 
 def test_registers_conj_id_and_ct_label_canonicalise_like_ovs() -> None:
@@ -141,8 +159,9 @@ def test_registers_conj_id_and_ct_label_canonicalise_like_ovs() -> None:
     ("ct", "message"),
     [
         (("ct", True, ("reg", "reg16", 0, 16), None), "expected an int or"),
-        (("ct", True, ("reg", "reg6", 0, 17), None), "bits 0..16 of a register"),
-        (("ct", True, ("reg", "reg6", 20, 16), None), "bits 20..35 of a register"),
+        (("ct", True, ("reg", "reg6", 0, 17), None), "16 bits of a register"),
+        (("ct", True, ("reg", "reg6", 4, 12), None), "16 bits of a register"),
+        (("ct", True, ("reg", "reg6", 17, 16), None), "16 bits of a register"),
         (("ct", True, ("metadata", "reg6", 0, 16), None), "expected an int or"),
         (("ct", True, 1, None, [("set_field", "reg5", 1)]), "may only set_field ct_mark"),
         (("ct", True, 1, None, [("output", 1)]), "may only set_field ct_mark"),
@@ -177,4 +196,4 @@ def test_registers_conj_id_and_ct_label_canonicalise_like_ovs() -> None:
 )
 def test_bad_conntrack_actions_are_refused(ct: tuple[object, ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        flow(30, 5, [ct])
+        flow(30, 5, [ct], eth_type=IP4)
