@@ -37,6 +37,7 @@ from policy_states import (
     two_hosts,
     udp,
 )
+from test_ofcodec import _over_the_wire
 
 from datapath.desired import NetworkState
 from datapath.flows import Flow
@@ -344,3 +345,17 @@ def test_a_rule_costs_a_flow_per_ip_family_or_per_peer_cidr() -> None:
     more = compile_flows(one_host(rules))
     # deny tcp: v4+v6; allow 80: v4+v6; out to two CIDRs of two families: one each.
     assert len(more) - len(base) == 2 + 2 + 2
+
+
+def test_every_policy_flow_survives_the_wire() -> None:
+    """Tags, rules, ct and the gate read back from an OpenFlow message as they were written,
+    so reconcile leaves them alone."""
+    rules = {
+        WEB: [DENY_TCP_IN, ALLOW_80_IN, rule("in", 9, "allow", peer_tag=TAGS[APP], protocol=1)],
+        APP: [rule("out", 4, "deny", peer_cidrs=OUT_CIDRS, protocol=17, port=53)],
+        DB: [rule("out", 100, "allow", peer_cidrs=("0.0.0.0/0",)), rule("in", 1, "deny")],
+    }
+    flows = compile_flows(one_host(rules)) | compile_flows(two_hosts(rules, "vlan")[1])
+    assert len([f for f in flows if f.table in (POLICY_OUT.id, POLICY_IN.id)]) > 10
+    for f in flows:
+        assert _over_the_wire(f) == f
