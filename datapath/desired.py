@@ -1,7 +1,8 @@
 """The desired state of one host's bridge, and its validation.
 
 DesiredState is what the agent hands the compiler: networks, local endpoints, other hosts'
-endpoints, tunnels and the VLAN uplink. validate() refuses a state the switch cannot
+endpoints, tunnels, the VLAN uplink and the endpoint groups of local networks with their
+policies' rules (datapath.policy). validate() refuses a state the switch cannot
 realise, naming the object at fault, and returns it indexed the way the flow builders
 use it. Nothing here knows about tables or flows.
 """
@@ -13,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from datapath.flows import OFPP_MAX, canonical_value
+from datapath.flows import CT_ZONE_MAX, OFPP_MAX, canonical_value
+from datapath.policy import GroupState, RuleState, check_group
 from datapath.tables import SEGMENT_MASK
 
 ArpMode = Literal["proxy", "flood"]
@@ -43,6 +45,7 @@ class EndpointState:
     mac: str
     ipv4: str | None = None
     ipv6: str | None = None
+    group: str | None = None  # its endpoint group, "TENANT:GROUP"
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class RemoteEndpointState:
     mac: str
     ipv4: str | None = None
     ipv6: str | None = None
+    group: str | None = None  # its endpoint group, "TENANT:GROUP"
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class DesiredState:
     tunnels: list[TunnelState] = field(default_factory=list)
     uplink_port: int | None = None  # VLAN networks reach other hosts through it
     arp_mode: ArpMode = "proxy"
+    groups: list[GroupState] = field(default_factory=list)  # of the networks above
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form."""
@@ -90,7 +95,16 @@ class DesiredState:
             tunnels=[TunnelState(**t) for t in data.get("tunnels", [])],
             uplink_port=data.get("uplink_port"),
             arp_mode=data.get("arp_mode", "proxy"),
+            groups=[_group_from_dict(g) for g in data.get("groups", [])],
         )
+
+
+def _group_from_dict(data: dict[str, Any]) -> GroupState:
+    rules = tuple(
+        RuleState(**{**r, "peer_cidrs": tuple(r.get("peer_cidrs", ()))})
+        for r in data.get("rules", ())
+    )
+    return GroupState(**{**data, "rules": rules})
 
 
 @dataclass(frozen=True)
@@ -104,6 +118,7 @@ class SegmentPort:
     ipv6: str | None
     is_gateway: bool
     owner: str
+    group: str | None = None  # an endpoint's group
 
 
 @dataclass(frozen=True)
@@ -115,6 +130,8 @@ class RemotePort:
     mac: str
     ipv4: str | None
     owner: str
+    ipv6: str | None = None
+    group: str | None = None
 
 
 @dataclass
@@ -130,6 +147,7 @@ class ValidState:
     # segment -> the hosts with endpoints in it that this host reaches
     hosts_of: dict[int, set[str]]
     arp_mode: ArpMode
+    groups: dict[str, GroupState]
 
     def ports_of(self, segment: int) -> list[SegmentPort]:
         """The local ports of one segment, by ofport."""
@@ -178,7 +196,7 @@ def reaches(net: NetworkState, host: str, tunnels: Mapping[str, int], uplink: in
 
 Key = tuple[Any, ...]
 Claim = tuple[Key, str]  # (key, owner)
-_IDS = ("network", "endpoint", "tunnel")
+_IDS = ("network", "endpoint", "tunnel", "group")
 
 
 def conflict_message(key: Key, first: str, second: str) -> str:
@@ -190,6 +208,10 @@ def conflict_message(key: Key, first: str, second: str) -> str:
         return f"endpoint {key[1]} is listed twice"
     if kind == "tunnel":
         return f"host {key[1]} has two tunnels"
+    if kind == "group":
+        return f"group {key[1]} is listed twice"
+    if kind == "group_tag":
+        return f"{first} and {second} share tag {key[1]}"
     if kind in ("segment", "vni", "vlan"):
         what = {"segment": "segment", "vni": "VNI", "vlan": "VLAN"}[kind]
         return f"{first} and {second} share {what} {key[1]}"
@@ -241,6 +263,18 @@ def check_network(net: NetworkState) -> None:
         raise ValueError(f"network {net.id}: VNI {net.vni} is out of 1-16777215")
     if net.vlan is not None and not 0 < net.vlan < 4095:
         raise ValueError(f"network {net.id}: VLAN {net.vlan} is out of 1-4094")
+    if net.gateway_port is not None and net.gateway_port > CT_ZONE_MAX:
+        raise ValueError(
+            f"network {net.id}: gateway port {net.gateway_port} is its conntrack zone, "
+            f"which must fit 16 bits (at most {CT_ZONE_MAX})"
+        )
+
+
+def ct_zone(net: NetworkState) -> int | None:
+    """The network's conntrack zone on this host: its gateway port's ofport (unique on the
+    bridge, kept while the port lives). None: the network is not tracked (no gateway port),
+    so its traffic meets no policy."""
+    return net.gateway_port
 
 
 def gateway_port(net: NetworkState) -> SegmentPort | None:
@@ -275,6 +309,7 @@ def endpoint_port(ep: EndpointState, net: NetworkState) -> SegmentPort:
         _address(owner, ep.ipv6, 6),
         False,
         owner,
+        ep.group,
     )
 
 
@@ -288,7 +323,7 @@ def remote_port(rep: RemoteEndpointState, net: NetworkState) -> tuple[RemotePort
     ipv6 = _address(owner, rep.ipv6, 6)
     claims = [(("MAC", net.segment, mac), owner)]
     claims += [(("IP", net.segment, ip), owner) for ip in (ipv4, ipv6) if ip is not None]
-    return RemotePort(net, rep.host, mac, ipv4, owner), claims
+    return RemotePort(net, rep.host, mac, ipv4, owner, ipv6, rep.group), claims
 
 
 def network_claims(net: NetworkState, gateway: SegmentPort | None) -> list[Claim]:
@@ -316,6 +351,18 @@ def port_claims(port: SegmentPort) -> list[Claim]:
 def endpoint_claims(endpoint_id: str, owner: str) -> list[Claim]:
     """Endpoint IDs are unique across this host's and other hosts' endpoints."""
     return [(("endpoint", endpoint_id), owner)]
+
+
+def group_claims(group: GroupState, networks: Mapping[str, NetworkState]) -> list[Claim]:
+    """A group's ID and tag; refuses a bad group, or one of a network not on this host."""
+    check_group(group)
+    owner = f"group {group.id}"
+    if group.network_id not in networks:
+        raise ValueError(f"{owner}: network {group.network_id} is unknown")
+    claims = [(("group", group.id), owner)]
+    if group.tag:
+        claims.append((("group_tag", group.tag), owner))
+    return claims
 
 
 def tunnel_claims(tunnel: TunnelState) -> list[Claim]:
@@ -367,6 +414,10 @@ def validate(state: DesiredState) -> ValidState:
         if reaches(net, rep.host, tunnels, state.uplink_port):
             remotes.append(remote)
             hosts_of.setdefault(net.segment, set()).add(rep.host)
+    groups: dict[str, GroupState] = {}
+    for group in state.groups:
+        claims.add(group_claims(group, networks))
+        groups.setdefault(group.id, group)
     claims.check()
     return ValidState(
         networks,
@@ -376,4 +427,5 @@ def validate(state: DesiredState) -> ValidState:
         state.uplink_port,
         hosts_of,
         state.arp_mode,
+        groups,
     )

@@ -3,19 +3,24 @@
 Flows are pure functions of the desired state (datapath.pipeline), partitioned by what they
 depend on. Each *unit* owns a set of flows:
 
-    ("net", id)       what arrives for the network from other hosts, the segment's floods
-                      and its gateway port's flows: the network, its local ports, the hosts
-                      with endpoints in it and their tunnels (or the uplink)
-    ("ep", id)        a local endpoint's port flows: the endpoint, its segment, the ARP mode
+    ("net", id)       what arrives for the network from other hosts, the segment's floods,
+                      its gateway port's flows and its conntrack: the network, its local
+                      ports, the hosts with endpoints in it and their tunnels (or uplink)
+    ("ep", id)        a local endpoint's port flows and group tags: the endpoint, its
+                      network, the ARP mode, its group's tag and network
     ("remote", id)    another host's endpoint: it, its network, the way to its host, the
-                      ARP mode
-    ("misses", "")    each table's miss flow: nothing
+                      ARP mode, its group's tag and network
+    ("group", id)     an endpoint group's rule flows: the group (tag, rules), its network's
+                      zone
+    ("static", "")    each table's miss flow, the conntrack gate: nothing
 
-The host's flows are the union of the units' sets. A Change (objects put or removed) marks
-the units that depend on what changed, recompiles them, and the difference between their
-old and new sets is the delta, a FlowDiff with datapath.flows.diff's meaning: what to add
-(new or changed) and what to delete (identity no longer wanted). One more endpoint touches
-its own unit and its network's, so it costs O(ports of that segment), not O(host).
+The host's flows are the union of the units' sets. A Change (datapath.change: objects put
+or removed) marks the units that depend on what changed, recompiles them, and the
+difference between their old and new sets is the delta, a FlowDiff with
+datapath.flows.diff's meaning: what to add (new or changed) and what to delete (identity no
+longer wanted). One more endpoint touches its own unit and its network's, so it costs
+O(ports of that segment), not O(host); a group's rules touch its unit alone, whatever its
+endpoints (only a new tag, or a group going, touches its members).
 
 Validation is incremental too: each object claims the keys it uses (datapath.desired), and
 a change withdraws and re-adds only the claims of what it touches. A change that would
@@ -27,10 +32,10 @@ path (resync) and the oracle of the tests.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from datapath.change import Change, Journal, Keep, by_key, changes, index_member
 from datapath.desired import (
     ArpMode,
     Claim,
@@ -46,6 +51,7 @@ from datapath.desired import (
     endpoint_claims,
     endpoint_port,
     gateway_port,
+    group_claims,
     network_claims,
     port_claims,
     reaches,
@@ -56,69 +62,22 @@ from datapath.desired import (
 from datapath.flows import Flow, FlowDiff, Match
 from datapath.pipeline import (
     PIPELINE,
+    endpoint_tags,
     flood_out,
+    group_flows,
     network_flows,
     port_flows,
     remote_flows,
+    static_flows,
     to_host,
 )
+from datapath.policy import GroupState
+
+__all__ = ["Change", "FlowModel", "Unit", "by_key", "changes"]  # the agent's names
 
 Unit = tuple[str, str]
-MISSES: Unit = ("misses", "")
+STATIC: Unit = ("static", "")
 _EMPTY: frozenset[Flow] = frozenset()
-
-
-class _Keep:
-    """The uplink is left as it is."""
-
-    def __repr__(self) -> str:
-        return "KEEP"
-
-
-KEEP = _Keep()
-
-
-@dataclass(frozen=True)
-class Change:
-    """Objects to put (a new value) or remove (None), by ID (tunnels: by host, to ofport)."""
-
-    networks: Mapping[str, NetworkState | None] = field(default_factory=dict)
-    endpoints: Mapping[str, EndpointState | None] = field(default_factory=dict)
-    remotes: Mapping[str, RemoteEndpointState | None] = field(default_factory=dict)
-    tunnels: Mapping[str, int | None] = field(default_factory=dict)
-    uplink: int | _Keep | None = KEEP
-    arp_mode: ArpMode | None = None
-
-
-class _Journal:
-    """Undo steps of a change in progress, replayed backwards if it fails."""
-
-    def __init__(self) -> None:
-        self.steps: list[Callable[[], None]] = []
-
-    def put(self, table: dict[Any, Any], key: Any, value: Any) -> None:
-        """table[key] = value, or del table[key] if value is None."""
-        had, old = key in table, table.get(key)
-        if value is None:
-            table.pop(key, None)
-        else:
-            table[key] = value
-        self.steps.append(lambda: table.__setitem__(key, old) if had else table.pop(key, None))
-
-    def undo(self) -> None:
-        for step in reversed(self.steps):
-            step()
-        self.steps.clear()
-
-
-def _index(table: dict[str, set[str]], key: str, member: str, add: bool) -> None:
-    members = table.setdefault(key, set())
-    if add:
-        members.add(member)
-    else:
-        members.discard(member)
-        if not members:
-            del table[key]
 
 
 class FlowModel:
@@ -131,6 +90,7 @@ class FlowModel:
         self.tunnels: dict[str, int] = {}
         self.uplink: int | None = None
         self.arp_mode: ArpMode = "proxy"
+        self.groups: dict[str, GroupState] = {}
         self._claims = Claims()
         self._held: dict[tuple[str, str], list[Claim]] = {}  # object -> its claims
         self._gateways: dict[str, SegmentPort] = {}  # network id -> its gateway port
@@ -140,10 +100,12 @@ class FlowModel:
         self._remotes_of: dict[str, set[str]] = {}  # network id -> its remote endpoints
         self._remotes_on: dict[str, set[str]] = {}  # host -> its endpoints
         self._hosts_in: dict[str, Counter[str]] = {}  # network id -> host -> endpoints
-        misses = frozenset(PIPELINE.miss_flow(spec) for spec in PIPELINE)
-        self._units: dict[Unit, frozenset[Flow]] = {MISSES: misses}
-        self._count: Counter[Flow] = Counter(misses)
-        self._by_identity: dict[tuple[int, int, Match], Flow] = {f.identity: f for f in misses}
+        self._groups_of: dict[str, set[str]] = {}  # network id -> its groups
+        self._members: dict[str, set[Unit]] = {}  # group id -> the units naming it
+        static = frozenset(static_flows())
+        self._units: dict[Unit, frozenset[Flow]] = {STATIC: static}
+        self._count: Counter[Flow] = Counter(static)
+        self._by_identity: dict[tuple[int, int, Match], Flow] = {f.identity: f for f in static}
         self.last_units = 0  # how many units the last change recompiled
 
     # -- reading
@@ -161,6 +123,7 @@ class FlowModel:
             tunnels=[TunnelState(h, p) for h, p in self.tunnels.items()],
             uplink_port=self.uplink,
             arp_mode=self.arp_mode,
+            groups=list(self.groups.values()),
         )
 
     def change_to(self, state: DesiredState) -> Change:
@@ -169,6 +132,7 @@ class FlowModel:
         endpoints = by_key(state.endpoints, lambda e: e.id, "endpoint {} is listed twice")
         remotes = by_key(state.remote_endpoints, lambda r: r.id, "endpoint {} is listed twice")
         tunnels = by_key(state.tunnels, lambda t: t.host, "host {} has two tunnels")
+        groups = by_key(state.groups, lambda g: g.id, "group {} is listed twice")
         return Change(
             networks=changes(self.networks, networks),
             endpoints=changes(self.endpoints, endpoints),
@@ -176,6 +140,7 @@ class FlowModel:
             tunnels=changes(self.tunnels, {h: t.ofport for h, t in tunnels.items()}),
             uplink=state.uplink_port,
             arp_mode=state.arp_mode,
+            groups=changes(self.groups, groups),
         )
 
     # -- changing
@@ -187,7 +152,7 @@ class FlowModel:
     def apply(self, change: Change) -> FlowDiff:
         """Apply a change; the flows to add and delete. Raises ValueError (and changes
         nothing) if the state would be invalid."""
-        journal = _Journal()
+        journal = Journal()
         try:
             dirty = self._mutate(change, journal)
             self._claims.check()
@@ -200,15 +165,16 @@ class FlowModel:
         self.last_units = len(new)
         return delta
 
-    def _mutate(self, change: Change, journal: _Journal) -> set[Unit]:
+    def _mutate(self, change: Change, journal: Journal) -> set[Unit]:
         nets = {k: v for k, v in change.networks.items() if self.networks.get(k) != v}
         eps = {k: v for k, v in change.endpoints.items() if self.endpoints.get(k) != v}
         rems = {k: v for k, v in change.remotes.items() if self.remotes.get(k) != v}
         tuns = {k: v for k, v in change.tunnels.items() if self.tunnels.get(k) != v}
-        for key, value in (*nets.items(), *eps.items(), *rems.items()):
+        grps = {k: v for k, v in change.groups.items() if self.groups.get(k) != v}
+        for key, value in (*nets.items(), *eps.items(), *rems.items(), *grps.items()):
             if value is not None and value.id != key:
                 raise ValueError(f"{key}: the object put there is {value.id}")
-        uplink = change.uplink if not isinstance(change.uplink, _Keep) else self.uplink
+        uplink = change.uplink if not isinstance(change.uplink, Keep) else self.uplink
         mode = change.arp_mode or self.arp_mode
         dirty: set[Unit] = set()
         if uplink != self.uplink or mode != self.arp_mode:
@@ -221,13 +187,16 @@ class FlowModel:
         # withdrawn under the old state and made again under the new one.
         local = set(eps)
         remote = set(rems)
+        groups = set(grps)
         for n in nets:
             local |= self._eps_of.get(n, set())
             remote |= self._remotes_of.get(n, set())
+            groups |= self._groups_of.get(n, set())
         objects = [
             *(("net", n) for n in nets),
             *(("ep", e) for e in sorted(local)),
             *(("remote", r) for r in sorted(remote)),
+            *(("group", g) for g in sorted(groups)),
             *(("tunnel", h) for h in tuns),
             *([("uplink", "")] if uplink != self.uplink else []),
         ]
@@ -243,8 +212,18 @@ class FlowModel:
                 if version is not None:
                     self._reindex(journal, self._eps_of, version.network_id, e, add)
                     dirty.add(("net", version.network_id))
+                    if version.group is not None:
+                        self._reindex(journal, self._members, version.group, ("ep", e), add)
         for r, rep in rems.items():
             self._put_remote(r, rep, journal, dirty)
+        for g, grp in grps.items():
+            old_group = self.groups.get(g)
+            journal.put(self.groups, g, grp)
+            for version, add in ((old_group, False), (grp, True)):
+                if version is not None:
+                    self._reindex(journal, self._groups_of, version.network_id, g, add)
+            if _tagging(old_group) != _tagging(grp):  # what its members' tag flows say
+                dirty.update(self._members.get(g, ()))
         for h, ofport in tuns.items():
             journal.put(self.tunnels, h, ofport)
             for rid in self._remotes_on.get(h, ()):
@@ -260,10 +239,11 @@ class FlowModel:
             self._claim(obj, journal)
         dirty.update(("ep", e) for e in local)
         dirty.update(("remote", r) for r in remote)
+        dirty.update(("group", g) for g in groups)
         return dirty
 
     def _put_remote(
-        self, r: str, rep: RemoteEndpointState | None, journal: _Journal, dirty: set[Unit]
+        self, r: str, rep: RemoteEndpointState | None, journal: Journal, dirty: set[Unit]
     ) -> None:
         old = self.remotes.get(r)
         journal.put(self.remotes, r, rep)
@@ -272,6 +252,8 @@ class FlowModel:
                 continue
             self._reindex(journal, self._remotes_of, version.network_id, r, add)
             self._reindex(journal, self._remotes_on, version.host, r, add)
+            if version.group is not None:
+                self._reindex(journal, self._members, version.group, ("remote", r), add)
             hosts = self._hosts_in.get(version.network_id, Counter())
             before = hosts[version.host] > 0
             hosts = (
@@ -282,12 +264,12 @@ class FlowModel:
                 dirty.add(("net", version.network_id))  # the hosts its floods reach changed
 
     def _reindex(
-        self, journal: _Journal, table: dict[str, set[str]], key: str, member: str, add: bool
+        self, journal: Journal, table: dict[str, set[Any]], key: str, member: Any, add: bool
     ) -> None:
-        _index(table, key, member, add)
-        journal.steps.append(lambda: _index(table, key, member, not add))
+        index_member(table, key, member, add)
+        journal.steps.append(lambda: index_member(table, key, member, not add))
 
-    def _withdraw(self, obj: tuple[str, str], journal: _Journal) -> None:
+    def _withdraw(self, obj: tuple[str, str], journal: Journal) -> None:
         held = self._held.get(obj)
         if held is None:
             return
@@ -295,7 +277,7 @@ class FlowModel:
         journal.steps.append(lambda: self._claims.add(held))
         journal.put(self._held, obj, None)
 
-    def _claim(self, obj: tuple[str, str], journal: _Journal) -> None:
+    def _claim(self, obj: tuple[str, str], journal: Journal) -> None:
         """Work out what an object uses under the current state, and claim it."""
         kind, key = obj
         claims: list[Claim] = []
@@ -327,6 +309,9 @@ class FlowModel:
                     remote, addresses = remote_port(rep, net)
                     claims += addresses
             journal.put(self._remote_ports, key, remote)
+        elif kind == "group":
+            if key in self.groups:
+                claims = group_claims(self.groups[key], self.networks)
         elif kind == "tunnel":
             if key in self.tunnels:
                 claims = tunnel_claims(TunnelState(key, self.tunnels[key]))
@@ -357,15 +342,24 @@ class FlowModel:
             if gateway is not None:
                 flows += port_flows(gateway, self.arp_mode)
         elif kind == "ep" and key in self._ports:
-            flows = port_flows(self._ports[key], self.arp_mode)
+            port = self._ports[key]
+            net = self.networks[self.endpoints[key].network_id]
+            tags = endpoint_tags(net, port.ipv4, port.ipv6, port.group, self.groups, True)
+            flows = [*port_flows(port, self.arp_mode), *tags]
         elif kind == "remote" and key in self._remote_ports:
             remote = self._remote_ports[key]
             net, host = remote.network, remote.host
             if reaches(net, host, self.tunnels, self.uplink):
                 to = to_host(net, host, self.tunnels, self.uplink)
-                flows = remote_flows(remote, to, self.arp_mode)
-        elif kind == "misses":
-            return self._units[MISSES]
+                flows = [
+                    *remote_flows(remote, to, self.arp_mode),
+                    *endpoint_tags(net, remote.ipv4, remote.ipv6, remote.group, self.groups, False),
+                ]
+        elif kind == "group" and key in self.groups:
+            group = self.groups[key]
+            flows = group_flows(group, self.networks.get(group.network_id))
+        elif kind == "static":
+            return self._units[STATIC]
         result = frozenset(flows)
         PIPELINE.check_all(result)
         return result
@@ -412,20 +406,6 @@ class FlowModel:
             self._by_identity[f.identity] = f
 
 
-def by_key(items: Iterable[Any], key: Callable[[Any], str], twice: str) -> dict[str, Any]:
-    """Items by key; ``twice`` (formatted with the key) is the error for a repeated one."""
-    out: dict[str, Any] = {}
-    for item in items:
-        k = key(item)
-        if k in out:
-            raise ValueError(twice.format(k))
-        out[k] = item
-    return out
-
-
-def changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
-    """What a Change must put (new or different values) and remove (None) to turn
-    ``current`` into ``wanted``."""
-    out: dict[str, Any] = {k: None for k in current if k not in wanted}
-    out.update({k: v for k, v in wanted.items() if current.get(k) != v})
-    return out
+def _tagging(group: GroupState | None) -> tuple[int, str] | None:
+    """What a group's members' tag flows depend on."""
+    return None if group is None else (group.tag, group.network_id)

@@ -3,10 +3,11 @@
 Packet walk: classify (in_port, or the VNI/VLAN of what arrives from other hosts -> segment
 and origin into metadata) -> ingress (anti-spoofing of local ports) -> arp (ARP for known
 addresses: answered by the switch in proxy mode, sent to its owner in flood mode) ->
-conntrack -> service -> policy (room for the next issues: they pass every packet on) ->
-forward (known eth_dst -> its port, or its host's tunnel; anything else floods within the
-segment). The tables and their graph are declared in datapath.tables; every flow compiled
-here is checked against that declaration.
+conntrack (IP of a network with a zone, in that zone) -> service (room for the next issue:
+passes every packet on) -> policy (the conntrack gate, then group tags and rules: the flows
+of datapath.policy) -> forward (known eth_dst -> its port, or its host's tunnel; anything
+else floods within the segment). The tables and their graph are declared in
+datapath.tables; every flow compiled here is checked against that declaration.
 
 Origins. Metadata carries the segment in its low 32 bits and where the packet came from in
 two bits above: a local endpoint (00), this host's gateway port (GATEWAY), or another host
@@ -24,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from datapath import policy
 from datapath.desired import (
     ArpMode,
     DesiredState,
@@ -33,9 +35,11 @@ from datapath.desired import (
     RemotePort,
     SegmentPort,
     TunnelState,
+    ct_zone,
     validate,
 )
 from datapath.flows import Action, Flow, flow
+from datapath.policy import GroupState, ct_flows, default_allow_flows, rule_flows, tag_flows
 from datapath.tables import (
     ARP,
     CLASSIFY,
@@ -313,9 +317,13 @@ def network_flows(
     net: NetworkState, ports: list[SegmentPort], out: tuple[Action, ...], uplink: int | None
 ) -> Iterable[Flow]:
     """What arrives from other hosts, and the floods of the segment (``ports``: its local
-    ports by ofport, ``out``: flood_out)."""
+    ports by ofport, ``out``: flood_out), and its conntrack and default allow if tracked."""
     yield from _classify_remote(net, uplink)
     yield from _flood(net.segment, ports, out)
+    zone = ct_zone(net)
+    if zone is not None:
+        yield from ct_flows(net.segment, zone)
+        yield from default_allow_flows(net.segment, zone)
 
 
 def remote_flows(remote: RemotePort, to_host: tuple[Action, ...], mode: ArpMode) -> Iterable[Flow]:
@@ -324,19 +332,57 @@ def remote_flows(remote: RemotePort, to_host: tuple[Action, ...], mode: ArpMode)
     yield from _forward_remote(remote, to_host)
 
 
+def endpoint_tags(
+    net: NetworkState,
+    ipv4: str | None,
+    ipv6: str | None,
+    group_id: str | None,
+    groups: Mapping[str, GroupState],
+    local: bool,
+) -> list[Flow]:
+    """An endpoint's group tag flows: none unless its network is tracked here and its group
+    is known, tagged and of that network."""
+    group = groups.get(group_id) if group_id is not None else None
+    zone = ct_zone(net)
+    if zone is None or group is None or group.network_id != net.id:
+        return []
+    return tag_flows(net.segment, ipv4, ipv6, group.tag, local)
+
+
+def group_flows(group: GroupState, net: NetworkState | None) -> list[Flow]:
+    """A group's rule flows, if its network is on this host and tracked."""
+    zone = ct_zone(net) if net is not None else None
+    return rule_flows(group, zone) if zone is not None else []
+
+
+def static_flows() -> list[Flow]:
+    """The flows that depend on nothing: each table's miss, the conntrack gate and the ND
+    bypass."""
+    return [*(PIPELINE.miss_flow(spec) for spec in PIPELINE), *policy.static_flows()]
+
+
 def compile_flows(state: DesiredState) -> set[Flow]:
     """All flows of the bridge for this state; raises ValueError naming a bad object, or
     a flow its table's declaration does not allow."""
     world = validate(state)
     tunnels, uplink = world.tunnels, world.uplink_port
-    flows: set[Flow] = {PIPELINE.miss_flow(spec) for spec in PIPELINE}
+    flows: set[Flow] = set(static_flows())
     for net in world.networks.values():
         out = flood_out(net, world.hosts_of.get(net.segment, ()), tunnels, uplink)
         flows.update(network_flows(net, world.ports_of(net.segment), out, uplink))
+    by_segment = {net.segment: net for net in world.networks.values()}
+    groups = world.groups
     for port in world.ports:
         flows.update(port_flows(port, world.arp_mode))
+        if not port.is_gateway:
+            net = by_segment[port.segment]
+            flows.update(endpoint_tags(net, port.ipv4, port.ipv6, port.group, groups, True))
     for remote in world.remotes:
         to = to_host(remote.network, remote.host, tunnels, uplink)
         flows.update(remote_flows(remote, to, world.arp_mode))
+        tags = endpoint_tags(remote.network, remote.ipv4, remote.ipv6, remote.group, groups, False)
+        flows.update(tags)
+    for group in groups.values():
+        flows.update(group_flows(group, world.networks.get(group.network_id)))
     PIPELINE.check_all(flows)
     return flows

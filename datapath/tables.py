@@ -31,6 +31,8 @@ PRIO_MISS = 0
 PRIO_FLOOD = 10
 PRIO_RULE = 100
 PRIO_EXCEPTION = 110
+# Policy rules: 1000 + 2 * rule priority (1-100), + 1 for deny, so deny wins a tie.
+PRIO_POLICY_RULE = 1000
 
 # Metadata: the segment in the low 32 bits, where the packet came from in two bits above.
 SEGMENT_MASK = 0xFFFF_FFFF
@@ -165,10 +167,10 @@ def _name(spec: TableSpec | None, table_id: int) -> str:
     return f"table {spec.name}" if spec is not None else f"undeclared table {table_id}"
 
 
-# Table ids leave gaps of 10: a table added later (the post-DNAT MAC fix-up of services,
-# say, at 55) takes a free id, and the flows of the tables around it keep theirs. Renumbering
-# makes an upgraded agent replace every flow once (see write_plan), and OVS costs nothing for
-# the ids in between.
+# Table ids leave gaps (10 between stages, 2 between policy's tables): a table added later
+# (the post-DNAT MAC fix-up of services, say, at 45) takes a free id, and the flows of the
+# tables around it keep theirs. Renumbering makes an upgraded agent replace every flow once
+# (see write_plan), and OVS costs nothing for the ids in between.
 CLASSIFY = TableSpec(
     "classify",
     0,
@@ -197,10 +199,12 @@ ARP = TableSpec(
 CONNTRACK = TableSpec(
     "conntrack",
     30,
-    "IP through conntrack in the network's zone, resuming in service (none yet: passes all)",
+    "IP of a tracked network through conntrack in its zone, resuming in service; neighbour "
+    "discovery and untracked networks pass untracked",
     miss="service",
     next_tables=("service",),
     recirculate=("service",),
+    match=frozenset({"metadata", "eth_type", "ip_proto", "icmpv6_type"}),
 )
 SERVICE = TableSpec(
     "service",
@@ -214,9 +218,60 @@ SERVICE = TableSpec(
 POLICY = TableSpec(
     "policy",
     50,
-    "endpoint-group policy on new connections (none yet: passes all)",
+    "the conntrack gate: established and related pass, invalid drop, new go to the rules; "
+    "untracked pass",
+    miss="forward",
+    next_tables=("src_group", "forward"),
+    match=frozenset({"ct_state"}),
+)
+SRC_GROUP = TableSpec(
+    "src_group",
+    52,
+    "a new connection's source address -> its endpoint group's tag in reg5 (LOCAL if on "
+    "this host); else reg5 stays 0",
+    miss="dst_group",
+    next_tables=("dst_group",),
+    match=frozenset({"metadata", "eth_type", "ipv4_src", "ipv6_src"}),
+)
+DST_GROUP = TableSpec(
+    "dst_group",
+    54,
+    "its destination address (after service DNAT) -> the group's tag in reg6, the same way",
+    miss="policy_out",
+    next_tables=("policy_out",),
+    match=frozenset({"metadata", "eth_type", "ipv4_dst", "ipv6_dst"}),
+)
+POLICY_OUT = TableSpec(
+    "policy_out",
+    56,
+    "the out rules of the source's group, on the source's host: allow -> the in rules, "
+    "deny -> drop; none matching: allow",
+    miss="policy_in",
+    next_tables=("policy_in",),
+    match=frozenset(
+        {"reg5", "reg6", "eth_type", "ip_proto", "ipv4_dst", "ipv6_dst", "tcp_dst", "udp_dst"}
+    ),
+)
+POLICY_IN = TableSpec(
+    "policy_in",
+    58,
+    "the in rules of the destination's group, on its host: allow -> commit; deny -> drop; "
+    "none matching: the network's default allow, committed",
     miss="forward",
     next_tables=("forward",),
+    match=frozenset(
+        {
+            "reg5",
+            "reg6",
+            "metadata",
+            "eth_type",
+            "ip_proto",
+            "ipv4_src",
+            "ipv6_src",
+            "tcp_dst",
+            "udp_dst",
+        }
+    ),
 )
 FORWARD = TableSpec(
     "forward",
@@ -226,7 +281,21 @@ FORWARD = TableSpec(
     meters=True,
 )
 
-PIPELINE = Pipeline((CLASSIFY, INGRESS, ARP, CONNTRACK, SERVICE, POLICY, FORWARD))
+PIPELINE = Pipeline(
+    (
+        CLASSIFY,
+        INGRESS,
+        ARP,
+        CONNTRACK,
+        SERVICE,
+        POLICY,
+        SRC_GROUP,
+        DST_GROUP,
+        POLICY_OUT,
+        POLICY_IN,
+        FORWARD,
+    )
+)
 
 
 def install_order(flows: Iterable[Flow]) -> list[Flow]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from datapath.pipeline import (
     TunnelState,
     compile_flows,
 )
+from datapath.policy import GroupState, RuleState
 
 NET_IDS = ("n1", "n2", "n3")
 HOSTS = ("h1", "h2", "h3")
@@ -35,6 +37,48 @@ MACS = st.sampled_from([f"02:00:00:00:00:{i:02x}" for i in range(1, 41)] + ["01:
 IPV4 = st.sampled_from([None, *(f"10.0.0.{i}" for i in range(1, 41)), "fd00::9"])
 IPV6 = st.sampled_from([None, *(f"fd00::{i}" for i in range(1, 9))])
 NETWORK_OF = st.sampled_from((*NET_IDS, *NET_IDS, *NET_IDS, "n9"))  # n9: never a network
+GROUP_IDS = ("t:g1", "t:g2", "t:g3")
+
+
+def _group_of(network: str) -> st.SearchStrategy[str | None]:
+    """Mostly the group of the endpoint's network (g1 is on n1...), or another, or none;
+    g9 is never a group."""
+    own = f"t:g{network[1:]}"
+    return st.sampled_from((None, own, own, own, *GROUP_IDS, "t:g9"))
+
+
+def _network_and_group() -> st.SearchStrategy[tuple[str, str | None]]:
+    return NETWORK_OF.flatmap(lambda n: st.tuples(st.just(n), _group_of(n)))
+
+
+# Rarely a gateway port too big for a conntrack zone, a tag out of range, a bad rule.
+GATEWAYS = st.sampled_from([None, *range(1, 61, 3), 0x10000])
+# A group's own tag mostly; sometimes one two groups share, 0 (untagged) or a bad one.
+TAGS = st.sampled_from([1, 2, 3, 7, 7, 0, (1 << 31) - 1, 1 << 31])
+rules = st.sampled_from([None, None, 1, 6, 6, 17, 132]).flatmap(
+    lambda protocol: st.builds(
+        RuleState,
+        direction=st.sampled_from(["in", "out"]),
+        priority=st.sampled_from([1, 5, 5, 10, 100] * 5 + [0]),
+        action=st.sampled_from(["allow", "deny"]),
+        peer_tag=st.sampled_from([0, 0, 1, 2, 7]),
+        peer_cidrs=st.sampled_from(
+            [(), (), ("10.0.0.0/24",), ("fd00::/64",), ("10.0.0.5/32", "fd00::/8"), ("0.0.0.0/0",)]
+        ),
+        protocol=st.just(protocol),
+        # A port without tcp or udp is refused: rarely.
+        port=st.sampled_from([0, 80] if protocol in (6, 17) else [0] * 20 + [80]),
+    )
+)
+groups = st.sampled_from(GROUP_IDS).flatmap(
+    lambda g: st.builds(
+        GroupState,
+        id=st.just(g),
+        network_id=st.sampled_from([f"n{g[3:]}"] * 4 + [*NET_IDS, "n9"]),
+        tag=st.just(int(g[3:]) * 1000) | TAGS,
+        rules=st.lists(rules, max_size=4).map(tuple),
+    )
+)
 
 
 @st.composite
@@ -44,7 +88,7 @@ def networks(draw: Any) -> NetworkState:
     return NetworkState(
         id=draw(st.sampled_from(NET_IDS)),
         segment=segment,
-        gateway_port=draw(st.none() | OFPORTS),
+        gateway_port=draw(GATEWAYS),
         gateway_mac=draw(st.none() | MACS),
         gateway_ip=draw(IPV4),
         vni=draw(st.sampled_from([5000, 5001, 5002, 5003])) if encap in ("vni", "both") else None,
@@ -52,23 +96,29 @@ def networks(draw: Any) -> NetworkState:
     )
 
 
-endpoints = st.builds(
-    EndpointState,
-    id=st.sampled_from(EP_IDS),
-    network_id=NETWORK_OF,
-    ofport=OFPORTS,
-    mac=MACS,
-    ipv4=IPV4,
-    ipv6=IPV6,
+endpoints = _network_and_group().flatmap(
+    lambda ng: st.builds(
+        EndpointState,
+        id=st.sampled_from(EP_IDS),
+        network_id=st.just(ng[0]),
+        ofport=OFPORTS,
+        mac=MACS,
+        ipv4=IPV4,
+        ipv6=IPV6,
+        group=st.just(ng[1]),
+    )
 )
-remotes = st.builds(
-    RemoteEndpointState,
-    id=st.sampled_from(REMOTE_IDS),
-    network_id=NETWORK_OF,
-    host=st.sampled_from(HOSTS),
-    mac=MACS,
-    ipv4=IPV4,
-    ipv6=IPV6,
+remotes = _network_and_group().flatmap(
+    lambda ng: st.builds(
+        RemoteEndpointState,
+        id=st.sampled_from(REMOTE_IDS),
+        network_id=st.just(ng[0]),
+        host=st.sampled_from(HOSTS),
+        mac=MACS,
+        ipv4=IPV4,
+        ipv6=IPV6,
+        group=st.just(ng[1]),
+    )
 )
 tunnels = st.builds(TunnelState, host=st.sampled_from(HOSTS), ofport=OFPORTS)
 
@@ -150,17 +200,54 @@ class IncrementalMatchesFullCompile(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(NET_IDS), with_endpoints=st.booleans())
     def remove_network(self, name: str, with_endpoints: bool) -> None:
-        """The agent removes a network with its endpoints; alone, it is refused while it
-        has some."""
+        """The agent removes a network with its endpoints and groups; alone, it is refused
+        while it has some."""
         gone = [e.id for e in self.state.endpoints if e.network_id == name and with_endpoints]
+        groups_gone = [g.id for g in self.state.groups if g.network_id == name and with_endpoints]
 
         def edit(s: DesiredState) -> None:
             _drop(s.networks, name, lambda n: n.id)
             s.endpoints[:] = [e for e in s.endpoints if e.id not in gone]
+            s.groups[:] = [g for g in s.groups if g.id not in groups_gone]
 
         self.step(
             self._with(edit),
-            Change(networks={name: None}, endpoints=dict.fromkeys(gone)),
+            Change(
+                networks={name: None},
+                endpoints=dict.fromkeys(gone),
+                groups=dict.fromkeys(groups_gone),
+            ),
+        )
+
+    @rule(group=groups)
+    def put_group(self, group: GroupState) -> None:
+        self.step(
+            self._with(lambda s: _put(s.groups, group, lambda g: g.id)),
+            Change(groups={group.id: group}),
+        )
+
+    @rule(name=st.sampled_from(GROUP_IDS), tag=TAGS)
+    def retag_group(self, name: str, tag: int) -> None:
+        """A group's tag changes (0 -> n when the master tags an old group): its members'
+        tag flows follow."""
+        old = next((g for g in self.state.groups if g.id == name), None)
+        if old is None:
+            return
+        group = GroupState(old.id, old.network_id, tag, old.rules)
+        self.put_group(group)
+
+    @rule(name=st.sampled_from(GROUP_IDS), extra=rules)
+    def add_rule(self, name: str, extra: RuleState) -> None:
+        old = next((g for g in self.state.groups if g.id == name), None)
+        if old is None:
+            return
+        self.put_group(GroupState(old.id, old.network_id, old.tag, (*old.rules, extra)))
+
+    @rule(name=st.sampled_from(GROUP_IDS))
+    def remove_group(self, name: str) -> None:
+        self.step(
+            self._with(lambda s: _drop(s.groups, name, lambda g: g.id)),
+            Change(groups={name: None}),
         )
 
     @rule(ep=endpoints)
@@ -223,6 +310,7 @@ class IncrementalMatchesFullCompile(RuleBasedStateMachine):
         eps=st.lists(endpoints, max_size=4),
         reps=st.lists(remotes, max_size=4),
         tuns=st.lists(tunnels, max_size=2),
+        grps=st.lists(groups, max_size=2),
         drop_eps=st.lists(st.sampled_from(EP_IDS), max_size=2),
         drop_nets=st.lists(st.sampled_from(NET_IDS), max_size=1),
         duplicate=st.sampled_from([False] * 5 + [True]),
@@ -233,6 +321,7 @@ class IncrementalMatchesFullCompile(RuleBasedStateMachine):
         eps: list[EndpointState],
         reps: list[RemoteEndpointState],
         tuns: list[TunnelState],
+        grps: list[GroupState],
         drop_eps: list[str],
         drop_nets: list[str],
         duplicate: bool,
@@ -253,6 +342,8 @@ class IncrementalMatchesFullCompile(RuleBasedStateMachine):
                 _put(s.remote_endpoints, rep, lambda r: r.id)
             for t in tuns:
                 _put(s.tunnels, t, lambda t: t.host)
+            for g in grps:
+                _put(s.groups, g, lambda g: g.id)
             if duplicate and s.endpoints:
                 s.endpoints.append(s.endpoints[0])
 
@@ -292,7 +383,16 @@ def test_the_shared_states_build_up_one_change_at_a_time() -> None:
 def test_a_refused_change_names_the_object_and_changes_nothing() -> None:
     model = FlowModel()
     model.replace(cluster())
+    model.apply(Change(groups={"t:a": GroupState("t:a", NET_A, 5)}))
     before = model.flows()
+    with pytest.raises(ValueError, match="group t:b: network nope is unknown"):
+        model.apply(Change(groups={"t:b": GroupState("t:b", "nope", 6)}))
+    with pytest.raises(ValueError, match="group t:a and group t:b share tag 5"):
+        model.apply(Change(groups={"t:b": GroupState("t:b", NET_A, 5)}))
+    with pytest.raises(ValueError, match="group t:b: in rule at priority 0: priority 0 is out"):
+        model.apply(
+            Change(groups={"t:b": GroupState("t:b", NET_A, 6, (RuleState("in", 0, "allow"),))})
+        )
     clash = EndpointState("x", NET_A, 77, E2.mac)
     with pytest.raises(ValueError, match="endpoint ep2 and endpoint x both use MAC"):
         model.apply(Change(endpoints={"x": clash}))
@@ -300,6 +400,9 @@ def test_a_refused_change_names_the_object_and_changes_nothing() -> None:
         model.apply(Change(tunnels={"h9": E1.ofport}))
     with pytest.raises(ValueError, match=f"endpoint ep1: network {NET_A} is unknown"):
         model.apply(Change(networks={NET_A: None}))
+    gone = {e.id: None for e in model.endpoints.values() if e.network_id == NET_A}
+    with pytest.raises(ValueError, match=f"group t:a: network {NET_A} is unknown"):
+        model.apply(Change(networks={NET_A: None}, endpoints=gone))
     with pytest.raises(ValueError, match="share VNI 5000"):
         model.apply(Change(networks={"twin": NetworkState("twin", 999, vni=5000)}))
     assert model.flows() == before and compile_flows(model.state()) == before
@@ -360,3 +463,92 @@ def test_a_tunnel_change_recompiles_only_what_goes_through_it() -> None:
     assert all(("output", 77) in f.actions for f in delta.to_add)
     assert not {f for f in before if ("output", TUN_H2) in f.actions} & expected
     assert R1.host == "h2" and len(delta.to_add) == 2  # R1's forward flow, net A's flood
+
+
+# ---------------------------------------------------------------- policy costs (issue 10)
+
+
+def _grouped(n: int, networks: int, rules: int) -> DesiredState:
+    """_standing with a group per network holding ``rules`` in rules, every endpoint in
+    its network's group."""
+    state = _standing(n, networks)
+    state.endpoints = [replace(e, group=f"t:{e.network_id}") for e in state.endpoints]
+    state.remote_endpoints = [
+        replace(r, group=f"t:{r.network_id}", ipv4=f"10.{j % networks}.2.{j % 250}")
+        for j, r in enumerate(state.remote_endpoints)
+    ]
+    state.groups = [GroupState(f"t:n{i}", f"n{i}", i + 1, _rules(rules)) for i in range(networks)]
+    return state
+
+
+def _rules(n: int, base: int = 0) -> tuple[RuleState, ...]:
+    return tuple(
+        RuleState("in" if i % 2 else "out", 1 + i % 100, "allow", protocol=6, port=1000 + base + i)
+        for i in range(n)
+    )
+
+
+def _cost(model: FlowModel, change: Change) -> int:
+    delta = model.apply(change)
+    return len(delta.to_add) + len(delta.to_delete)
+
+
+@pytest.mark.parametrize("standing", [0, 10, 250])
+def test_one_more_grouped_endpoint_costs_its_usual_flows_and_two_tags_per_family(
+    standing: int,
+) -> None:
+    model = FlowModel()
+    model.replace(_grouped(standing, networks=10, rules=20))
+    costs = {}
+    for name, group in (("plain", None), ("grouped", "t:n3")):
+        for v6 in (None, "fd00::3:9"):
+            one = EndpointState("new", "n3", 9999, "02:00:09:00:00:01", "10.3.9.9", v6, group)
+            costs[name, v6 is not None] = _cost(model, Change(endpoints={"new": one}))
+            assert model.last_units == 2  # its own, and its network's
+            assert _cost(model, Change(endpoints={"new": None})) == costs[name, v6 is not None]
+    assert costs["plain", False] == 9
+    assert costs["grouped", False] == costs["plain", False] + 2  # src and dst tag
+    assert costs["grouped", True] == costs["plain", True] + 4
+    remote = RemoteEndpointState("rnew", "n3", "h2", "02:00:09:00:00:02", "10.3.9.10", None, "t:n3")
+    assert _cost(model, Change(remotes={"rnew": remote})) <= 2 + 3 + 2
+
+
+@pytest.mark.parametrize("standing", [0, 10, 250])
+def test_one_more_rule_costs_at_most_two_flows_per_group_that_attaches_it(standing: int) -> None:
+    model = FlowModel()
+    model.replace(_grouped(standing, networks=10, rules=20))
+    groups = {g.id: g for g in model.groups.values()}
+    extra = RuleState("in", 50, "deny", peer_tag=4, protocol=17)
+
+    def with_rules(ids: list[str], more: tuple[RuleState, ...]) -> Change:
+        return Change(groups={g: replace(groups[g], rules=(*groups[g].rules, *more)) for g in ids})
+
+    assert _cost(model, with_rules(["t:n3"], (extra,))) == 2  # v4 and v6
+    assert model.last_units == 1
+    # The same rule in a policy that two more groups attach (n3 has it already: unchanged).
+    assert _cost(model, with_rules(["t:n3", "t:n4", "t:n5"], (extra,))) == 2 * 2
+    assert model.last_units == 2
+    # One flow per peer CIDR: two v4 and a v6 one.
+    cidrs = RuleState("out", 9, "allow", peer_cidrs=("10.9.0.0/16", "10.8.0.0/16", "fd00:9::/48"))
+    assert _cost(model, with_rules(["t:n6"], (cidrs,))) == 3
+    # Attaching a policy of 10 rules: at most 2 flows a rule.
+    assert _cost(model, with_rules(["t:n7"], _rules(10, base=500))) == 2 * 10
+    assert model.last_units == 1
+    assert compile_flows(model.state()) == model.flows()
+
+
+def test_a_groups_tag_touches_its_members_and_its_network_touches_it() -> None:
+    model = FlowModel()
+    model.replace(_grouped(40, networks=4, rules=3))  # 10 local and 10 remote endpoints each
+    group = model.groups["t:n1"]
+    before = model.flows()
+    model.apply(Change(groups={"t:n1": replace(group, tag=99)}))
+    members = 10 + 10
+    assert model.last_units == 1 + members
+    assert len(before - model.flows()) == 2 * members + 2 * 3  # tags, and each rule's 2
+    model.apply(Change(groups={"t:n1": replace(group, tag=99, rules=())}))
+    assert model.last_units == 1  # the tag stayed: only the group's own unit
+    net = model.networks["n2"]
+    model.apply(Change(networks={"n2": replace(net, gateway_port=3000)}))  # a new zone
+    assert model.last_units == 1 + members + 1  # the network, its endpoints and its group
+    assert compile_flows(model.state()) == model.flows()

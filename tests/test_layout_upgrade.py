@@ -64,8 +64,8 @@ def old_layout(flows: set[Flow]) -> set[Flow]:
     """The flows an agent before issue 7 compiled for the same state."""
     old = set()
     for f in flows:
-        if f.table not in _OLD_TABLE:
-            continue
+        if f.table not in _OLD_TABLE or (f.table == POLICY.id and f != PIPELINE.miss_flow(POLICY)):
+            continue  # policy was a table that passed everything on
         actions = tuple(("goto", _OLD_GOTO[a[1]]) if a[0] == "goto" else a for a in f.actions)
         old.add(Flow(_OLD_TABLE[f.table], f.priority, f.match, actions, f.cookie))
     return old
@@ -98,14 +98,17 @@ PACKETS: list[dict[str, Any]] = [
 ]
 
 
+def _wire(packet: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The packet as the next hop sees it: conntrack state and registers stay behind."""
+    return tuple(sorted((k, v) for k, v in packet.items() if not k.startswith(("ct_", "reg"))))
+
+
 def where(flows: set[Flow]) -> list[list[tuple[int, tuple[tuple[str, Any], ...]]]]:
     """Where each packet goes: its ports, each with the packet as it left."""
     result = []
     for pkt in PACKETS:
         w = walk(flows, pkt)
-        result.append(
-            sorted((o, tuple(sorted(p.items()))) for o, p in zip(w.outputs, w.packets, strict=True))
-        )
+        result.append(sorted((o, _wire(p)) for o, p in zip(w.outputs, w.packets, strict=True)))
     return result
 
 

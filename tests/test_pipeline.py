@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 from typing import Any
 
@@ -16,12 +18,20 @@ from datapath_states import (
     TUN_H2,
     VNI_A,
     cluster,
+    ipv4,
     world,
 )
+from fakeoftable import CT_ESTABLISHED, CT_INVALID, CT_NEW, CT_RELATED, CT_TRACKED, walk
 
-from datapath.flows import Flow, diff
+from datapath.flows import Flow, diff, flow
 from datapath.pipeline import (
+    CONNTRACK,
+    FORWARD,
     PIPELINE,
+    POLICY,
+    PRIO_RULE,
+    SEGMENT_MASK,
+    SERVICE,
     DesiredState,
     EndpointState,
     NetworkState,
@@ -30,7 +40,10 @@ from datapath.pipeline import (
     compile_flows,
     install_order,
     removal_order,
+    static_flows,
 )
+from datapath.policy import GroupState, RuleState
+from datapath.tables import DST_GROUP, POLICY_IN, POLICY_OUT, SRC_GROUP
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +175,161 @@ def test_bad_state_is_refused_with_the_object_named(mutate: Any, message: str) -
     mutate(state)
     with pytest.raises(ValueError, match=message):
         compile_flows(state)
+
+
+# ---------------------------------------------------------------- conntrack (issue 10)
+
+
+def test_the_policy_tables_sit_between_policy_and_forward_in_free_ids() -> None:
+    ids = [t.id for t in PIPELINE]
+    assert [SRC_GROUP.id, DST_GROUP.id, POLICY_OUT.id, POLICY_IN.id] == [52, 54, 56, 58]
+    assert ids.index(POLICY.id) + 5 == ids.index(FORWARD.id)
+    assert not {1, 2, 3, 4} & set(ids[1:])  # the layout before issue 7 used 0-4: retired
+    assert POLICY.next_tables == ("src_group", "forward") and POLICY.miss == "forward"
+    chain = [(SRC_GROUP, DST_GROUP), (DST_GROUP, POLICY_OUT), (POLICY_OUT, POLICY_IN)]
+    for spec, then in chain:
+        assert spec.next_tables == (then.name,) and spec.miss == then.name
+    assert POLICY_IN.next_tables == ("forward",) and POLICY_IN.miss == "forward"
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        # The gate may not skip the rules for new connections, nor the rules each other.
+        (flow(POLICY.id, 80, [("goto", POLICY_IN.id)], ct_state=(0x21, 0x21)), "goto table pol"),
+        (flow(SRC_GROUP.id, 5, [("goto", FORWARD.id)]), "goto table forward is not declared"),
+        (flow(DST_GROUP.id, 5, [("goto", POLICY_IN.id)]), "goto table policy_in is not decl"),
+        (flow(POLICY_OUT.id, 5, [("goto", FORWARD.id)]), "goto table forward is not declared"),
+        (flow(POLICY_IN.id, 5, [("ct", True, 7, SERVICE.id)]), "ct recirculation to table se"),
+        (flow(SRC_GROUP.id, 5, [], tcp_dst=80), "match field.*tcp_dst"),
+        (flow(POLICY.id, 5, [], ipv4_src="10.0.0.1"), "match field.*ipv4_src"),
+    ],
+)
+def test_a_flow_that_jumps_past_the_policy_tables_is_refused(bad: Flow, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        PIPELINE.check(bad)
+
+
+def test_each_tracked_network_has_ct_and_a_default_allow_in_its_zone() -> None:
+    flows = compile_flows(cluster())  # only net A has a gateway port: a zone
+    ct = {f for f in flows if f.table == CONNTRACK.id and f.priority == PRIO_RULE}
+    assert ct == {
+        flow(CONNTRACK.id, PRIO_RULE, [("ct", False, GW_A_PORT, SERVICE.id)], **m)
+        for m in ({"metadata": (100, SEGMENT_MASK), "eth_type": e} for e in (0x0800, 0x86DD))
+    }
+    default = {f for f in flows if f.table == POLICY_IN.id and f.priority > 0}
+    assert default == {
+        flow(POLICY_IN.id, 1, [("ct", True, GW_A_PORT, None), ("goto", FORWARD.id)], **m)
+        for m in ({"metadata": (100, SEGMENT_MASK), "eth_type": e} for e in (0x0800, 0x86DD))
+    }
+    # Per tracked network 4 flows; the misses, the gate (4) and the ND bypass (5) once.
+    tracking = {f for f in flows if f.table in (CONNTRACK.id, POLICY.id, POLICY_IN.id)}
+    assert tracking - set(static_flows()) == ct | default
+    assert len(set(static_flows()) - {PIPELINE.miss_flow(t) for t in PIPELINE}) == 4 + 5
+
+
+@pytest.mark.parametrize(
+    ("ct_state", "outcome"),
+    [
+        (CT_TRACKED | CT_NEW, "rules"),
+        (CT_TRACKED | CT_ESTABLISHED, "forward"),
+        (CT_TRACKED | CT_RELATED, "forward"),
+        (CT_TRACKED | CT_NEW | CT_RELATED, "forward"),  # an ICMP error of a connection
+        (CT_TRACKED | CT_ESTABLISHED | CT_RELATED, "forward"),
+        (CT_TRACKED | CT_INVALID, "drop"),
+        (CT_TRACKED | CT_NEW | CT_INVALID, "drop"),
+    ],
+)
+def test_the_conntrack_gate(ct_state: int, outcome: str) -> None:
+    result = walk(compile_flows(world()), ipv4(E1, E2.mac, E2.ipv4), ct_state=ct_state)
+    assert (POLICY.id in result.tables) and (CONNTRACK.id in result.tables)
+    assert (SRC_GROUP.id in result.tables) == (outcome == "rules")
+    assert result.outputs == ([] if outcome == "drop" else [E2.ofport])
+    assert result.committed == ([GW_A_PORT] if outcome == "rules" else [])
+
+
+def test_neighbour_discovery_stays_out_of_conntrack() -> None:
+    flows = compile_flows(world())
+    solicit = {
+        "in_port": E1.ofport,
+        "eth_src": E1.mac,
+        "eth_dst": "33:33:ff:00:00:02",
+        "eth_type": 0x86DD,
+        "ipv6_src": "fd00::1",
+        "ipv6_dst": "ff02::1:ff00:2",
+        "ip_proto": 58,
+        "icmpv6_type": 135,
+    }
+    result = walk(flows, solicit, ct_state=CT_TRACKED | CT_INVALID)  # were it tracked: dropped
+    assert result.committed == [] and SRC_GROUP.id not in result.tables
+    assert {E2.ofport, GW_A_PORT} <= result.ports
+    echo = walk(flows, {**solicit, "icmpv6_type": 128}, ct_state=CT_TRACKED | CT_INVALID)
+    assert echo.outputs == []  # other ICMPv6 is tracked
+
+
+def test_a_gateway_port_that_does_not_fit_a_ct_zone_is_refused() -> None:
+    state = world()
+    state.networks[0] = dataclasses.replace(state.networks[0], gateway_port=0x10000)
+    with pytest.raises(ValueError, match="network net-a: gateway port 65536 is its conntrack zone"):
+        compile_flows(state)
+
+
+# ---------------------------------------------------------------- groups (issue 10)
+
+
+def _with_group(**kw: Any) -> Any:
+    fields = {"id": "t:a", "network_id": NET_A, "tag": 5, "rules": (), **kw}
+    return lambda s: s.groups.append(GroupState(**fields))
+
+
+def _with_rule(**kw: Any) -> Any:
+    fields = {"direction": "in", "priority": 1, "action": "allow", **kw}
+    return _with_group(rules=(RuleState(**fields),))
+
+
+def _twice(first: Any, second: Any) -> Any:
+    return lambda s: (first(s), second(s))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (_with_group(network_id="nope"), "group t:a: network nope is unknown"),
+        (_twice(_with_group(), _with_group(id="t:b")), "group t:a and group t:b share tag 5"),
+        (_twice(_with_group(), _with_group(tag=6)), "group t:a is listed twice"),
+        (_with_group(tag=1 << 31), "group t:a: tag 2147483648 is out of 0-2147483647"),
+        (_with_group(tag=-1), "group t:a: tag -1 is out of"),
+        (_with_group(id=""), "group '': the ID must be a non-empty string"),
+        (_with_rule(direction="both"), "t:a: both rule at priority 1: direction 'both' is not"),
+        (_with_rule(priority=0), "in rule at priority 0: priority 0 is out of 1-100"),
+        (_with_rule(priority=101), "priority 101 is out of 1-100"),
+        (_with_rule(action="reject"), "action 'reject' is not allow or deny"),
+        (_with_rule(peer_tag=1 << 31), "peer tag 2147483648 is out of"),
+        (_with_rule(peer_cidrs=("10.0.0.1/24",)), "'10.0.0.1/24' is not a CIDR"),
+        (_with_rule(peer_cidrs=("fd00::/129",)), "'fd00::/129' is not a CIDR"),
+        (_with_rule(protocol=256), "protocol 256 is out of 0-255"),
+        (_with_rule(protocol=6, port=70000), "port 70000 is out of 0-65535"),
+        (_with_rule(protocol=1, port=80), "port 80 needs protocol tcp \\(6\\) or udp \\(17\\)"),
+        (_with_rule(port=80), "port 80 needs protocol tcp"),
+    ],
+)
+def test_a_bad_group_is_refused_with_the_group_and_the_field_named(
+    mutate: Any, message: str
+) -> None:
+    state = world()
+    mutate(state)
+    with pytest.raises(ValueError, match=message):
+        compile_flows(state)
+
+
+def test_groups_and_endpoint_groups_round_trip_through_json() -> None:
+    state = world()
+    state.endpoints[0] = dataclasses.replace(state.endpoints[0], group="t:a")
+    rules = (
+        RuleState("in", 10, "allow", peer_tag=7, protocol=6, port=80),
+        RuleState("out", 1, "deny", peer_cidrs=("10.9.0.0/16", "fd00:9::/48"), protocol=1),
+    )
+    state.groups = [GroupState("t:a", NET_A, 5, rules), GroupState("t:b", NET_A, 0)]
+    again = DesiredState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert again == state and compile_flows(again) == compile_flows(state)
+    assert DesiredState.from_dict({}).groups == []

@@ -4,7 +4,21 @@ held to it."""
 from __future__ import annotations
 
 import pytest
-from datapath_states import E1, E2, R1, TUN_H2, VNI_A, cluster, from_tunnel, ipv4, world
+from datapath_states import (
+    BROADCAST,
+    E1,
+    E2,
+    E3,
+    GW_A_PORT,
+    R1,
+    TUN_H2,
+    VNI_A,
+    arp_request,
+    cluster,
+    from_tunnel,
+    ipv4,
+    world,
+)
 from fakeoftable import walk
 
 from datapath.flows import Flow, flow
@@ -18,7 +32,9 @@ from datapath.tables import (
     INGRESS,
     PIPELINE,
     POLICY,
+    POLICY_IN,
     SERVICE,
+    SRC_GROUP,
     Pipeline,
     TableSpec,
 )
@@ -113,14 +129,26 @@ def test_the_pipeline_drops_only_at_its_ends() -> None:
     assert [t.name for t in PIPELINE if t.miss == DROP] == ["classify", "ingress", "forward"]
 
 
-def test_the_tables_for_what_comes_next_pass_every_packet_on_unchanged() -> None:
+def test_ip_of_a_tracked_network_goes_through_conntrack_and_every_policy_table() -> None:
     flows = compile_flows(cluster())
-    for spec in (CONNTRACK, SERVICE, POLICY):
-        assert [f for f in flows if f.table == spec.id] == [PIPELINE.miss_flow(spec)]
+    assert [f for f in flows if f.table == SERVICE.id] == [PIPELINE.miss_flow(SERVICE)]
     pkt = ipv4(E1, E2.mac, E2.ipv4)
     result = walk(flows, pkt)
     assert result.tables == [t.id for t in PIPELINE]  # every table, in order
-    assert result.sent(E2.ofport) == {**pkt, "tunnel_id": 0}
-    assert CONNTRACK.id < POLICY.id and SERVICE.id < POLICY.id  # room before policy
+    assert result.committed == [GW_A_PORT]  # in the zone of net A: its gateway port
+    sent = result.sent(E2.ofport)
+    assert {k: v for k, v in sent.items() if not k.startswith("ct_")} == {**pkt, "tunnel_id": 0}
+    assert CONNTRACK.id < SERVICE.id < POLICY.id < SRC_GROUP.id < POLICY_IN.id < FORWARD.id
     assert CONNTRACK.recirculate == ("service",) and SERVICE.groups
     assert CLASSIFY.meters and FORWARD.meters
+
+
+def test_arp_and_a_network_without_a_zone_pass_untracked() -> None:
+    flows = compile_flows(cluster())
+    arp = walk(flows, arp_request(E1, "10.1.0.77"))  # nobody's: flooded
+    assert arp.committed == [] and POLICY.id in arp.tables and SRC_GROUP.id not in arp.tables
+    no_zone = walk(flows, ipv4(E3, BROADCAST, "10.1.0.255"))  # net B has no gateway port
+    assert no_zone.tables == [
+        t.id for t in (CLASSIFY, INGRESS, ARP, CONNTRACK, SERVICE, POLICY, FORWARD)
+    ]
+    assert no_zone.committed == []
