@@ -15,10 +15,9 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from datapath.policy import GroupState, RuleState
-
 from common.models import Network, Rule
 from common.records import GroupRecord, NetworkRecord
+from datapath.policy import GroupState, RuleState, sorted_rules
 
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1}
 
@@ -130,19 +129,8 @@ def group_states(
                     id=g.config.id,
                     network_id=tenant_nets[g.config.networkName].id,
                     tag=g.tag,
-                    rules=tuple(sorted(resolved, key=_rule_order)),
+                    rules=sorted_rules(resolved),
                 )
             )
     return out, skipped
 
-
-def _rule_order(r: RuleState) -> tuple[object, ...]:
-    return (
-        r.direction,
-        -r.priority,
-        r.action,
-        r.peer_tag,
-        r.peer_cidrs,
-        -1 if r.protocol is None else r.protocol,
-        r.port,
-    )

@@ -4,6 +4,7 @@ desired state; iptables runs only when its inputs change."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.hostnat import PortMapping
 from datapath.pipeline import RemoteEndpointState, compile_flows
+from datapath.policy import GroupState, RuleState
 
 NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
 VLAN = LocalNetwork(id="default:v", tag=9, subnet="10.3.0.0/24", gateway="10.3.0.1", encap="vlan")
@@ -163,3 +165,49 @@ def test_audit_reads_the_switch_back_and_rewrites_our_chains(agent: DatapathAgen
     agent.audit()
     assert ctl(agent).resyncs == 1 and nat_syncs(agent) == syncs + 1
     assert len(ctl(agent).full) == fulls  # no recompile: the switch is diffed as it is
+
+
+WEB = GroupState("default:web", NET.id, 5, (RuleState("in", 1, "deny", protocol=6),))
+APP = GroupState("default:app", NET.id, 6, ())
+ELSEWHERE_GROUP = GroupState("default:far", "default:other", 7, ())
+
+
+def test_groups_and_their_rules_are_deltas_too(agent: DatapathAgent) -> None:
+    """Groups arrive with the cluster; only those of networks on this host cost flows, and
+    a network leaving takes its groups' flows in the same delta."""
+    web_ep = replace(ep(2), group=WEB.id)
+    remote_app = replace(R1, group=APP.id)
+    agent.resync([NET], [])
+    steps: list[tuple[str, Any]] = [
+        ("create", web_ep),
+        ("cluster", (PEERS, [remote_app], "proxy", [WEB, APP, ELSEWHERE_GROUP])),
+        ("cluster", (PEERS, [remote_app], "proxy", [replace(WEB, rules=()), APP])),
+        ("network", VLAN),
+        ("cluster", (PEERS, [remote_app], "proxy", [WEB, APP, replace(APP, id="x", tag=9,
+                                                                   network_id=VLAN.id)])),
+        ("remove", VLAN),
+        ("delete", web_ep),
+    ]  # fmt: skip
+    for kind, arg in steps:
+        if kind == "create":
+            agent.create_endpoint_port(arg)
+        elif kind == "delete":
+            agent.delete_endpoint_port(arg.id)
+        elif kind == "cluster":
+            agent.set_cluster(*arg)
+        elif kind == "network":
+            agent.ensure_network(arg)
+        elif kind == "remove":
+            agent.remove_network(arg.id)
+        assert ctl(agent).pushed[-1] == compile_flows(agent.desired()), (kind, arg)
+    assert [g.id for g in agent.desired().groups] == [WEB.id, APP.id]
+    # A rule more for web is a small delta, whatever the endpoints.
+    agent.create_endpoint_port(web_ep)
+    agent.set_cluster(PEERS, [remote_app], "proxy", [replace(WEB, rules=()), APP])
+    agent.set_cluster(PEERS, [remote_app], "proxy", [WEB, APP])
+    delta = ctl(agent).deltas[-1]
+    assert 0 < len(delta.to_add) <= 2 and not delta.to_delete
+    # A resync with the same state changes nothing.
+    before = ctl(agent).pushed[-1]
+    agent.resync([NET], [web_ep], peers=PEERS, remote_endpoints=[remote_app], groups=[WEB, APP])
+    assert ctl(agent).full[-1] == before
