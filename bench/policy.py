@@ -49,9 +49,12 @@ class _Lab:
         self.netctl("group", "create", self.network, group)
         self.groups.append(group)
         wait_for(
-            lambda: subprocess.run(["docker", "network", "inspect", group], capture_output=True)
-            .returncode
-            == 0,
+            lambda: (
+                subprocess.run(
+                    ["docker", "network", "inspect", group], capture_output=True
+                ).returncode
+                == 0
+            ),
             20,
             f"docker network {group}",
         )
@@ -70,7 +73,9 @@ class _Lab:
         _sh("docker", "run", "-d", "--label", TEST_LABEL, "--name", name, "--net", group,
             image, *cmd)  # fmt: skip
         self.containers.append(name)
-        nets = json.loads(_sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", name))
+        nets = json.loads(
+            _sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", name)
+        )
         return name, next(iter(nets.values()))["IPAddress"]
 
     def close(self) -> None:
@@ -122,10 +127,8 @@ def live(master_url: str, rounds: int = 3, seconds: int = 5, samples: int = 20) 
         try:
             for i in range(samples):
                 t0 = time.perf_counter()
-                netctl_s.append(
-                    lab.netctl("policy", "rule-add", q, f"r{i}", "-d", "in", "-l", "tcp",
-                               "-P", "7000", "-j", "deny")  # fmt: skip
-                )
+                deny = ("-d", "in", "-l", "tcp", "-P", "7000", "-j", "deny")
+                netctl_s.append(lab.netctl("policy", "rule-add", q, f"r{i}", *deny))
                 wait_for(lambda: not tcp_opens(cnet, server_ip, 7000, 0.05), 10, "denied",
                          interval=0.0)  # fmt: skip
                 to_deny.append(time.perf_counter() - t0)

@@ -133,4 +133,3 @@ def group_states(
                 )
             )
     return out, skipped
-
