@@ -379,6 +379,9 @@ def run(workdir: Path) -> dict[str, Any]:
         assert plugin.proc is not None
         scale = scaling(calls, plugin.proc.pid)
         np_gbps, br_gbps = iperf_gbps(ours), iperf_gbps(bridge)
+        from bench import policy
+
+        policy_live = policy.live(master.url)
         return {
             "docker_run": {
                 "netplugin": statistics.median(np_runs),
@@ -392,6 +395,8 @@ def run(workdir: Path) -> dict[str, Any]:
             "flows": flow_compile(),
             "reconcile": reconcile_round_trip(workdir),
             "churn": endpoint_churn(),
+            "policy": policy_live,
+            "policy_costs": policy.compile_costs(),
             "datapath_type": _sh(
                 "ovs-vsctl", "get", "bridge", "netplugin", "datapath_type"
             ).strip(),
