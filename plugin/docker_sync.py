@@ -103,13 +103,14 @@ def cluster_networks_in(store: Store) -> list[ClusterNetwork]:
     """Every cluster network and endpoint group in the store, read now.
 
     A record that does not decode fails the whole read: the sync must not take its network
-    or group for gone and remove it from docker. A group whose network is not there (being
-    deleted) is left out until it is."""
+    or group for gone and remove it from docker. Groups are read first: a network is not
+    deleted while a group is on it, so each group read finds its network in the read after.
+    (A group whose network is missing all the same is left out.)"""
+    groups = [decode_config(EndpointGroup, kv.value) for kv in store.range(keys.GROUPS).kvs]
     networks = {
         (r.config.tenantName, r.config.networkName): r
         for r in (NetworkRecord.decode(kv.value) for kv in store.range(keys.NETWORKS).kvs)
     }
-    groups = [decode_config(EndpointGroup, kv.value) for kv in store.range(keys.GROUPS).kvs]
     return [cluster_network(r) for r in networks.values()] + [
         cluster_group(g, networks[(g.tenantName, g.networkName)])
         for g in groups

@@ -154,11 +154,15 @@ class Driver(IpamDriver):
         tenant = str(generic.get("tenant") or "default")
         ref = option_ref(generic)
         if ref is not None:
-            # This docker network stands for an existing cluster network (every host's agent
-            # creates one so): nothing to create, only to remember.
+            # This docker network stands for an existing cluster network or endpoint group
+            # (every host's agent creates one so): nothing to create, only to remember.
             self._cluster_network(ref.tenant, ref.name)
+            if ref.group:
+                self._cluster_group(ref.tenant, ref.group, ref.name, "-o")
             self._networks[req.NetworkID] = ref
             return {}
+        if generic.get("group"):
+            self._group_without_network(tenant, str(generic["group"]), "-o")
         # Docker does not pass the network name in CreateNetwork.
         name = str(generic.get("name") or req.NetworkID[:12])
         fields: dict[str, Any] = {
@@ -182,7 +186,7 @@ class Driver(IpamDriver):
                 fields[subnet] = data[0].Pool
                 fields[gateway] = strip_len(data[0].Gateway)
         self.master.create_network(request_model(Network, fields, f"network {tenant}:{name}"))
-        self._networks[req.NetworkID] = NetworkRef(tenant, name, str(generic.get("group") or ""))
+        self._networks[req.NetworkID] = NetworkRef(tenant, name)
         if self.docker_name is not None and name == req.NetworkID[:12]:
             # dockerd knows the name only once CreateNetwork has returned: learn it soon after.
             threading.Thread(
@@ -230,6 +234,10 @@ class Driver(IpamDriver):
             ref = self._ref(req.NetworkID)
         except DriverError:
             return {}  # already gone
+        if ref.group:
+            self._delete_group(ref)
+            self._networks.pop(req.NetworkID, None)
+            return {}
         try:
             self.master.delete_network(ref.tenant, ref.name)
         except MasterError as e:
@@ -247,6 +255,27 @@ class Driver(IpamDriver):
         self.datapath.remove_network(f"{ref.tenant}:{ref.name}")
         self._networks.pop(req.NetworkID, None)
         return {}
+
+    def _delete_group(self, ref: NetworkRef) -> None:
+        """`docker network rm` of a group's docker network deletes the group (refused while
+        it has endpoints, as for networks). Its network stays, on the switch too. A group
+        that is gone, or now on another network (the sync removes this docker network for
+        that), is left alone."""
+        try:
+            if self.master.get_group(ref.tenant, ref.group).networkName != ref.name:
+                return
+            self.master.delete_group(ref.tenant, ref.group)
+        except MasterError as e:
+            if e.status == 404:
+                return
+            log.warning(
+                "docker network rm of endpoint group %s:%s refused: %s; docker removes its "
+                "copy on this host anyway and it is restored from the cluster",
+                ref.tenant,
+                ref.group,
+                e,
+            )
+            raise
 
     # --- endpoints ---
     def create_endpoint(self, req: s.CreateEndpoint) -> dict[str, Any]:

@@ -1,17 +1,32 @@
 """Docker's IPAM calls (RequestPool, RequestAddress and their releases) on the master's
-allocation API, and the look-up of an existing cluster network the network driver shares."""
+allocation API, and the look-ups of an existing cluster network or endpoint group the
+network driver shares.
+
+A docker network of an endpoint group (`--ipam-opt network=N --ipam-opt group=G`) gets its
+network's pool id with the group's name after an "@" (GROUP_POOL): Docker asks for an
+address before the endpoint exists, and with options that do not name the group, so the
+master finds the group's ip-pool in the pool id (master.decisions.pools.split_group_pool).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from common import owners
-from common.models import AddressRelease, AddressRequest, PoolRequest
+from common.models import AddressRelease, AddressRequest, EndpointGroup, PoolRequest
 from common.records import NetworkRecord
 
 from . import schemas as s
 from .master_client import MasterClient, MasterError
 from .options import GATEWAY_REQUEST, MAC_OPTION, DriverError, request_model, strip_len
+
+GROUP_POOL = "{pool}@{group}"  # the pool id of a group's docker network
+
+
+def group_create_hint(tenant: str, network: str, group: str) -> str:
+    """The netctl command that creates the group."""
+    flag = "" if tenant == "default" else f" -t {tenant}"
+    return f"netctl group create{flag} {network or 'NETWORK'} {group}"
 
 
 class IpamDriver:
@@ -24,7 +39,9 @@ class IpamDriver:
             raise DriverError("a sub-pool (--ip-range) needs a pool (--subnet)")
         space = opts.get("tenant") or "default"
         if opts.get("network"):
-            return self._network_pool(space, opts["network"], req)
+            return self._network_pool(space, opts["network"], str(opts.get("group") or ""), req)
+        if opts.get("group"):
+            self._group_without_network(space, str(opts["group"]), "--ipam-opt")
         request = request_model(
             PoolRequest,
             {
@@ -52,9 +69,52 @@ class IpamDriver:
                 ) from None
             raise
 
-    def _network_pool(self, tenant: str, name: str, req: s.RequestPool) -> dict[str, Any]:
-        """`--ipam-opt network=NAME`: the pool the cluster network already has."""
+    def _cluster_group(self, tenant: str, name: str, network: str, flag: str) -> EndpointGroup:
+        """An existing endpoint group on ``network``, or a refusal saying what to type
+        (``flag``: the docker option that named the network, -o or --ipam-opt)."""
+        try:
+            group = self.master.get_group(tenant, name)
+        except MasterError as e:
+            if e.status == 404:
+                raise DriverError(
+                    f"endpoint group {tenant}:{name} does not exist in netmaster; create it "
+                    f"first: {group_create_hint(tenant, network, name)}",
+                    404,
+                ) from None
+            raise
+        if group.networkName != network:
+            raise DriverError(
+                f"endpoint group {tenant}:{name} is on network {group.networkName}, not "
+                f"{network}: use {flag} network={group.networkName}"
+            )
+        return group
+
+    def _group_without_network(self, tenant: str, name: str, flag: str) -> None:
+        """`group=G` without `network=N`: refused, naming the group's network if it has one."""
+        try:
+            network = self.master.get_group(tenant, name).networkName
+        except MasterError as e:
+            if e.status != 404:
+                raise
+            raise DriverError(
+                f"endpoint group {tenant}:{name} does not exist in netmaster; create it first "
+                f"({group_create_hint(tenant, '', name)}) and name its network too: "
+                f"{flag} network=NETWORK {flag} group={name}",
+                404,
+            ) from None
+        raise DriverError(
+            f"option group={name} needs its network too: {flag} network={network} {flag} "
+            f"group={name}"
+        )
+
+    def _network_pool(
+        self, tenant: str, name: str, group: str, req: s.RequestPool
+    ) -> dict[str, Any]:
+        """`--ipam-opt network=NAME`: the pool the cluster network already has; with
+        `--ipam-opt group=G`, that pool as the group's (GROUP_POOL)."""
         record = self._cluster_network(tenant, name)
+        if group:
+            self._cluster_group(tenant, group, name, "--ipam-opt")
         pool_id = record.pool(6 if req.V6 else 4)
         subnet = record.config.ipv6Subnet if req.V6 else record.config.subnet
         if not pool_id or (req.Pool and req.Pool != subnet):
@@ -63,6 +123,8 @@ class IpamDriver:
                 f"network {tenant}:{name} has {family} subnet {subnet or 'none'}, "
                 f"not {req.Pool or 'a default one'}"
             )
+        if group:
+            pool_id = GROUP_POOL.format(pool=pool_id, group=group)
         return {"PoolID": pool_id, "Pool": subnet, "Data": {}}
 
     def release_pool(self, req: s.ReleasePool) -> dict[str, Any]:
