@@ -223,3 +223,28 @@ def test_a_restarted_plugin_knows_a_groups_docker_network_from_its_options(
         assert group_ids(cluster) == []
     assert cluster.state.get_network("blue", "web").networkName == "web"
     assert datapath.removed_networks == []
+
+
+def test_a_dual_stack_groups_docker_network(
+    plugin: FlaskClient,  # noqa: F811
+    cluster: RealMaster,
+) -> None:
+    """The group's ip-pool is IPv4: its IPv6 addresses come from the whole IPv6 pool."""
+    cluster.state.put_network(
+        Network(
+            tenantName="blue", networkName="dual", subnet="10.9.0.0/24", ipv6Subnet="fd00:9::/64"
+        )
+    )
+    cluster.state.put_group(
+        EndpointGroup(
+            tenantName="blue", groupName="duo", networkName="dual", ipPool="10.9.0.50-10.9.0.60"
+        )
+    )
+    opts = {"tenant": "blue", "network": "dual", "group": "duo"}
+    v4 = ok(request_pool(plugin, "10.9.0.0/24", **opts))["PoolID"]
+    v6 = ok(request_pool(plugin, "fd00:9::/64", v6=True, **opts))["PoolID"]
+    assert (v4, v6) == ("blue:10.9.0.0/24@duo", "blue:fd00:9::/64@duo")
+    assert ok(request_address(plugin, v6, options=GW_OPTS))["Address"] == "fd00:9::1/64"
+    a4 = ok(request_address(plugin, v4))["Address"]
+    a6 = ok(request_address(plugin, v6))["Address"]
+    assert a4 == "10.9.0.50/24" and a6 == "fd00:9::2/64"
