@@ -31,7 +31,7 @@ from store.startup import open_store_at_start
 from .app import create_app
 from .cli import TOKEN_ENV
 from .cluster import ClusterView, HostRegistration, peers, remote_endpoints
-from .docker_sync import ClusterNetwork, DockerSync, cluster_network
+from .docker_sync import ClusterNetwork, DockerSync, cluster_networks_in
 from .driver import Driver
 from .master_client import MasterClient, leader_url_from_store
 from .options import PortBinding
@@ -230,13 +230,8 @@ def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]
 
 
 def fresh_cluster_networks(store: Store) -> list[ClusterNetwork]:
-    """Every cluster network, read now (not from a mirror that may lag).
-
-    A record that does not decode fails the whole read: the sync must not take its network
-    for gone and remove it from docker."""
-    return [
-        cluster_network(NetworkRecord.decode(kv.value)) for kv in store.range(keys.NETWORKS).kvs
-    ]
+    """Every cluster network and endpoint group, read now (not from a mirror that may lag)."""
+    return cluster_networks_in(store)
 
 
 def _clear_stale_socket(path: str) -> None:
