@@ -184,6 +184,11 @@ class Endpoint(_Model):
         """TENANT:NAME of the endpoint's network."""
         return f"{self.tenantName or 'default'}:{self.networkName}"
 
+    @property
+    def group_id(self) -> str:
+        """TENANT:NAME of the endpoint's group ("" outside one)."""
+        return f"{self.tenantName or 'default'}:{self.groupName}" if self.groupName else ""
+
     def dump(self) -> dict[str, Any]:
         return {"key": self.id, **super().dump()}
 

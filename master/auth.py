@@ -145,6 +145,8 @@ def required_role(method: str, rule: str | None) -> Role | None:
         return "reader"
     if rule.startswith((f"{API}/alloc/", f"{API}/networks/")):
         return "agent"
+    if method.upper() == "DELETE" and rule == f"{API}/endpointGroups/<key>":
+        return "agent"  # `docker network rm` of a group's docker network (refused with endpoints)
     return "admin"
 
 

@@ -1,16 +1,18 @@
 """Docker's pools and addresses in the store (RequestPool, RequestAddress and their
-releases): plain address requests, idempotent by owner."""
+releases): plain address requests, idempotent by owner. A pool id naming an endpoint group
+("<pool id>@<group>", a group's docker network) books in its network's pool, within the
+group's ip-pool."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from common import keys
-from common.models import AddressRelease, AddressRequest, PoolRequest
-from common.records import AllocRecord, OwnerRecord, PoolRecord
+from common.models import AddressRelease, AddressRequest, EndpointGroup, PoolRequest
+from common.records import AllocRecord, OwnerRecord, PoolRecord, decode_config
 from ipam import parse_address
 from ipam.errors import IpamError
-from store import Compare, Delete, Op, Put
+from store import KV, Compare, Delete, Op, Put
 
 from .addresses import Claims, PoolCache, pool_record
 from .decisions.pools import (
@@ -18,12 +20,15 @@ from .decisions.pools import (
     address_space,
     check_pool_request,
     granted_before,
+    group_pool_range,
     network_gateway,
     plan_pool_request,
+    pool_network,
     pool_spec,
     request_obj,
     request_owners,
     should_release,
+    split_group_pool,
 )
 from .errors import BadRequest, NotFound
 from .txn import (
@@ -36,6 +41,11 @@ from .txn import (
     unchanged,
     untouched_since,
 )
+
+
+def _group(kv: KV) -> EndpointGroup:
+    """How the hot cache parses a group key (as master.endpoints does: one entry per key)."""
+    return decode_config(EndpointGroup, kv.value)
 
 
 def release_addresses(txn: TxnStore, pool_id: str) -> tuple[list[Op], Compare]:
@@ -78,6 +88,8 @@ class Pools:
         return retrying(request_obj(req), attempt)
 
     def release_pool(self, pool_id: str) -> None:
+        if split_group_pool(pool_id)[1]:
+            return  # an endpoint group's docker network let go of its network's pool
         obj = f"pool {pool_id}"
 
         def attempt() -> None:
@@ -100,14 +112,16 @@ class Pools:
         unchanged) check it; a retry reads afresh, the owner's record first.
         """
         obj = address_obj(req)
+        pool_id, group = split_group_pool(req.poolID)
+        req = req.model_copy(update={"poolID": pool_id})  # what is booked: the network's pool
 
         def attempt(fresh: bool) -> str:
             okv = self.txn.get(keys.owner(req.owner)) if fresh else None
-            hit = self.hot.get(keys.pool(req.poolID), fresh, pool_record)
+            hit = self.hot.get(keys.pool(pool_id), fresh, pool_record)
             if hit is None:
-                raise NotFound(f"pool {req.poolID}")
+                raise NotFound(f"pool {pool_id}")
             pool = hit[1]
-            prefixlen = pool_spec(req.poolID, pool).network.prefixlen
+            prefixlen = pool_spec(pool_id, pool).network.prefixlen
             if okv is not None:
                 return granted_before(req, OwnerRecord.decode(okv.value), prefixlen)
             if (gateway := network_gateway(req, pool, prefixlen)) is not None:
@@ -115,14 +129,21 @@ class Pools:
                     raise Retry  # answered without a txn: only on fresh reads
                 return gateway
             compares: list[Compare] = [absent(keys.owner(req.owner))]
+            within = None
+            if group and req.kind != "gateway":  # the gateway is the network's, in no group
+                tenant, network = pool_network(obj, req.poolID, pool, group)
+                ghit = self.hot.get(keys.group(tenant, group), fresh, _group)
+                within = group_pool_range(
+                    obj, tenant, network, group, ghit[1] if ghit else None, pool
+                )
+                if ghit is not None:
+                    compares.append(unchanged(ghit[0]))
             claims = Claims(self.txn, self.hot, self.pools, obj, req.owner)
             try:
-                addr = claims.claim(req.poolID, req.address, None, compares, fresh)
+                addr = claims.claim(pool_id, req.address, within, compares, fresh)
                 ops: list[Op] = [
-                    Put(
-                        keys.alloc(req.poolID, str(addr)), AllocRecord(req.owner, req.kind).encode()
-                    ),
-                    Put(keys.owner(req.owner), OwnerRecord(req.poolID, str(addr)).encode()),
+                    Put(keys.alloc(pool_id, str(addr)), AllocRecord(req.owner, req.kind).encode()),
+                    Put(keys.owner(req.owner), OwnerRecord(pool_id, str(addr)).encode()),
                 ]
                 res = self.txn.txn(compares, ops)
             except BaseException:
@@ -130,13 +151,14 @@ class Pools:
                 raise
             if res.succeeded:
                 return f"{addr}/{prefixlen}"
-            claims.settle({req.poolID: req.address})
+            claims.settle({pool_id: req.address})
             raise Retry
 
         return retrying_hot(obj, attempt)
 
     def release_address(self, req: AddressRelease) -> bool:
         obj = f"address {req.address} in pool {req.poolID}"
+        req = req.model_copy(update={"poolID": split_group_pool(req.poolID)[0]})
         try:
             addr = parse_address(req.address, "address")
         except IpamError as e:

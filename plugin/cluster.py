@@ -263,14 +263,9 @@ def remote_endpoints(me: str, endpoints: Iterable[Endpoint]) -> list[RemoteEndpo
             mac=ep.macAddress,
             ipv4=ep.ipAddress or None,
             ipv6=ep.ipv6Address or None,
-            group=group_id(ep),
+            group=ep.group_id or None,
         )
         for ep in endpoints
         if ep.host and ep.host != me and ep.macAddress
     ]
     return sorted(out, key=lambda r: r.id)
-
-
-def group_id(ep: Endpoint) -> str | None:
-    """TENANT:GROUP of an endpoint's group (None outside a group)."""
-    return f"{ep.tenantName or 'default'}:{ep.groupName}" if ep.groupName else None

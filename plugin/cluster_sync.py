@@ -9,14 +9,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from datapath.policy import GroupState
-
 from common.models import Endpoint
 from common.records import NetworkRecord
 from datapath.agent import DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.pipeline import RemoteEndpointState
+from datapath.policy import GroupState
 
-from .cluster import ClusterView, group_id, peers, remote_endpoints
+from .cluster import ClusterView, peers, remote_endpoints
 from .policy_view import group_states
 
 log = logging.getLogger("netplugin")
@@ -47,7 +46,7 @@ def local_endpoint(ep: Endpoint) -> LocalEndpoint:
         mac=ep.macAddress,
         ipv4=ep.ipAddress,
         ipv6=ep.ipv6Address,
-        group=group_id(ep) or "",
+        group=ep.group_id,
     )
 
 

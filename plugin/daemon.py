@@ -17,7 +17,7 @@ from common.credentials import CredentialError, client_cert, client_token
 from common.etcd_tls import EtcdTls
 from common.flags import split_endpoints
 from common.models import Network
-from common.records import HostRecord, NetworkRecord
+from common.records import HostRecord
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint
 from datapath.hostnat import Iptables, PortMapping
 from datapath.ofapp import FlowController
@@ -30,7 +30,7 @@ from .app import create_app
 from .cli import TOKEN_ENV
 from .cluster import ClusterView, HostRegistration
 from .cluster_sync import ClusterSync, local_network, resync
-from .docker_sync import ClusterNetwork, DockerSync, cluster_network
+from .docker_sync import ClusterNetwork, DockerSync, cluster_networks_in
 from .driver import Driver
 from .master_client import MasterClient, leader_url_from_store
 from .options import PortBinding
@@ -60,12 +60,18 @@ class AgentDatapath:
         return net.id
 
     def create_endpoint_port(
-        self, endpoint_id: str, network: Network, mac: str, ipv4: str, ipv6: str, mtu: int
+        self,
+        endpoint_id: str,
+        network: Network,
+        mac: str,
+        ipv4: str,
+        ipv6: str,
+        mtu: int,
+        group: str = "",
     ) -> str:
         network_id = self._ensure_network(network)
-        return self.agent.create_endpoint_port(
-            LocalEndpoint(id=endpoint_id, network_id=network_id, mac=mac, ipv4=ipv4, ipv6=ipv6)
-        )
+        ep = LocalEndpoint(endpoint_id, network_id, mac, ipv4, ipv6, group=group)
+        return self.agent.create_endpoint_port(ep)
 
     def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str:
         return self.agent.plug(endpoint_id, self._ensure_network(network), mac)
@@ -138,13 +144,8 @@ class LocalDocker:
 
 
 def fresh_cluster_networks(store: Store) -> list[ClusterNetwork]:
-    """Every cluster network, read now (not from a mirror that may lag).
-
-    A record that does not decode fails the whole read: the sync must not take its network
-    for gone and remove it from docker."""
-    return [
-        cluster_network(NetworkRecord.decode(kv.value)) for kv in store.range(keys.NETWORKS).kvs
-    ]
+    """Every cluster network and endpoint group, read now (not from a mirror that may lag)."""
+    return cluster_networks_in(store)
 
 
 def _clear_stale_socket(path: str) -> None:

@@ -1,11 +1,13 @@
-"""Cluster networks as docker networks on this host's dockerd, both ways.
+"""Cluster networks and endpoint groups as docker networks on this host's dockerd, both ways.
 
-Every netplugin network exists in every host's docker, named NAME in the default tenant and
-NAME/TENANT elsewhere, so `docker run --net` works on any host whichever host or tool
-created it. The agent creates the missing ones through the docker SDK, with `-o` and
-`--ipam-opt` naming the cluster network: its driver then joins the existing network and
-books from the existing pool instead of making new ones. Docker networks of our driver
-whose cluster network is gone are removed. Networks of other drivers are never touched.
+Every netplugin network and every endpoint group exists in every host's docker, named NAME
+in the default tenant and NAME/TENANT elsewhere, so `docker run --net` works on any host
+whichever host or tool created it. The agent creates the missing ones through the docker
+SDK, with `-o` and `--ipam-opt` naming the cluster network (and the group): its driver then
+joins the existing network and books from the existing pool instead of making new ones. A
+group's docker network is on its network's subnet. Docker networks of our driver whose
+cluster network or group is gone are removed. Networks of other drivers are never touched,
+and a name already taken in docker is never taken over.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
 
-from common.models import docker_name
-from common.records import NetworkRecord
+from common import keys
+from common.models import EndpointGroup, docker_name
+from common.records import NetworkRecord, decode_config
+from store import Store
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +30,14 @@ DRIVER = "netplugin"
 MANAGED_LABEL = "io.netplugin.managed"  # on docker networks the agent created
 
 
+Key = tuple[str, str, str]  # (tenant, network, group): group "" for the network itself
+
+
 @dataclass(frozen=True)
 class ClusterNetwork:
+    """A cluster network, or an endpoint group (``group``) on network ``name``, as one docker
+    network."""
+
     tenant: str
     name: str
     subnet: str = ""
@@ -36,14 +46,22 @@ class ClusterNetwork:
     ipv6_gateway: str = ""
     internal: bool = False
     docker_id: str = ""  # the docker network that created it, on the host that did
+    group: str = ""
 
     @property
-    def key(self) -> tuple[str, str]:
-        return (self.tenant, self.name)
+    def key(self) -> Key:
+        return (self.tenant, self.name, self.group)
 
     @property
     def docker_name(self) -> str:
-        return docker_name(self.tenant, self.name)
+        return docker_name(self.tenant, self.group or self.name)
+
+    @property
+    def what(self) -> str:
+        """How log lines name it."""
+        if self.group:
+            return f"endpoint group {self.tenant}:{self.group} (network {self.name})"
+        return f"network {self.tenant}:{self.name}"
 
     @property
     def settled(self) -> bool:
@@ -75,48 +93,94 @@ def cluster_network(record: NetworkRecord) -> ClusterNetwork:
     )
 
 
-def cluster_key(
-    net: DockerNetwork, by_docker_id: Mapping[str, tuple[str, str]]
-) -> tuple[str, str] | None:
-    """Which cluster network a docker network of our driver stands for, if we can tell."""
+def cluster_group(group: EndpointGroup, network: NetworkRecord) -> ClusterNetwork:
+    """An endpoint group of the store (keys.group), with the record of its network: a docker
+    network on the network's subnets."""
+    return replace(cluster_network(network), docker_id="", group=group.groupName)
+
+
+def cluster_networks_in(store: Store) -> list[ClusterNetwork]:
+    """Every cluster network and endpoint group in the store, read now.
+
+    A record that does not decode fails the whole read: the sync must not take its network
+    or group for gone and remove it from docker. Groups are read first: a network is not
+    deleted while a group is on it, so each group read finds its network in the read after.
+    (A group whose network is missing all the same is left out.)"""
+    groups = [decode_config(EndpointGroup, kv.value) for kv in store.range(keys.GROUPS).kvs]
+    networks = {
+        (r.config.tenantName, r.config.networkName): r
+        for r in (NetworkRecord.decode(kv.value) for kv in store.range(keys.NETWORKS).kvs)
+    }
+    return [cluster_network(r) for r in networks.values()] + [
+        cluster_group(g, networks[(g.tenantName, g.networkName)])
+        for g in groups
+        if (g.tenantName, g.networkName) in networks
+    ]
+
+
+def cluster_key(net: DockerNetwork, by_docker_id: Mapping[str, Key]) -> Key | None:
+    """Which cluster network or group a docker network of our driver stands for, if we can
+    tell (the -o options the agent or a user gave it)."""
     if net.options.get("network"):
-        return (net.options.get("tenant") or "default", net.options["network"])
+        return (
+            net.options.get("tenant") or "default",
+            net.options["network"],
+            net.options.get("group") or "",
+        )
     return by_docker_id.get(net.id)
 
 
-def plan(
-    cluster: Iterable[ClusterNetwork], docker: Iterable[DockerNetwork]
-) -> tuple[list[ClusterNetwork], list[DockerNetwork]]:
-    """(cluster networks to create in docker, docker networks to remove).
+class Plan(NamedTuple):
+    create: list[ClusterNetwork]  # to create in docker
+    remove: list[DockerNetwork]  # to remove from docker
+    # Not created because their docker name is taken, with what holds it.
+    blocked: list[tuple[ClusterNetwork, str]]
 
-    A docker network of our driver that stands for no cluster network is removed; one we
-    cannot map at all (made by hand with our driver, its cluster network deleted) is too.
+
+def plan(cluster: Iterable[ClusterNetwork], docker: Iterable[DockerNetwork]) -> Plan:
+    """What makes this docker mirror the cluster's networks and groups.
+
+    A docker network of our driver that stands for no cluster network or group is removed;
+    one we cannot map at all (made by hand with our driver, its cluster network deleted) is
+    too. A docker name already taken, by any driver's network, is left to its holder: the
+    cluster network or group that wants it is blocked. So is a group with the docker name of
+    a network of its tenant (one docker name, two cluster objects): the network keeps it.
     """
     nets = {n.key: n for n in cluster}
     by_docker_id = {n.docker_id: n.key for n in nets.values() if n.docker_id}
-    ours = [d for d in docker if d.driver == DRIVER]
-    present: set[tuple[str, str]] = set()
+    present: set[Key] = set()
     remove: list[DockerNetwork] = []
-    names = {d.name for d in docker}
-    for d in ours:
-        key = cluster_key(d, by_docker_id)
-        if key is not None and key in nets:
+    holders: dict[str, str] = {}
+    for d in docker:
+        key = cluster_key(d, by_docker_id) if d.driver == DRIVER else None
+        if d.driver != DRIVER:
+            holders[d.name] = f"docker network {d.name} of driver {d.driver or '?'}"
+        elif key is not None and key in nets:
             present.add(key)
+            holders[d.name] = f"docker network {d.name} of {nets[key].what}"
         else:
             remove.append(d)
-    create = [
-        n
-        for key, n in sorted(nets.items())
-        if key not in present and n.settled and n.docker_name not in names
-    ]
-    return create, remove
+    create: list[ClusterNetwork] = []
+    blocked: list[tuple[ClusterNetwork, str]] = []
+    for n in sorted(nets.values(), key=lambda n: (n.group != "", n.key)):  # networks first
+        if n.key in present or not n.settled:
+            continue
+        holder = holders.get(n.docker_name)
+        if holder is not None:
+            blocked.append((n, holder))
+            continue
+        holders[n.docker_name] = n.what
+        create.append(n)
+    return Plan(create, remove, blocked)
 
 
 def create_args(net: ClusterNetwork) -> dict[str, Any]:
-    """docker SDK networks.create() arguments for a cluster network."""
+    """docker SDK networks.create() arguments for a cluster network or group."""
     from docker.types import IPAMConfig, IPAMPool
 
     opts = {"tenant": net.tenant, "network": net.name}
+    if net.group:
+        opts["group"] = net.group
     pools = []
     if net.subnet:
         pools.append(IPAMPool(subnet=net.subnet, gateway=net.gateway or None))
@@ -173,6 +237,7 @@ class DockerSync:
             target=self._follow_events, name="docker-events", daemon=True
         )
         self._stream: Any = None
+        self._blocked: set[tuple[Key, str]] = set()  # logged already
 
     def start(self) -> DockerSync:
         self._thread.start()
@@ -254,22 +319,36 @@ class DockerSync:
         cluster = self.cluster()
         if cluster is None:
             return [], []
-        create, remove = plan(cluster, docker)
+        create, remove, blocked = plan(cluster, docker)
+        self._log_blocked(blocked)
         made, gone = [], []
-        for net in create:
-            try:
-                client.networks.create(**create_args(net))
-                made.append(net.docker_name)
-                log.info(
-                    "docker network %s created for cluster network %s:%s", net.docker_name, *net.key
-                )
-            except Exception as e:
-                log.warning("docker network %s: cannot create it: %s", net.docker_name, e)
+        # Removals first: a name they free may be the one a creation wants (a group deleted
+        # and a network of its name made).
         for d in remove:
             try:
                 client.networks.get(d.id).remove()
                 gone.append(d.name)
-                log.info("docker network %s removed: its cluster network is gone", d.name)
+                log.info("docker network %s removed: its cluster network or group is gone", d.name)
             except Exception as e:
                 log.warning("docker network %s: cannot remove it: %s", d.name, e)
+        for net in create:
+            try:
+                client.networks.create(**create_args(net))
+                made.append(net.docker_name)
+                log.info("docker network %s created for %s", net.docker_name, net.what)
+            except Exception as e:
+                log.warning("docker network %s: cannot create it: %s", net.docker_name, e)
         return made, gone
+
+    def _log_blocked(self, blocked: list[tuple[ClusterNetwork, str]]) -> None:
+        """Each name clash once, for as long as it lasts (the sync runs every few seconds)."""
+        now = {(n.key, holder) for n, holder in blocked}
+        for n, holder in blocked:
+            if (n.key, holder) not in self._blocked:
+                log.warning(
+                    "%s is not in docker on this host: its name %s is taken by %s",
+                    n.what,
+                    n.docker_name,
+                    holder,
+                )
+        self._blocked = now

@@ -1,4 +1,5 @@
-"""Docker remote network + IPAM driver semantics on top of the master and a datapath."""
+"""Docker remote network driver semantics on top of the master and a datapath (the IPAM
+half is plugin/ipam_driver.py)."""
 
 from __future__ import annotations
 
@@ -10,24 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from common import owners
-from common.models import (
-    NAME_RE,
-    AddressRelease,
-    AddressRequest,
-    EndpointRequest,
-    Network,
-    PoolRequest,
-)
-from common.records import NetworkRecord
+from common.models import NAME_RE, EndpointRequest, Network
 
 from . import schemas as s
+from .ipam_driver import IpamDriver
 from .master_client import MasterClient, MasterError
 from .options import (
-    GATEWAY_REQUEST,
     GENERIC,
     INTERNAL,
-    MAC_OPTION,
     PORTMAP,
     DriverError,
     NetworkRef,
@@ -53,8 +44,10 @@ class Datapath(Protocol):
         ipv4: str,
         ipv6: str,
         mtu: int,
+        group: str = "",
     ) -> str:
-        """Create (or find) the endpoint's port; returns the host-side container ifname."""
+        """Create (or find) the endpoint's port; returns the host-side container ifname.
+        ``group`` is TENANT:GROUP of its endpoint group ("" outside one)."""
         ...
 
     def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str:
@@ -92,7 +85,10 @@ class PluggedEndpoint:
     network: Network | None = None  # as it was at CreateEndpoint: Join answers from it
 
 
-class Driver:
+class Driver(IpamDriver):
+    """Docker's NetworkDriver calls; the IpamDriver calls come with it (one plugin serves
+    both)."""
+
     def __init__(
         self,
         master: MasterClient,
@@ -112,7 +108,7 @@ class Driver:
         # network a docker network on this host stands for.
         self.docker_options = docker_options
         self._naming = threading.Lock()
-        self.master = master
+        super().__init__(master)
         self.datapath = datapath
         self.host = host
         self.mtu = mtu
@@ -160,11 +156,15 @@ class Driver:
         tenant = str(generic.get("tenant") or "default")
         ref = option_ref(generic)
         if ref is not None:
-            # This docker network stands for an existing cluster network (every host's agent
-            # creates one so): nothing to create, only to remember.
+            # This docker network stands for an existing cluster network or endpoint group
+            # (every host's agent creates one so): nothing to create, only to remember.
             self._cluster_network(ref.tenant, ref.name)
+            if ref.group:
+                self._cluster_group(ref.tenant, ref.group, ref.name, "-o")
             self._networks[req.NetworkID] = ref
             return {}
+        if generic.get("group"):
+            self._group_without_network(tenant, str(generic["group"]), "-o")
         # Docker does not pass the network name in CreateNetwork.
         name = str(generic.get("name") or req.NetworkID[:12])
         fields: dict[str, Any] = {
@@ -188,7 +188,7 @@ class Driver:
                 fields[subnet] = data[0].Pool
                 fields[gateway] = strip_len(data[0].Gateway)
         self.master.create_network(request_model(Network, fields, f"network {tenant}:{name}"))
-        self._networks[req.NetworkID] = NetworkRef(tenant, name, str(generic.get("group") or ""))
+        self._networks[req.NetworkID] = NetworkRef(tenant, name)
         if self.docker_name is not None and name == req.NetworkID[:12]:
             # dockerd knows the name only once CreateNetwork has returned: learn it soon after.
             threading.Thread(
@@ -236,6 +236,10 @@ class Driver:
             ref = self._ref(req.NetworkID)
         except DriverError:
             return {}  # already gone
+        if ref.group:
+            self._delete_group(ref)
+            self._networks.pop(req.NetworkID, None)
+            return {}
         try:
             self.master.delete_network(ref.tenant, ref.name)
         except MasterError as e:
@@ -253,6 +257,27 @@ class Driver:
         self.datapath.remove_network(f"{ref.tenant}:{ref.name}")
         self._networks.pop(req.NetworkID, None)
         return {}
+
+    def _delete_group(self, ref: NetworkRef) -> None:
+        """`docker network rm` of a group's docker network deletes the group (refused while
+        it has endpoints, as for networks). Its network stays, on the switch too. A group
+        that is gone, or now on another network (the sync removes this docker network for
+        that), is left alone."""
+        try:
+            if self.master.get_group(ref.tenant, ref.group).networkName != ref.name:
+                return
+            self.master.delete_group(ref.tenant, ref.group)
+        except MasterError as e:
+            if e.status == 404:
+                return
+            log.warning(
+                "docker network rm of endpoint group %s:%s refused: %s; docker removes its "
+                "copy on this host anyway and it is restored from the cluster",
+                ref.tenant,
+                ref.group,
+                e,
+            )
+            raise
 
     # --- endpoints ---
     def create_endpoint(self, req: s.CreateEndpoint) -> dict[str, Any]:
@@ -293,8 +318,9 @@ class Driver:
         ipv4, ipv6 = ep.ipAddress or ipv4, ep.ipv6Address or ipv6
         try:
             plugging.result()
+            group = f"{ref.tenant}:{ref.group}" if ref.group else ""
             ifname = self.datapath.create_endpoint_port(
-                req.EndpointID, net, mac, ipv4, ipv6, self.mtu
+                req.EndpointID, net, mac, ipv4, ipv6, self.mtu, group=group
             )
         except Exception as failure:
             log.exception("endpoint %s: datapath port failed; freeing it on the master", ep)
@@ -347,7 +373,7 @@ class Driver:
             ipv4, ipv6 = m.ipAddress, m.ipv6Address
             mac = m.macAddress or mac_for(ipv4, ipv6, req.EndpointID)
             ifname = self.datapath.create_endpoint_port(
-                req.EndpointID, net, mac, ipv4, ipv6, self.mtu
+                req.EndpointID, net, mac, ipv4, ipv6, self.mtu, group=m.group_id
             )
             ep = PluggedEndpoint(req.NetworkID, ifname, ipv4, ipv6, net)
             self._endpoints[req.EndpointID] = ep
@@ -394,99 +420,4 @@ class Driver:
         return {}
 
     def free_network(self, req: s.FreeNetwork) -> dict[str, Any]:
-        return {}
-
-    # --- IPAM ---
-    def request_pool(self, req: s.RequestPool) -> dict[str, Any]:
-        opts = req.Options or {}
-        if req.SubPool and not req.Pool:
-            raise DriverError("a sub-pool (--ip-range) needs a pool (--subnet)")
-        space = opts.get("tenant") or "default"
-        if opts.get("network"):
-            return self._network_pool(space, opts["network"], req)
-        request = request_model(
-            PoolRequest,
-            {
-                "addressSpace": space,
-                "pool": req.Pool,
-                "subPool": req.SubPool,
-                "v6": req.V6,
-                "options": {str(k): str(v) for k, v in opts.items()},
-            },
-            f"pool request in address space {space}",
-        )
-        got = self.master.request_pool(request)
-        return {"PoolID": got.pool_id, "Pool": got.pool, "Data": got.data}
-
-    def _cluster_network(self, tenant: str, name: str) -> NetworkRecord:
-        """An existing cluster network's config and oper state, or a clear refusal."""
-        try:
-            return self.master.inspect_network(tenant, name)
-        except MasterError as e:
-            if e.status == 404:
-                raise DriverError(
-                    f"network {tenant}:{name} does not exist in netmaster; "
-                    "create it first (netctl net create)",
-                    404,
-                ) from None
-            raise
-
-    def _network_pool(self, tenant: str, name: str, req: s.RequestPool) -> dict[str, Any]:
-        """`--ipam-opt network=NAME`: the pool the cluster network already has."""
-        record = self._cluster_network(tenant, name)
-        pool_id = record.pool(6 if req.V6 else 4)
-        subnet = record.config.ipv6Subnet if req.V6 else record.config.subnet
-        if not pool_id or (req.Pool and req.Pool != subnet):
-            family = "IPv6" if req.V6 else "IPv4"
-            raise DriverError(
-                f"network {tenant}:{name} has {family} subnet {subnet or 'none'}, "
-                f"not {req.Pool or 'a default one'}"
-            )
-        return {"PoolID": pool_id, "Pool": subnet, "Data": {}}
-
-    def release_pool(self, req: s.ReleasePool) -> dict[str, Any]:
-        try:
-            self.master.release_pool(req.PoolID)
-        except MasterError as e:
-            if e.status != 404:
-                raise
-        return {}
-
-    def request_address(self, req: s.RequestAddress) -> dict[str, Any]:
-        opts = req.Options or {}
-        address = strip_len(req.Address)
-        kind = "gateway" if opts.get("RequestAddressType") == GATEWAY_REQUEST else ""
-        # The owner makes a retried request get the same address: derive it from what
-        # identifies the request, and fall back to a fresh one only when nothing does.
-        if kind:
-            owner = owners.docker_gateway(req.PoolID, address)
-        elif address:
-            owner = owners.docker_static(req.PoolID, address)
-        elif opts.get(MAC_OPTION):
-            owner = owners.docker_mac(req.PoolID, opts[MAC_OPTION])
-        else:
-            owner = owners.docker_anonymous()
-        got = self.master.request_address(
-            request_model(
-                AddressRequest,
-                {"poolID": req.PoolID, "address": address, "owner": owner, "kind": kind},
-                f"address request in pool {req.PoolID}",
-            )
-        )
-        if not got:
-            raise DriverError(f"netmaster returned no address from pool {req.PoolID}", 500)
-        return {"Address": got, "Data": {}}
-
-    def release_address(self, req: s.ReleaseAddress) -> dict[str, Any]:
-        try:
-            self.master.release_address(
-                request_model(
-                    AddressRelease,
-                    {"poolID": req.PoolID, "address": strip_len(req.Address)},
-                    f"address {req.Address} of pool {req.PoolID}",
-                )
-            )
-        except MasterError as e:
-            if e.status != 404:
-                raise
         return {}

@@ -5,11 +5,11 @@ from __future__ import annotations
 from flask import Blueprint, Response
 
 from . import schemas as s
-from .driver import Driver
+from .ipam_driver import IpamDriver
 from .network_routes import add_methods, reply
 
 
-def ipam_blueprint(driver: Driver) -> Blueprint:
+def ipam_blueprint(driver: IpamDriver) -> Blueprint:
     bp = Blueprint("ipam_driver", __name__)
 
     @bp.post("/IpamDriver.GetCapabilities")

@@ -24,6 +24,7 @@ from common.models import (
     AddressRelease,
     AddressRequest,
     Endpoint,
+    EndpointGroup,
     EndpointRequest,
     Network,
     PoolRequest,
@@ -193,6 +194,14 @@ class MasterClient:
 
     def delete_network(self, tenant: str, name: str) -> None:
         self._call("DELETE", f"/networks/{_key(tenant, name)}")
+
+    # --- endpoint groups (a docker network of a group stands for it) ---
+    def get_group(self, tenant: str, name: str) -> EndpointGroup:
+        got = self._call("GET", f"/endpointGroups/{_key(tenant, name)}")
+        return _answer(EndpointGroup, got, f"endpoint group {tenant}:{name}")
+
+    def delete_group(self, tenant: str, name: str) -> None:
+        self._call("DELETE", f"/endpointGroups/{_key(tenant, name)}")
 
 
 def _part(value: str) -> str:

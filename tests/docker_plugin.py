@@ -30,12 +30,21 @@ class FakeDatapath:
         self.published: dict[str, list[Any]] = {}
 
     def create_endpoint_port(
-        self, endpoint_id: str, network: Network, mac: str, ipv4: str, ipv6: str, mtu: int
+        self,
+        endpoint_id: str,
+        network: Network,
+        mac: str,
+        ipv4: str,
+        ipv6: str,
+        mtu: int,
+        group: str = "",
     ) -> str:
         if self.fail:
             raise RuntimeError("ovs-vsctl add-port failed")
         name = f"vport{endpoint_id[:8]}"
-        self.ports[endpoint_id] = {"name": name, "mac": mac, "ipv4": ipv4, "mtu": mtu}
+        self.ports[endpoint_id] = {
+            "name": name, "mac": mac, "ipv4": ipv4, "mtu": mtu, "group": group,
+        }  # fmt: skip
         return name
 
     def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str:

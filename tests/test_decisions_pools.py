@@ -9,20 +9,23 @@ import re
 import pytest
 
 from common import owners
-from common.models import AddressRequest, PoolRequest
+from common.models import AddressRequest, EndpointGroup, PoolRequest
 from common.records import AllocRecord, OwnerRecord, PoolRecord
 from ipam.defaults import DEFAULT_V4_POOLS
 from master.decisions.pools import (
     PoolGrant,
     check_pool_request,
     granted_before,
+    group_pool_range,
     network_gateway,
     plan_pool_request,
     pool_id_for,
+    pool_network,
     pool_spec,
     should_release,
+    split_group_pool,
 )
-from master.errors import BadRequest, Conflict
+from master.errors import BadRequest, Conflict, NotFound
 
 
 def req(**kw: object) -> PoolRequest:
@@ -160,3 +163,61 @@ def test_request_owners_are_the_plain_requests_among_the_holders() -> None:
         AllocRecord("req:1"),
     ]
     assert request_owners(held) == ["addr:p:10.0.0.5", "req:1"]
+
+
+# --- the pool of an endpoint group's docker network: "<pool id>@<group>" ---
+
+
+@pytest.mark.parametrize(
+    ("pool_id", "split"),
+    [
+        ("blue:10.7.0.0/24@front", ("blue:10.7.0.0/24", "front")),
+        ("default:fd00:5::/64@web.v6-1", ("default:fd00:5::/64", "web.v6-1")),
+        ("blue:10.7.0.0/24", ("blue:10.7.0.0/24", "")),
+        ("default:fd00:5::/64", ("default:fd00:5::/64", "")),
+        # An address space (docker's -o tenant) with an "@": still a plain pool, whose
+        # id ends in a prefix length, never in a name.
+        ("a@b:10.7.0.0/24", ("a@b:10.7.0.0/24", "")),
+        ("a@b:10.7.0.0/24@front", ("a@b:10.7.0.0/24", "front")),
+        ("blue:10.7.0.0/24@", ("blue:10.7.0.0/24@", "")),
+        ("@front", ("@front", "")),
+        ("blue:10.7.0.0/24@-bad", ("blue:10.7.0.0/24@-bad", "")),
+    ],
+)
+def test_a_pool_id_names_its_group_after_an_at(pool_id: str, split: tuple[str, str]) -> None:
+    assert split_group_pool(pool_id) == split
+
+
+NET_POOL = PoolRecord("10.7.0.0/24", network="blue:web", gateway="10.7.0.1")
+OBJ = "address request in pool blue:10.7.0.0/24@front"
+
+
+def group(**kw: object) -> EndpointGroup:
+    fields: dict[str, object] = {"tenantName": "blue", "groupName": "front", "networkName": "web"}
+    return EndpointGroup.model_validate({**fields, **kw})
+
+
+def test_a_group_pool_is_its_networks_pool() -> None:
+    assert pool_network(OBJ, "blue:10.7.0.0/24", NET_POOL, "front") == ("blue", "web")
+    with pytest.raises(BadRequest, match=re.escape("pool default:10.9.0.0/24 is no network's")):
+        pool_network(OBJ, "default:10.9.0.0/24", PoolRecord("10.9.0.0/24"), "front")
+
+
+def test_a_group_pool_draws_from_the_groups_ip_pool() -> None:
+    g = group(ipPool="10.7.0.100-10.7.0.110")
+    lo, hi = group_pool_range(OBJ, "blue", "web", "front", g, NET_POOL)
+    assert (ipaddress.ip_address(lo), ipaddress.ip_address(hi)) == (
+        ipaddress.ip_address("10.7.0.100"),
+        ipaddress.ip_address("10.7.0.110"),
+    )
+    # Without an ip-pool: the whole pool; the IPv6 pool of the network is not the group's.
+    assert group_pool_range(OBJ, "blue", "web", "front", group(), NET_POOL) is None
+    v6 = PoolRecord("fd00:7::/64", network="blue:web")
+    assert group_pool_range(OBJ, "blue", "web", "front", g, v6) is None
+
+
+def test_a_group_pool_needs_the_group_on_the_pools_network() -> None:
+    with pytest.raises(NotFound, match="endpoint group blue:front: not found"):
+        group_pool_range(OBJ, "blue", "web", "front", None, NET_POOL)
+    with pytest.raises(BadRequest, match="blue:front belongs to network db, not web"):
+        group_pool_range(OBJ, "blue", "web", "front", group(networkName="db"), NET_POOL)

@@ -1,23 +1,35 @@
-"""Cluster networks mirrored into the local dockerd: the pure plan and the SDK arguments."""
+"""Cluster networks and endpoint groups mirrored into the local dockerd: the pure plan, the
+SDK arguments, and what the sync reads from the store."""
 
 from __future__ import annotations
 
+import json
+import logging
 import queue
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from common.records import NetworkRecord
+import pytest
+
+from common import keys
+from common.models import EndpointGroup, Network
+from common.records import NetworkRecord, encode_config
 from plugin.docker_sync import (
     ClusterNetwork,
     DockerNetwork,
     DockerSync,
+    Plan,
+    cluster_group,
     cluster_network,
+    cluster_networks_in,
     create_args,
     destroyed_network_of,
     plan,
 )
+from store.embedded import EmbeddedStore
 
 WEB = ClusterNetwork("default", "web", "10.1.0.0/24", "10.1.0.1")
 DB = ClusterNetwork("blue", "db", "10.2.0.0/24", "10.2.0.1", "fd00:2::/64", "fd00:2::1")
@@ -25,26 +37,34 @@ MADE_BY_DOCKER = ClusterNetwork("default", "net1", "10.3.0.0/24", docker_id="f" 
 PENDING = ClusterNetwork("default", "e" * 12, "10.4.0.0/24", docker_id="e" * 64)
 
 
-def mirror(net: ClusterNetwork, nid: str) -> DockerNetwork:
-    return DockerNetwork(
-        nid, net.docker_name, "netplugin", {"tenant": net.tenant, "network": net.name}
-    )
+# Endpoint groups: front (with the docker name of nothing else) on web, and one of blue.
+FRONT = ClusterNetwork("default", "web", "10.1.0.0/24", "10.1.0.1", group="front")
+BACK = ClusterNetwork("blue", "db", "10.2.0.0/24", "10.2.0.1", group="back")
+NOTHING = Plan([], [], [])
+
+
+def mirror(net: ClusterNetwork, nid: str, name: str = "") -> DockerNetwork:
+    """The docker network the sync (or a user with the same -o options) made for ``net``."""
+    opts = {"tenant": net.tenant, "network": net.name}
+    if net.group:
+        opts["group"] = net.group
+    return DockerNetwork(nid, name or net.docker_name, "netplugin", opts)
 
 
 def test_missing_networks_are_created_under_their_docker_names() -> None:
-    create, remove = plan([WEB, DB], [])
-    assert [n.docker_name for n in create] == ["db/blue", "web"] and remove == []
+    create, remove, blocked = plan([WEB, DB], [])
+    assert [n.docker_name for n in create] == ["db/blue", "web"] and remove == blocked == []
 
 
 def test_present_networks_are_left_alone() -> None:
     docker = [mirror(WEB, "a"), DockerNetwork("f" * 64, "net1", "netplugin", {})]
-    assert plan([WEB, MADE_BY_DOCKER], docker) == ([], [])
+    assert plan([WEB, MADE_BY_DOCKER], docker) == NOTHING
 
 
 def test_networks_whose_cluster_network_is_gone_are_removed() -> None:
     stale = mirror(ClusterNetwork("default", "old"), "b")
     by_hand = DockerNetwork("c", "mine", "netplugin", {"tenant": "blue"})  # maps to nothing
-    create, remove = plan([WEB], [mirror(WEB, "a"), stale, by_hand])
+    create, remove, _ = plan([WEB], [mirror(WEB, "a"), stale, by_hand])
     assert create == [] and remove == [stale, by_hand]
 
 
@@ -54,12 +74,77 @@ def test_other_drivers_are_never_touched() -> None:
         DockerNetwork("y", "web", "overlay", {"network": "web"}),
     ]
     # A name taken by another driver: nothing is created over it, nothing removed.
-    assert plan([WEB], theirs) == ([], [])
+    assert plan([WEB], theirs) == Plan([], [], [(WEB, "docker network web of driver overlay")])
 
 
 def test_a_network_still_named_by_its_docker_id_is_not_mirrored_yet() -> None:
     assert not PENDING.settled and MADE_BY_DOCKER.settled
-    assert plan([PENDING], []) == ([], [])
+    assert plan([PENDING], []) == NOTHING
+
+
+# --- endpoint groups ---
+
+
+def test_groups_are_created_under_their_docker_names_on_their_networks_subnet() -> None:
+    create, remove, blocked = plan([WEB, FRONT, BACK], [mirror(WEB, "a")])
+    assert [(n.docker_name, n.key) for n in create] == [
+        ("back/blue", ("blue", "db", "back")),
+        ("front", ("default", "web", "front")),
+    ]
+    assert remove == blocked == []
+    assert plan([WEB, FRONT], [mirror(WEB, "a"), mirror(FRONT, "b")]) == NOTHING
+
+
+def test_a_groups_docker_network_goes_with_the_group() -> None:
+    docker = [mirror(WEB, "a"), mirror(FRONT, "b")]
+    assert plan([WEB], docker) == Plan([], [docker[1]], [])
+    # ... and with its network, or when the group moved to another network.
+    moved = ClusterNetwork("default", "db", "10.2.0.0/24", group="front")
+    assert plan([moved], docker) == Plan([moved], docker, [])
+
+
+def test_a_users_own_docker_network_of_a_group_is_its_mirror() -> None:
+    """`docker network create -d netplugin -o network=web -o group=front mine`: the same
+    key as the agent's, so no second docker network `front` appears."""
+    mine = mirror(FRONT, "m", name="mine")
+    assert plan([WEB, FRONT], [mirror(WEB, "a"), mine]) == NOTHING
+    # One naming a group the cluster does not have (any more) goes.
+    gone = DockerNetwork("g", "old", "netplugin", {"network": "web", "group": "old"})
+    assert plan([WEB, FRONT], [mirror(WEB, "a"), mine, gone]).remove == [gone]
+
+
+def test_a_group_and_a_network_of_one_docker_name_never_clobber_each_other() -> None:
+    """Both would be docker network `web`: whichever holds the name keeps it; with neither
+    in docker yet, the network gets it."""
+    group_web = ClusterNetwork("default", "pn", "10.9.0.0/24", group="web")
+    assert plan([WEB, group_web], []) == Plan([WEB], [], [(group_web, "network default:web")])
+    assert plan([WEB, group_web], [mirror(WEB, "a")]) == Plan(
+        [], [], [(group_web, "docker network web of network default:web")]
+    )
+    held = mirror(group_web, "g")
+    assert plan([WEB, group_web], [held]) == Plan(
+        [], [], [(WEB, "docker network web of endpoint group default:web (network pn)")]
+    )
+    # In other tenants the names differ: no clash.
+    other = ClusterNetwork("blue", "pn", "10.9.0.0/24", group="web")
+    assert [n.docker_name for n in plan([WEB, other], []).create] == ["web", "web/blue"]
+
+
+def test_a_group_gets_a_name_freed_in_the_same_pass() -> None:
+    """A network deleted and a group of its name made: the old docker network goes first."""
+    group_web = ClusterNetwork("default", "pn", "10.9.0.0/24", group="web")
+    stale = mirror(WEB, "a")
+    assert plan([group_web], [stale]) == Plan([group_web], [stale], [])
+
+
+def test_create_args_of_a_group() -> None:
+    args = create_args(BACK)
+    opts = {"tenant": "blue", "network": "db", "group": "back"}
+    assert args["name"] == "back/blue" and args["options"] == opts
+    assert args["ipam"]["Options"] == opts
+    assert [(c["Subnet"], c["Gateway"]) for c in args["ipam"]["Config"]] == [
+        ("10.2.0.0/24", "10.2.0.1")
+    ]
 
 
 def test_create_args_name_the_cluster_network_to_the_driver_and_the_ipam() -> None:
@@ -87,7 +172,33 @@ def test_cluster_network_from_a_store_record() -> None:
         "pktTag": 7,
     }
     net = cluster_network(NetworkRecord.from_json(record))
-    assert net.key == ("default", "net1") and net.internal and net.docker_id == "f" * 64
+    assert net.key == ("default", "net1", "") and net.internal and net.docker_id == "f" * 64
+    group = EndpointGroup(groupName="g", networkName="net1")
+    assert cluster_group(group, NetworkRecord.from_json(record)) == ClusterNetwork(
+        "default", "net1", "10.3.0.0/24", internal=True, group="g"
+    )
+
+
+def test_the_sync_reads_networks_and_groups_from_the_store(tmp_path: Path) -> None:
+    with EmbeddedStore(str(tmp_path / "state.db")) as store:
+        web = Network(networkName="web", subnet="10.1.0.0/24", gateway="10.1.0.1")
+        store.put(keys.network("default", "web"), NetworkRecord(web, "vxlan", 5).encode())
+        front = EndpointGroup(groupName="front", networkName="web")
+        store.put(keys.group("default", "front"), encode_config(front))
+        # A group record with more than its config (a tag) reads the same.
+        tagged = {"config": EndpointGroup(groupName="tagged", networkName="web").dump(), "tag": 7}
+        store.put(keys.group("default", "tagged"), json.dumps(tagged).encode())
+        # A group whose network is not there (being deleted): not mirrored until it is.
+        orphan = EndpointGroup(groupName="orphan", networkName="gone")
+        store.put(keys.group("default", "orphan"), encode_config(orphan))
+        assert sorted(n.docker_name for n in cluster_networks_in(store)) == [
+            "front",
+            "tagged",
+            "web",
+        ]
+        store.put(keys.group("default", "bad"), b"{not json")
+        with pytest.raises(ValueError):
+            cluster_networks_in(store)  # never "every group is gone"
 
 
 def destroy_event(name: str, driver: str = "netplugin") -> dict[str, object]:
@@ -169,6 +280,26 @@ def test_a_network_docker_removed_here_is_put_back_when_docker_says_so() -> None
         wait(lambda: networks.created == ["web"])
     finally:
         sync.stop()
+
+
+def test_a_name_clash_is_logged_once_while_it_lasts(caplog: pytest.LogCaptureFixture) -> None:
+    group_web = ClusterNetwork("default", "pn", "10.9.0.0/24", group="web")
+    networks = FakeNetworks([mirror(WEB, "a")])
+    cluster = [WEB, group_web]
+    sync = DockerSync(lambda: SimpleNamespace(networks=networks), lambda: cluster)
+    caplog.set_level(logging.WARNING, logger="plugin.docker_sync")
+    for _ in range(3):
+        assert sync.sync_once() == ([], [])
+    clash = [r.getMessage() for r in caplog.records]
+    assert clash == [
+        "endpoint group default:web (network pn) is not in docker on this host: its name web "
+        "is taken by docker network web of network default:web"
+    ]
+    cluster = [WEB]
+    sync.sync_once()
+    cluster = [WEB, group_web]
+    sync.sync_once()  # a new clash: logged again
+    assert len(caplog.records) == 2
 
 
 def wait(cond: Callable[[], bool], timeout: float = 5.0) -> None:

@@ -60,8 +60,9 @@ def create(key: str, value: bytes = b"v") -> tuple[list[Compare], list[Put]]:
 
 
 def run_held(store: HeldStore, group: GroupCommit, calls: list[Callable[[], Any]]) -> list[Any]:
-    """Run calls[0] (it leads and its commit is held), then the others once it is held;
-    release when they have all queued. Returns each call's result or exception."""
+    """Run calls[0] (it leads and its commit is held), then the others once it is held, each
+    once the one before has queued (so they queue in order); release when they have all
+    queued. Returns each call's result or exception."""
     out: list[Any] = [None] * len(calls)
 
     def run(i: int) -> None:
@@ -74,9 +75,9 @@ def run_held(store: HeldStore, group: GroupCommit, calls: list[Callable[[], Any]
     store.armed = True
     threads[0].start()
     assert store.holding.wait(10)
-    for t in threads[1:]:
+    for n, t in enumerate(threads[1:], 1):
         t.start()
-    wait_for(lambda: len(group._queue) == len(calls) - 1, what="the others to queue")
+        wait_for(lambda n=n: len(group._queue) == n, what=f"call {n} to queue")
     store.gate.set()
     for t in threads:
         t.join(10)

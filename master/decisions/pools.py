@@ -3,19 +3,21 @@ cluster state: which pool a request gets, and which addresses may be handed out 
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from common import owners
-from common.models import AddressRequest, PoolRequest
+from common.models import NAME_RE, AddressRequest, EndpointGroup, PoolRequest
 from common.records import AllocRecord, OwnerRecord, PoolRecord
 from ipam import PoolSpec, next_free_pool, parse_network
 from ipam.defaults import DEFAULT_V4_POOLS, DEFAULT_V6_POOLS
 from ipam.errors import IpamError
 from ipam.parse import parse_range
 
-from ..errors import BadRequest, Conflict
+from ..errors import BadRequest, Conflict, NotFound
+from .groups import pool_bounds
 
 
 def pool_id_for(address_space: str, network: Any) -> str:
@@ -98,6 +100,54 @@ def plan_pool_request(
             )
     record = PoolRecord(cidr=str(network), range=rng, network="", gateway="", name=pid)
     return PoolGrant(pid, str(network), record)
+
+
+# --- the pool of an endpoint group's docker network ---
+
+GROUP_SEPARATOR = "@"  # the plugin's pool id for a group: "<network's pool id>@<group>"
+
+
+def split_group_pool(pool_id: str) -> tuple[str, str]:
+    """(the pool, the endpoint group) a pool id Docker holds stands for.
+
+    A docker network of an endpoint group holds its network's pool id with the group's name
+    after an "@": Docker asks for an address before the endpoint exists and with options
+    that do not name the group, so the group's ip-pool can only come from the pool id. A
+    plain pool id ("<address space>:<cidr>") ends in a prefix length, never in a name, so
+    it is returned as it is with no group.
+    """
+    pool, sep, group = pool_id.rpartition(GROUP_SEPARATOR)
+    if sep and pool and NAME_RE.match(group):
+        return pool, group
+    return pool_id, ""
+
+
+def pool_network(obj: str, pool_id: str, pool: PoolRecord, group: str) -> tuple[str, str]:
+    """(tenant, network name) of the network owning ``pool``, in which ``group`` is."""
+    tenant, sep, network = pool.network.partition(":")
+    if not sep:
+        raise BadRequest(obj, f"pool {pool_id} is no network's, so not endpoint group {group}'s")
+    return tenant, network
+
+
+def group_pool_range(
+    obj: str, tenant: str, network: str, name: str, group: EndpointGroup | None, pool: PoolRecord
+) -> tuple[int, int] | None:
+    """The addresses a request in endpoint group ``name``'s pool draws from: the group's
+    ip-pool (None: the whole pool). The group must exist, on the pool's network."""
+    if group is None:
+        raise NotFound(f"endpoint group {tenant}:{name}")
+    if group.networkName != network:
+        raise BadRequest(
+            obj,
+            f"endpoint group {group.id} belongs to network {group.networkName}, not {network}",
+        )
+    if not group.ipPool:
+        return None
+    first = ipaddress.ip_address(group.ipPool.split("-", 1)[0])
+    if first.version != parse_network(pool.cidr).version:
+        return None  # an IPv4 ip-pool says nothing about the network's IPv6 pool
+    return pool_bounds(group.ipPool)
 
 
 # --- addresses ---

@@ -1,0 +1,175 @@
+"""Docker's IPAM calls (RequestPool, RequestAddress and their releases) on the master's
+allocation API, and the look-ups of an existing cluster network or endpoint group the
+network driver shares.
+
+A docker network of an endpoint group (`--ipam-opt network=N --ipam-opt group=G`) gets its
+network's pool id with the group's name after an "@" (GROUP_POOL): Docker asks for an
+address before the endpoint exists, and with options that do not name the group, so the
+master finds the group's ip-pool in the pool id (master.decisions.pools.split_group_pool).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common import owners
+from common.models import AddressRelease, AddressRequest, EndpointGroup, PoolRequest
+from common.records import NetworkRecord
+
+from . import schemas as s
+from .master_client import MasterClient, MasterError
+from .options import GATEWAY_REQUEST, MAC_OPTION, DriverError, request_model, strip_len
+
+GROUP_POOL = "{pool}@{group}"  # the pool id of a group's docker network
+
+
+def group_create_hint(tenant: str, network: str, group: str) -> str:
+    """The netctl command that creates the group."""
+    flag = "" if tenant == "default" else f" -t {tenant}"
+    return f"netctl group create{flag} {network or 'NETWORK'} {group}"
+
+
+class IpamDriver:
+    def __init__(self, master: MasterClient) -> None:
+        self.master = master
+
+    def request_pool(self, req: s.RequestPool) -> dict[str, Any]:
+        opts = req.Options or {}
+        if req.SubPool and not req.Pool:
+            raise DriverError("a sub-pool (--ip-range) needs a pool (--subnet)")
+        space = opts.get("tenant") or "default"
+        if opts.get("network"):
+            return self._network_pool(space, opts["network"], str(opts.get("group") or ""), req)
+        if opts.get("group"):
+            self._group_without_network(space, str(opts["group"]), "--ipam-opt")
+        request = request_model(
+            PoolRequest,
+            {
+                "addressSpace": space,
+                "pool": req.Pool,
+                "subPool": req.SubPool,
+                "v6": req.V6,
+                "options": {str(k): str(v) for k, v in opts.items()},
+            },
+            f"pool request in address space {space}",
+        )
+        got = self.master.request_pool(request)
+        return {"PoolID": got.pool_id, "Pool": got.pool, "Data": got.data}
+
+    def _cluster_network(self, tenant: str, name: str) -> NetworkRecord:
+        """An existing cluster network's config and oper state, or a clear refusal."""
+        try:
+            return self.master.inspect_network(tenant, name)
+        except MasterError as e:
+            if e.status == 404:
+                raise DriverError(
+                    f"network {tenant}:{name} does not exist in netmaster; "
+                    "create it first (netctl net create)",
+                    404,
+                ) from None
+            raise
+
+    def _cluster_group(self, tenant: str, name: str, network: str, flag: str) -> EndpointGroup:
+        """An existing endpoint group on ``network``, or a refusal saying what to type
+        (``flag``: the docker option that named the network, -o or --ipam-opt)."""
+        try:
+            group = self.master.get_group(tenant, name)
+        except MasterError as e:
+            if e.status == 404:
+                raise DriverError(
+                    f"endpoint group {tenant}:{name} does not exist in netmaster; create it "
+                    f"first: {group_create_hint(tenant, network, name)}",
+                    404,
+                ) from None
+            raise
+        if group.networkName != network:
+            raise DriverError(
+                f"endpoint group {tenant}:{name} is on network {group.networkName}, not "
+                f"{network}: use {flag} network={group.networkName}"
+            )
+        return group
+
+    def _group_without_network(self, tenant: str, name: str, flag: str) -> None:
+        """`group=G` without `network=N`: refused, naming the group's network if it has one."""
+        try:
+            network = self.master.get_group(tenant, name).networkName
+        except MasterError as e:
+            if e.status != 404:
+                raise
+            raise DriverError(
+                f"endpoint group {tenant}:{name} does not exist in netmaster; create it first "
+                f"({group_create_hint(tenant, '', name)}) and name its network too: "
+                f"{flag} network=NETWORK {flag} group={name}",
+                404,
+            ) from None
+        raise DriverError(
+            f"option group={name} needs its network too: {flag} network={network} {flag} "
+            f"group={name}"
+        )
+
+    def _network_pool(
+        self, tenant: str, name: str, group: str, req: s.RequestPool
+    ) -> dict[str, Any]:
+        """`--ipam-opt network=NAME`: the pool the cluster network already has; with
+        `--ipam-opt group=G`, that pool as the group's (GROUP_POOL)."""
+        record = self._cluster_network(tenant, name)
+        if group:
+            self._cluster_group(tenant, group, name, "--ipam-opt")
+        pool_id = record.pool(6 if req.V6 else 4)
+        subnet = record.config.ipv6Subnet if req.V6 else record.config.subnet
+        if not pool_id or (req.Pool and req.Pool != subnet):
+            family = "IPv6" if req.V6 else "IPv4"
+            raise DriverError(
+                f"network {tenant}:{name} has {family} subnet {subnet or 'none'}, "
+                f"not {req.Pool or 'a default one'}"
+            )
+        if group:
+            pool_id = GROUP_POOL.format(pool=pool_id, group=group)
+        return {"PoolID": pool_id, "Pool": subnet, "Data": {}}
+
+    def release_pool(self, req: s.ReleasePool) -> dict[str, Any]:
+        try:
+            self.master.release_pool(req.PoolID)
+        except MasterError as e:
+            if e.status != 404:
+                raise
+        return {}
+
+    def request_address(self, req: s.RequestAddress) -> dict[str, Any]:
+        opts = req.Options or {}
+        address = strip_len(req.Address)
+        kind = "gateway" if opts.get("RequestAddressType") == GATEWAY_REQUEST else ""
+        # The owner makes a retried request get the same address: derive it from what
+        # identifies the request, and fall back to a fresh one only when nothing does.
+        if kind:
+            owner = owners.docker_gateway(req.PoolID, address)
+        elif address:
+            owner = owners.docker_static(req.PoolID, address)
+        elif opts.get(MAC_OPTION):
+            owner = owners.docker_mac(req.PoolID, opts[MAC_OPTION])
+        else:
+            owner = owners.docker_anonymous()
+        got = self.master.request_address(
+            request_model(
+                AddressRequest,
+                {"poolID": req.PoolID, "address": address, "owner": owner, "kind": kind},
+                f"address request in pool {req.PoolID}",
+            )
+        )
+        if not got:
+            raise DriverError(f"netmaster returned no address from pool {req.PoolID}", 500)
+        return {"Address": got, "Data": {}}
+
+    def release_address(self, req: s.ReleaseAddress) -> dict[str, Any]:
+        try:
+            self.master.release_address(
+                request_model(
+                    AddressRelease,
+                    {"poolID": req.PoolID, "address": strip_len(req.Address)},
+                    f"address {req.Address} of pool {req.PoolID}",
+                )
+            )
+        except MasterError as e:
+            if e.status != 404:
+                raise
+        return {}
