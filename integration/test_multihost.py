@@ -394,7 +394,9 @@ def test_policies_across_hosts(cluster: Cluster, encap: str) -> None:
     policy = unique("p")
     try:
         wip, aip = cluster.ip_of(far, w), cluster.ip_of(h1, a)
-        assert tcp_opens(nets[a], wip, 81) and udp_answers(nets[a], wip, 81)
+        # Each host learns of the other's new containers through the store: a moment.
+        wait_for(lambda: tcp_opens(nets[a], wip, 81), 10, f"{a} reaches {w} across hosts")
+        assert udp_answers(nets[a], wip, 81) and tcp_opens(nets[w], aip, 80)
         with tcp_session(nets[a], wip, 81) as before:
             cluster.netctl("policy", "create", policy)
             rules = [
