@@ -19,7 +19,7 @@ from datapath.flowmodel import Change, FlowModel
 from datapath.flows import diff
 from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
 from datapath.veth import tx_checksumming
-from integration.host import TEST_LABEL
+from integration.host import CREATE_NETWORK, TEST_LABEL
 
 IMAGE = "netplugin-test/busybox"
 IPERF = "netplugin-test/iperf"
@@ -344,15 +344,7 @@ def run(workdir: Path) -> dict[str, Any]:
     ours, bridge = f"bench-np-{uuid.uuid4().hex[:6]}", f"bench-br-{uuid.uuid4().hex[:6]}"
     try:
         _sh(
-            "docker",
-            "network",
-            "create",
-            "--label",
-            TEST_LABEL,
-            "-d",
-            "netplugin",
-            "--ipam-driver",
-            "netplugin",
+            *CREATE_NETWORK,
             "--subnet",
             "10.150.0.0/16",
             ours,

@@ -29,6 +29,11 @@ _IMAGE_TARGETS = {BUSYBOX_IMAGE: "busybox", IPERF_IMAGE: "iperf"}
 # Every docker container and network a test or benchmark makes carries this label, so a
 # run killed half-way leaves objects the next run can find and remove.
 TEST_LABEL = "netplugin-test"
+# `docker network create` of a labelled netplugin network with netplugin's IPAM.
+CREATE_NETWORK = (
+    "docker", "network", "create", "--label", TEST_LABEL,
+    "-d", "netplugin", "--ipam-driver", "netplugin",
+)  # fmt: skip
 # A dockerd that restores networks or containers of a netplugin that is not running waits
 # about 15 s per lookup for it (a run killed half-way leaves such objects behind): give it
 # time, once.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 import requests
 
-from .host import TEST_LABEL
+from .host import CREATE_NETWORK
 from .master import MasterProcess
 from .plugin import PluginProcess
 from .test_docker_single_host import (  # noqa: F401 (the stack and stack_up fixtures)
@@ -203,15 +203,7 @@ def test_a_users_own_docker_network_of_a_group(made: Made) -> None:
     mine = f"mine-{uuid.uuid4().hex[:6]}"
     opts = ("network=" + net, "group=" + web)
     sh(
-        "docker",
-        "network",
-        "create",
-        "--label",
-        TEST_LABEL,
-        "-d",
-        "netplugin",
-        "--ipam-driver",
-        "netplugin",
+        *CREATE_NETWORK,
         *(x for o in opts for x in ("-o", o)),
         *(x for o in opts for x in ("--ipam-opt", o)),
         mine,

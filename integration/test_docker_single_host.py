@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from .host import (
+    CREATE_NETWORK,
     TEST_LABEL,
     ensure_host_daemons,
     ensure_test_image,
@@ -111,15 +112,7 @@ def unique(names: list[str], prefix: str) -> str:
 def network(names: list[str], subnet: str, *extra: str) -> str:
     name = unique(names, "np")
     sh(
-        "docker",
-        "network",
-        "create",
-        "--label",
-        TEST_LABEL,
-        "-d",
-        "netplugin",
-        "--ipam-driver",
-        "netplugin",
+        *CREATE_NETWORK,
         "--subnet",
         subnet,
         *extra,

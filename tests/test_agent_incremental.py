@@ -49,6 +49,22 @@ def nat_syncs(agent: DatapathAgent) -> int:
     return len(agent.iptables.synced)
 
 
+def play(agent: DatapathAgent, kind: str, arg: Any) -> None:
+    """One step of a test's script of agent calls."""
+    if kind == "create":
+        agent.create_endpoint_port(arg)
+    elif kind == "delete":
+        agent.delete_endpoint_port(arg.id)
+    elif kind == "cluster":
+        agent.set_cluster(*arg)
+    elif kind == "network":
+        agent.ensure_network(arg)
+    elif kind == "remove":
+        agent.remove_network(arg.id)
+    elif kind == "publish":
+        agent.set_port_mappings(arg.id, [PortMapping("tcp", "", 8080, arg.ipv4, 80)])
+
+
 def test_every_change_after_resync_is_a_delta_to_the_full_compile(agent: DatapathAgent) -> None:
     steps: list[tuple[str, Any]] = [
         ("create", ep(2)),
@@ -68,18 +84,7 @@ def test_every_change_after_resync_is_a_delta_to_the_full_compile(agent: Datapat
     agent.resync([NET], [])
     assert len(ctl(agent).full) == 1
     for kind, arg in steps:
-        if kind == "create":
-            agent.create_endpoint_port(arg)
-        elif kind == "delete":
-            agent.delete_endpoint_port(arg.id)
-        elif kind == "cluster":
-            agent.set_cluster(*arg)
-        elif kind == "network":
-            agent.ensure_network(arg)
-        elif kind == "remove":
-            agent.remove_network(arg.id)
-        elif kind == "publish":
-            agent.set_port_mappings(arg.id, [PortMapping("tcp", "", 8080, arg.ipv4, 80)])
+        play(agent, kind, arg)
         assert ctl(agent).pushed[-1] == compile_flows(agent.desired()), (kind, arg)
     assert len(ctl(agent).full) == 1 and len(ctl(agent).deltas) == len(steps) - 1  # publish
     # A resync after all this finds nothing to change.
@@ -189,16 +194,7 @@ def test_groups_and_their_rules_are_deltas_too(agent: DatapathAgent) -> None:
         ("delete", web_ep),
     ]  # fmt: skip
     for kind, arg in steps:
-        if kind == "create":
-            agent.create_endpoint_port(arg)
-        elif kind == "delete":
-            agent.delete_endpoint_port(arg.id)
-        elif kind == "cluster":
-            agent.set_cluster(*arg)
-        elif kind == "network":
-            agent.ensure_network(arg)
-        elif kind == "remove":
-            agent.remove_network(arg.id)
+        play(agent, kind, arg)
         assert ctl(agent).pushed[-1] == compile_flows(agent.desired()), (kind, arg)
     assert [g.id for g in agent.desired().groups] == [WEB.id, APP.id]
     # A rule more for web is a small delta, whatever the endpoints.

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from datapath.policy import GroupState, RuleState
 
 from common.models import EndpointGroup, Network, Rule
 from common.records import GroupRecord, NetworkRecord
+from datapath.policy import GroupState, RuleState
 from plugin.policy_view import group_states, protocol_number
 
 
