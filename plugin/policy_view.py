@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from common.models import Network, Rule
 from common.records import GroupRecord, NetworkRecord
-from datapath.policy import GroupState, RuleState, sorted_rules
+from datapath.policy import TAG_MAX, GroupState, RuleState, check_rule, sorted_rules
 
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1}
 
@@ -51,7 +51,11 @@ def protocol_number(protocol: str) -> int | None:
     """A stored rule's protocol: "" (any), a name, or a number."""
     if not protocol:
         return None
-    return PROTOCOLS.get(protocol) if protocol in PROTOCOLS else int(protocol)
+    if protocol in PROTOCOLS:
+        return PROTOCOLS[protocol]
+    if not protocol.isdigit():
+        raise ValueError(f"protocol {protocol!r} is not tcp, udp, icmp or a number")
+    return int(protocol)
 
 
 def resolve_rule(
@@ -59,7 +63,23 @@ def resolve_rule(
     tenant_groups: Mapping[str, GroupRecord],
     tenant_networks: Mapping[str, NetworkRecord],
 ) -> RuleState | str:
-    """The rule as the datapath sees it, or why it cannot be resolved."""
+    """The rule as the datapath sees it, or why it cannot be resolved. A stored rule the
+    master would have refused (written by hand, or by a newer master) is a reason too:
+    raising would stop the agent's resync and all its later cluster updates."""
+    try:
+        state = _resolve(rule, tenant_groups, tenant_networks)
+        if not isinstance(state, str):
+            check_rule(f"rule {rule.id}", state)
+    except ValueError as e:
+        return f"the datapath cannot enforce it: {e}"
+    return state
+
+
+def _resolve(
+    rule: Rule,
+    tenant_groups: Mapping[str, GroupRecord],
+    tenant_networks: Mapping[str, NetworkRecord],
+) -> RuleState | str:
     inbound = rule.direction == "in"
     group = rule.fromEndpointGroup if inbound else rule.toEndpointGroup
     network = rule.fromNetwork if inbound else rule.toNetwork
@@ -112,8 +132,8 @@ def group_states(
     for tenant, members in sorted(by_tenant.items()):
         tenant_nets = nets.get(tenant, {})
         for _, g in sorted(members.items()):
-            if g.tag <= 0 or g.config.networkName not in tenant_nets:
-                continue
+            if not 0 < g.tag <= TAG_MAX or g.config.networkName not in tenant_nets:
+                continue  # not tagged yet (or a tag no master gives: the datapath refuses it)
             resolved: set[RuleState] = set()
             for policy in dict.fromkeys(g.config.policies):
                 for r in of_policy.get((tenant, policy), []):

@@ -119,3 +119,22 @@ def test_a_group_whose_network_is_unknown_is_left_out() -> None:
 )
 def test_protocols(stored: str, number: int | None) -> None:
     assert protocol_number(stored) == number
+
+
+def test_a_rule_the_datapath_cannot_take_is_left_out_not_fatal() -> None:
+    """A stored rule this master would have refused (written by hand, or by a newer master
+    with a protocol name this agent does not know) is skipped and said: raising here would
+    stop the agent's resync and every later cluster update (peers, other hosts' endpoints)."""
+    rules = [
+        rule("p", "1", protocol="sctp"),
+        rule("p", "2", port=80),  # a port without tcp/udp
+        rule("p", "3", fromIpAddress="not-an-address"),
+        rule("p", "4", protocol="300"),
+        rule("p", "5", action="deny"),
+    ]
+    groups, skipped = group_states([grp("web", "pn", 5, "p")], rules, NETS)
+    assert groups[0].rules == (RuleState("in", 1, "deny"),)
+    assert [s.rule for s in skipped] == [f"default:p:{n}" for n in "1234"]
+    assert "sctp" in skipped[0].reason and "port" in skipped[1].reason
+    # Nor a group with a tag no master gives (the datapath would refuse the whole state).
+    assert group_states([grp("web", "pn", 2**31, "p")], rules, NETS)[0] == []
