@@ -98,6 +98,13 @@ CASES: list[tuple[str, Rules, dict[str, Any], Ep | int, bool]] = [
     ("from a group: another", FROM_APP, tcp(DB1, WEB1, 22), WEB1, False),
     ("from a group: no group", FROM_APP, tcp(LONER, WEB1, 22), WEB1, False),
     ("from a group: v6", FROM_APP, icmp(APP1, WEB1, v6=True), WEB1, True),
+    (
+        "from a group: not by way of the gateway (routed from another network)",
+        FROM_APP,
+        tcp(GATEWAY, WEB1, 80, ipv4_src=APP1.ipv4),
+        WEB1,
+        False,
+    ),
     ("from a CIDR: it", FROM_APP_V4, udp(APP1, WEB1, 53), WEB1, True),
     ("from a CIDR: another", FROM_APP_V4, udp(DB1, WEB1, 53), WEB1, False),
     ("from a v4 CIDR: v6 is the deny's", FROM_APP_V4, udp(APP1, WEB1, 53, v6=True), WEB1, False),
