@@ -344,7 +344,7 @@ class FlowModel:
         elif kind == "ep" and key in self._ports:
             port = self._ports[key]
             net = self.networks[self.endpoints[key].network_id]
-            tags = endpoint_tags(net, port.ipv4, port.ipv6, port.group, self.groups, True)
+            tags = endpoint_tags(net, port.mac, port.group, self.groups, True)
             flows = [*port_flows(port, self.arp_mode), *tags]
         elif kind == "remote" and key in self._remote_ports:
             remote = self._remote_ports[key]
@@ -353,7 +353,7 @@ class FlowModel:
                 to = to_host(net, host, self.tunnels, self.uplink)
                 flows = [
                     *remote_flows(remote, to, self.arp_mode),
-                    *endpoint_tags(net, remote.ipv4, remote.ipv6, remote.group, self.groups, False),
+                    *endpoint_tags(net, remote.mac, remote.group, self.groups, False),
                 ]
         elif kind == "group" and key in self.groups:
             group = self.groups[key]

@@ -334,8 +334,7 @@ def remote_flows(remote: RemotePort, to_host: tuple[Action, ...], mode: ArpMode)
 
 def endpoint_tags(
     net: NetworkState,
-    ipv4: str | None,
-    ipv6: str | None,
+    mac: str,
     group_id: str | None,
     groups: Mapping[str, GroupState],
     local: bool,
@@ -346,7 +345,7 @@ def endpoint_tags(
     zone = ct_zone(net)
     if zone is None or group is None or group.network_id != net.id:
         return []
-    return tag_flows(net.segment, ipv4, ipv6, group.tag, local)
+    return tag_flows(net.segment, mac, group.tag, local)
 
 
 def group_flows(group: GroupState, net: NetworkState | None) -> list[Flow]:
@@ -376,11 +375,11 @@ def compile_flows(state: DesiredState) -> set[Flow]:
         flows.update(port_flows(port, world.arp_mode))
         if not port.is_gateway:
             net = by_segment[port.segment]
-            flows.update(endpoint_tags(net, port.ipv4, port.ipv6, port.group, groups, True))
+            flows.update(endpoint_tags(net, port.mac, port.group, groups, True))
     for remote in world.remotes:
         to = to_host(remote.network, remote.host, tunnels, uplink)
         flows.update(remote_flows(remote, to, world.arp_mode))
-        tags = endpoint_tags(remote.network, remote.ipv4, remote.ipv6, remote.group, groups, False)
+        tags = endpoint_tags(remote.network, remote.mac, remote.group, groups, False)
         flows.update(tags)
     for group in groups.values():
         flows.update(group_flows(group, world.networks.get(group.network_id)))

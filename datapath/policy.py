@@ -4,8 +4,8 @@ Stateful, as the features doc measured (shared/spec/DATAPATH-FEATURES.md §1):
 
     conntrack 30   IP of a tracked network -> ct(zone=Z, table=service); ND passes untracked
     policy 50      the gate: +est, +rel -> forward; +inv -> drop; +new -> src_group
-    src_group 52   source address -> reg5 = its group's tag (| LOCAL if on this host)
-    dst_group 54   destination address -> reg6, the same way
+    src_group 52   source MAC -> reg5 = its endpoint's group's tag (| LOCAL if on this host)
+    dst_group 54   destination MAC -> reg6, the same way
     policy_out 56  out rules of reg5's group, if local: allow -> policy_in, deny -> drop
     policy_in 58   in rules of reg6's group, if local: allow -> ct(commit), deny -> drop;
                    none matching: the network's default allow, ct(commit)
@@ -18,8 +18,9 @@ a new connection passes the source group's out rules on the source's host and th
 destination group's in rules on the destination's host (LOCAL says which host is which);
 nothing matched means allow. Inside a stage the higher priority wins and deny wins a tie:
 flow priority = PRIO_POLICY_RULE + 2 * rule priority + (1 for deny). The peer group is
-matched without the LOCAL bit. A group's endpoints are found by a tag, not by address, so
-one more endpoint adds its two tag flows per IP family, and one more rule adds one flow per
+matched without the LOCAL bit. A group's endpoints are found by a tag, set by their MAC (the
+network switches, it does not route: every address an endpoint uses, link-local included,
+is judged), so one more endpoint adds two tag flows, and one more rule adds one flow per
 IP family (per peer CIDR) to each group that attaches it, whatever the number of endpoints.
 
 Nothing here knows the desired state: builders take segments, zones and addresses.
@@ -242,42 +243,33 @@ def static_flows() -> list[Flow]:
 # ---------------------------------------------------------------- tags
 
 
-def tag_flows(
-    segment: int, ipv4: str | None, ipv6: str | None, tag: int, local: bool
-) -> list[Flow]:
-    """An endpoint's group tag: in reg5 when it sends, in reg6 when it receives (two flows
-    per address). ``local``: plugged into this host, so its tag carries LOCAL and its
-    source must come from a local port (a remote one's from another host)."""
+def tag_flows(segment: int, mac: str, tag: int, local: bool) -> list[Flow]:
+    """An endpoint's group tag: in reg5 when it sends, in reg6 when it receives, found by
+    its MAC in its segment (netplugin switches, it does not route, so the MAC is the
+    endpoint whatever address family or address it uses, link-local ones included; the
+    ingress table has already refused a local endpoint's spoofed addresses). ``local``:
+    plugged into this host, so its tag carries LOCAL and its frames must come from a local
+    port (a remote one's from another host)."""
     if not tag:
         return []
     value = tag | LOCAL if local else tag
     origin = 0 if local else FROM_REMOTE
-    flows = []
-    for version, address in ((4, ipv4), (6, ipv6)):
-        if address is None:
-            continue
-        eth_type = _ETH_TYPE[version]
-        flows.append(
-            flow(
-                SRC_GROUP.id,
-                PRIO_RULE,
-                [("set_field", SRC_REG, value), SRC_GROUP.goto(DST_GROUP)],
-                metadata=(segment | origin, SEGMENT_AND_ORIGIN),
-                eth_type=eth_type,
-                **{f"ipv{version}_src": address},
-            )
-        )
-        flows.append(
-            flow(
-                DST_GROUP.id,
-                PRIO_RULE,
-                [("set_field", DST_REG, value), DST_GROUP.goto(POLICY_OUT)],
-                metadata=(segment, SEGMENT_MASK),
-                eth_type=eth_type,
-                **{f"ipv{version}_dst": address},
-            )
-        )
-    return flows
+    return [
+        flow(
+            SRC_GROUP.id,
+            PRIO_RULE,
+            [("set_field", SRC_REG, value), SRC_GROUP.goto(DST_GROUP)],
+            metadata=(segment | origin, SEGMENT_AND_ORIGIN),
+            eth_src=mac,
+        ),
+        flow(
+            DST_GROUP.id,
+            PRIO_RULE,
+            [("set_field", DST_REG, value), DST_GROUP.goto(POLICY_OUT)],
+            metadata=(segment, SEGMENT_MASK),
+            eth_dst=mac,
+        ),
+    ]
 
 
 # ---------------------------------------------------------------- rules

@@ -227,19 +227,20 @@ POLICY = TableSpec(
 SRC_GROUP = TableSpec(
     "src_group",
     52,
-    "a new connection's source address -> its endpoint group's tag in reg5 (LOCAL if on "
+    "a new connection's source MAC -> its endpoint group's tag in reg5 (LOCAL if on "
     "this host); else reg5 stays 0",
     miss="dst_group",
     next_tables=("dst_group",),
-    match=frozenset({"metadata", "eth_type", "ipv4_src", "ipv6_src"}),
+    match=frozenset({"metadata", "eth_src"}),
 )
 DST_GROUP = TableSpec(
     "dst_group",
     54,
-    "its destination address (after service DNAT) -> the group's tag in reg6, the same way",
+    "its destination MAC (after service DNAT and MAC fix-up) -> the group's tag in reg6, "
+    "the same way",
     miss="policy_out",
     next_tables=("policy_out",),
-    match=frozenset({"metadata", "eth_type", "ipv4_dst", "ipv6_dst"}),
+    match=frozenset({"metadata", "eth_dst"}),
 )
 POLICY_OUT = TableSpec(
     "policy_out",

@@ -59,6 +59,9 @@ OUT_CIDRS = ("192.0.2.0/24", "2001:db8::/32")
 OUT_NOT_NET = {WEB: [rule("out", 5, "deny", peer_cidrs=OUT_CIDRS)]}
 
 
+LINK_LOCAL = {"ipv6_src": "fe80::3", "ipv6_dst": "fe80::1"}
+
+
 def allowed(rules: Rules, pkt: Mapping[str, Any], to: Ep | int) -> bool:
     """Whether ``pkt``, a new connection on one host, reaches ``to``; an allowed one is
     committed in the network's zone."""
@@ -72,6 +75,23 @@ def allowed(rules: Rules, pkt: Mapping[str, Any], to: Ep | int) -> bool:
 
 CASES: list[tuple[str, Rules, dict[str, Any], Ep | int, bool]] = [
     ("no rule: allowed", {}, tcp(APP1, WEB1, 22), WEB1, True),
+    # Tags go by MAC, so link-local IPv6 is judged like the endpoint's other addresses.
+    ("link-local v6, no rule", {}, tcp(APP1, WEB1, 22, True, **LINK_LOCAL), WEB1, True),
+    (
+        "link-local v6, deny all in",
+        {WEB: [DENY_ALL_IN]},
+        tcp(APP1, WEB1, 22, True, **LINK_LOCAL),
+        WEB1,
+        False,
+    ),
+    ("link-local v6, from app", FROM_APP, tcp(APP1, WEB1, 22, True, **LINK_LOCAL), WEB1, True),
+    (
+        "link-local v6, deny out",
+        {APP: [rule("out", 1, "deny")]},
+        udp(APP1, WEB1, 53, True) | LINK_LOCAL,
+        WEB1,
+        False,
+    ),
     ("deny all tcp in", {WEB: [DENY_TCP_IN]}, tcp(APP1, WEB1, 80), WEB1, False),
     ("deny all tcp in: udp passes", {WEB: [DENY_TCP_IN]}, udp(APP1, WEB1, 80), WEB1, True),
     ("deny tcp at 1, allow 80 at 10: 80", ONLY_80, tcp(APP1, WEB1, 80), WEB1, True),
@@ -308,11 +328,10 @@ def test_rule_flows_sit_in_their_stage_with_the_priority_that_encodes_theirs() -
 
 
 def _tag_flows_of(flows: set[Flow], ep: Ep) -> set[Flow]:
-    addresses = {ep.ipv4, ep.ipv6}
     return {
         f
         for f in flows
-        if f.table in (SRC_GROUP.id, DST_GROUP.id) and addresses & {v for _, v in f.match}
+        if f.table in (SRC_GROUP.id, DST_GROUP.id) and ep.mac in {v for _, v in f.match}
     }
 
 
@@ -320,7 +339,7 @@ def test_what_gets_no_tag_and_no_rule_flows() -> None:
     rules = {WEB: [DENY_ALL_IN]}
     state = one_host(rules)
     flows = compile_flows(state)
-    assert len(_tag_flows_of(flows, WEB1)) == 4  # src and dst, v4 and v6
+    assert len(_tag_flows_of(flows, WEB1)) == 2  # src and dst, by MAC: any family
     assert _tag_flows_of(flows, LONER) == set()  # in no group
     # A group the state does not list: no tags.
     ghost = replace(state, endpoints=[replace(state.endpoints[0], group="t:ghost")])
@@ -337,7 +356,7 @@ def test_what_gets_no_tag_and_no_rule_flows() -> None:
     other.groups = [replace(g, network_id="other") if g.id == WEB else g for g in groups(rules)]
     other.endpoints = [e.local() for e in (WEB1, APP1)]
     flows = compile_flows(other)
-    assert _tag_flows_of(flows, WEB1) == set() and len(_tag_flows_of(flows, APP1)) == 4
+    assert _tag_flows_of(flows, WEB1) == set() and len(_tag_flows_of(flows, APP1)) == 2
     # An untracked network (no gateway port: no zone): no tags, no rules, no conntrack.
     untracked = one_host(rules)
     untracked.networks = [replace(n, gateway_port=None) for n in untracked.networks]
