@@ -24,19 +24,26 @@ def container_pid(name: str) -> int:
     return int(out.stdout.strip())
 
 
-class ContainerNet:
-    """A container's network namespace, to make sockets in."""
+class NamespaceNet:
+    """A network namespace (a name of `ip netns`, or a path), to make sockets in."""
 
-    def __init__(self, container: str, pid: int | None = None) -> None:
-        self.container = container
-        pid = container_pid(container) if pid is None else pid
-        self._ns = InNetns(f"/proc/{pid}/ns/net")
+    def __init__(self, netns: str) -> None:
+        self._ns = InNetns(netns)
 
     def socket(self, kind: int) -> socket.socket:
         return self._ns(socket.socket, socket.AF_INET, kind)
 
     def close(self) -> None:
         self._ns.close()
+
+
+class ContainerNet(NamespaceNet):
+    """A container's network namespace."""
+
+    def __init__(self, container: str, pid: int | None = None) -> None:
+        self.container = container
+        pid = container_pid(container) if pid is None else pid
+        super().__init__(f"/proc/{pid}/ns/net")
 
 
 class EchoServer:

@@ -511,6 +511,10 @@ def test_dockerd_restart_brings_restart_policy_containers_back(
 
 @pytest.fixture
 def outside() -> Iterator[str]:
+    yield from outside_namespace()
+
+
+def outside_namespace() -> Iterator[str]:
     """A namespace standing for the outside world: reachable from the host on 198.51.100.2,
     with no route back to any container subnet (only NAT'ed traffic can get an answer)."""
     ns, host_end = f"npout{uuid.uuid4().hex[:6]}", f"npo{uuid.uuid4().hex[:6]}"

@@ -14,12 +14,21 @@ import pytest
 
 from .master import MasterProcess
 from .plugin import PluginProcess
-from .probe import ContainerNet, EchoServer, echoes, tcp_opens, tcp_session, udp_answers
+from .probe import (
+    ContainerNet,
+    EchoServer,
+    NamespaceNet,
+    echoes,
+    tcp_opens,
+    tcp_session,
+    udp_answers,
+)
 from .test_docker_single_host import (
     BIN,
     IMAGE,
     RUN,
     ip_of,
+    outside_namespace,
     ping,
     restart_stopped,
     serve_stack,
@@ -29,6 +38,8 @@ from .wait import wait_for
 
 BRIDGE = "netplugin"
 RESYNCED = "resynced with the cluster"
+# test_docker_single_host's outside namespace: the host is 198.51.100.1 to it.
+OUTSIDE_HOST, OUTSIDE_CLIENT, PUBLISHED = "198.51.100.1", "198.51.100.2", 18090
 # How long a test waits for a change to reach the switch. The issue's 1 s is measured by
 # `make bench` (bench/policy.py); tests never assert on timings.
 SETTLE = 10.0
@@ -56,10 +67,10 @@ class PolicyLab:
         wait_for(lambda: docker_has_network(group), SETTLE, f"docker network {group} appears")
         return group
 
-    def container(self, group: str, port: int | None = 80) -> tuple[str, ContainerNet]:
+    def container(self, group: str, port: int | None = 80, *extra: str) -> tuple[str, ContainerNet]:
         """A container of ``group``, serving TCP and UDP echo on ``port``; its name and net."""
         name = f"{self.prefix}c{len(self.containers)}"
-        sh(*RUN, "--name", name, "--net", group, IMAGE, "sleep", "600")
+        sh(*RUN, "--name", name, "--net", group, *extra, IMAGE, "sleep", "600")
         self.containers.append(name)
         net = self.nets[name] = ContainerNet(name)
         if port is not None:
@@ -106,6 +117,11 @@ def stack(
 @pytest.fixture(autouse=True)
 def stack_up(stack: tuple[MasterProcess, PluginProcess]) -> None:
     restart_stopped(stack)
+
+
+@pytest.fixture
+def outside() -> Iterator[str]:
+    yield from outside_namespace()
 
 
 _SUBNETS = iter(range(100, 200))
@@ -218,6 +234,25 @@ def test_traffic_from_the_host_is_judged_by_from_address_rules(lab: PolicyLab) -
     lab.netctl("group", "update", "-p", p, web)
     wait_for(lambda: not tcp_opens(host, wip, 80), SETTLE, "tcp from the host is denied")
     assert ping(w, gateway)  # web's own traffic to the gateway is not "in"
+
+
+def test_published_ports_clients_are_judged_by_their_own_address(
+    lab: PolicyLab, outside: str
+) -> None:
+    """A client outside the host reaches a published port with its own address as the
+    source (DNAT, no SNAT): a `fromIpAddress` rule judges it, and only it."""
+    web = lab.group("web")
+    w, _ = lab.container(web, 80, "-p", f"{OUTSIDE_HOST}:{PUBLISHED}:80")
+    client = NamespaceNet(outside)
+    try:
+        wait_for(lambda: tcp_opens(client, OUTSIDE_HOST, PUBLISHED), SETTLE, "published port")
+        p = lab.policy("noout")
+        lab.netctl("policy", "rule-add", p, "1", "-d", "in", "-i", OUTSIDE_CLIENT, "-j", "deny")
+        lab.netctl("group", "update", "-p", p, web)
+        wait_for(lambda: not tcp_opens(client, OUTSIDE_HOST, PUBLISHED), SETTLE, "outside denied")
+        assert tcp_opens(HostNet(), ip_of(w), 80)  # the host, from the gateway: not that CIDR
+    finally:
+        client.close()
 
 
 class HostNet:
