@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 from flask.testing import FlaskClient
+from real_master import real_master
 
 from master.app import create_app
 from master.service import ClusterState
@@ -27,3 +29,12 @@ def state(tmp_path: Path) -> Iterator[ClusterState]:
 @pytest.fixture
 def client(state: ClusterState) -> FlaskClient:
     return create_app(state).test_client()
+
+
+@pytest.fixture
+def master_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[requests.Session]:
+    """A session into the real master (netctl's tests); a master that cannot be built fails
+    the test."""
+    monkeypatch.delenv("NETMASTER", raising=False)
+    with real_master(tmp_path) as master:
+        yield master.session()

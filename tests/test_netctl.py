@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import requests
-from real_master import real_master
 
 from netctl import __version__
 from netctl.cli import main, render_table
@@ -655,14 +652,6 @@ def test_usage_errors_exit_2(
 
 
 # --- against the real master app ---
-
-
-@pytest.fixture
-def master_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[requests.Session]:
-    """A session into the real master; a master that cannot be built fails the test."""
-    monkeypatch.delenv("NETMASTER", raising=False)
-    with real_master(tmp_path) as master:
-        yield master.session()
 
 
 def test_against_real_master_app(

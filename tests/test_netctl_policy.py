@@ -5,13 +5,10 @@ app (no network)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
-from real_master import real_master
 from test_netctl import FakeSession, run
 
 
@@ -275,13 +272,6 @@ def test_create_and_update_print_json_only_when_asked(
 
 
 # --- against the real master app ---
-
-
-@pytest.fixture
-def master_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[requests.Session]:
-    monkeypatch.delenv("NETMASTER", raising=False)
-    with real_master(tmp_path) as master:
-        yield master.session()
 
 
 def test_policies_and_rules_against_the_real_master_app(
