@@ -30,6 +30,11 @@ class _Model(BaseModel):
         return self.model_dump(by_alias=True, mode="json")
 
 
+def group_id(tenant: str, group: str) -> str:
+    """TENANT:NAME of an endpoint group ("" for no group), as the datapath names it."""
+    return f"{tenant or 'default'}:{group}" if group else ""
+
+
 class Tenant(_Model):
     key: str | None = Field(default=None, exclude=True)
     tenantName: Name
@@ -187,7 +192,7 @@ class Endpoint(_Model):
     @property
     def group_id(self) -> str:
         """TENANT:NAME of the endpoint's group ("" outside one)."""
-        return f"{self.tenantName or 'default'}:{self.groupName}" if self.groupName else ""
+        return group_id(self.tenantName, self.groupName)
 
     def dump(self) -> dict[str, Any]:
         return {"key": self.id, **super().dump()}

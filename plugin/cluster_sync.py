@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from common.models import Endpoint
@@ -16,7 +16,7 @@ from datapath.pipeline import RemoteEndpointState
 from datapath.policy import GroupState
 
 from .cluster import ClusterView, peers, remote_endpoints
-from .policy_view import group_states
+from .policy_view import Unresolved, group_states
 
 log = logging.getLogger("netplugin")
 
@@ -60,6 +60,7 @@ class ClusterSync:
         self.host = host
         self._poke = threading.Event()
         self._last: Any = None
+        self._unresolved: set[Unresolved] = set()  # logged already
         self._thread = threading.Thread(target=self._run, name="cluster-sync", daemon=True)
 
     def start(self) -> ClusterSync:
@@ -77,7 +78,12 @@ class ClusterSync:
             if not self.agent.ready:
                 continue  # resync applies the first view itself
             try:
-                current = cluster_state(self.view, self.host, self.view.endpoints.values())
+                current, unresolved = cluster_state(
+                    self.view, self.host, self.view.endpoints.values()
+                )
+                # Every endpoint change anywhere comes here: a rule left out is logged once.
+                log_unresolved(set(unresolved) - self._unresolved)
+                self._unresolved = set(unresolved)
                 if current != self._last:
                     self.agent.set_cluster(*current)
                     self._last = current
@@ -87,23 +93,29 @@ class ClusterSync:
                 self._poke.set()
 
 
-def cluster_state(view: ClusterView, host: str, endpoints: Mapping[str, Endpoint]) -> ClusterState:
+def log_unresolved(unresolved: Iterable[Unresolved]) -> None:
+    for u in unresolved:
+        log.warning("endpoint group %s: rule %s is not enforced: %s", u.group, u.rule, u.reason)
+
+
+def cluster_state(
+    view: ClusterView, host: str, endpoints: Mapping[str, Endpoint]
+) -> tuple[ClusterState, list[Unresolved]]:
     """(peers, their endpoints, ARP mode, groups): what the datapath needs of the cluster
-    beyond this host's own endpoints."""
+    beyond this host's own endpoints; and the rules it cannot be told of."""
     eps = list(endpoints.values())
     groups, unresolved = group_states(
         view.groups.values().values(),
         view.rules.values().values(),
         view.networks.values().values(),
     )
-    for u in unresolved:
-        log.warning("endpoint group %s: rule %s is not enforced: %s", u.group, u.rule, u.reason)
-    return (
+    state = (
         peers(host, view.hosts.values(), view.vteps.values(), eps),
         remote_endpoints(host, eps),
         view.arp_mode(),
         groups,
     )
+    return state, unresolved
 
 
 def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]:
@@ -112,7 +124,8 @@ def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]
     endpoints = view.endpoints.values()
     local_eps = [local_endpoint(e) for e in endpoints.values() if e.host == host]
     used = {e.network_id for e in local_eps}
-    peer_vteps, remotes, arp_mode, groups = cluster_state(view, host, endpoints)
+    (peer_vteps, remotes, arp_mode, groups), unresolved = cluster_state(view, host, endpoints)
+    log_unresolved(unresolved)
     return agent.resync(
         [n for nid, n in nets.items() if nid in used],
         local_eps,

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from common.models import NAME_RE, EndpointRequest, Network
+from common.models import NAME_RE, EndpointRequest, Network, group_id
 
 from . import schemas as s
 from .ipam_driver import IpamDriver
@@ -318,9 +318,14 @@ class Driver(IpamDriver):
         ipv4, ipv6 = ep.ipAddress or ipv4, ep.ipv6Address or ipv6
         try:
             plugging.result()
-            group = f"{ref.tenant}:{ref.group}" if ref.group else ""
             ifname = self.datapath.create_endpoint_port(
-                req.EndpointID, net, mac, ipv4, ipv6, self.mtu, group=group
+                req.EndpointID,
+                net,
+                mac,
+                ipv4,
+                ipv6,
+                self.mtu,
+                group=group_id(ref.tenant, ref.group),
             )
         except Exception as failure:
             log.exception("endpoint %s: datapath port failed; freeing it on the master", ep)
