@@ -5,7 +5,7 @@ DATA_DIR  ?= /var/lib/netplugin
 LISTEN    ?= 127.0.0.1:9999
 PYTEST    ?= $(BIN)/pytest
 
-.PHONY: run test unit integration bench fuzz lint fmt deps lock clean
+.PHONY: run test unit integration bench fuzz lint fmt deps lock clean plugin
 
 ## make deps: the system packages, and a venv with the Python packages pinned in constraints.txt.
 deps:
@@ -18,6 +18,11 @@ lock:
 ## make run: install what is missing, then run netplugin in the foreground (Ctrl-C stops it).
 run: deps
 	@scripts/run.sh
+
+## make plugin: build the managed (v2) plugin and `docker plugin create` it (PLUGIN=NAME:TAG,
+## PUSH=1 to push it to the registry its name starts with). README: "Managed plugin".
+plugin: deps
+	@VENV=$(VENV) scripts/build-plugin.sh
 
 ## make test: the whole suite (unit + integration against real etcd/OVS/dockerd).
 test: deps

@@ -74,6 +74,22 @@ def parser() -> EnvArgumentParser:
         help="seconds between full audits of the switch's flows and our iptables chains "
         "(repairs changes made behind netplugin's back); 0 disables",
     )
+    p.add_argument(
+        "--plugin-name",
+        default="",
+        help="the driver name dockerd knows this agent by (default: netplugin; as a managed "
+        "plugin, its NAME:TAG, asked of dockerd)",
+    )
+    p.add_argument(
+        "--proc-sys",
+        default="/proc/sys",
+        help="the host's /proc/sys, writable (a managed plugin's is read-only: /host/proc/sys)",
+    )
+    p.add_argument(
+        "--managed",
+        action="store_true",
+        help="running as a Docker managed (v2) plugin (set by its config.json)",
+    )
     return p
 
 

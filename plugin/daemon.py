@@ -23,6 +23,7 @@ from datapath.hostnat import Iptables, PortMapping
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
+from datapath.veth import NetlinkLinks
 from store import Store, StoreError
 from store.startup import open_store_at_start
 
@@ -34,6 +35,7 @@ from .docker_sync import ClusterNetwork, DockerSync, cluster_networks_in
 from .driver import Driver
 from .master_client import MasterClient, leader_url_from_store
 from .options import PortBinding
+from .plugin_name import DriverName
 from .server import make_socket_server
 
 log = logging.getLogger("netplugin")
@@ -123,6 +125,10 @@ class LocalDocker:
         if self.docker_host:
             return docker.DockerClient(base_url=self.docker_host, **kwargs)
         return docker.from_env(**kwargs)
+
+    def plugins(self) -> list[dict[str, Any]]:
+        """dockerd's plugins, as GET /plugins lists them."""
+        return list(self.client().api.plugins())
 
     def _network(self, network_id: str) -> Any:
         from docker.errors import NotFound
@@ -236,13 +242,16 @@ def run(args: Any) -> None:
         vlan_uplink=args.vlan_if,
         tunnels=underlay is not None,
     )
-    agent = DatapathAgent(config, ovs, controller, Iptables())
+    agent = DatapathAgent(config, ovs, controller, Iptables(), links=NetlinkLinks(args.proc_sys))
     controller.on_connect = agent.switch_connected
     agent.start()
 
     docker = LocalDocker(args.docker_host)
     docker_sync = DockerSync(
-        docker.client, lambda: fresh_cluster_networks(store), events=docker.new_client
+        docker.client,
+        lambda: fresh_cluster_networks(store),
+        events=docker.new_client,
+        driver=DriverName(args.plugin_name, args.managed, docker.plugins),
     )
     cluster_sync: ClusterSync | None = None
 

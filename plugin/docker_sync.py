@@ -137,8 +137,11 @@ class Plan(NamedTuple):
     blocked: list[tuple[ClusterNetwork, str]]
 
 
-def plan(cluster: Iterable[ClusterNetwork], docker: Iterable[DockerNetwork]) -> Plan:
-    """What makes this docker mirror the cluster's networks and groups.
+def plan(
+    cluster: Iterable[ClusterNetwork], docker: Iterable[DockerNetwork], driver: str = DRIVER
+) -> Plan:
+    """What makes this docker mirror the cluster's networks and groups (``driver``: the
+    name dockerd knows us by, plugin.plugin_name).
 
     A docker network of our driver that stands for no cluster network or group is removed;
     one we cannot map at all (made by hand with our driver, its cluster network deleted) is
@@ -152,8 +155,8 @@ def plan(cluster: Iterable[ClusterNetwork], docker: Iterable[DockerNetwork]) -> 
     remove: list[DockerNetwork] = []
     holders: dict[str, str] = {}
     for d in docker:
-        key = cluster_key(d, by_docker_id) if d.driver == DRIVER else None
-        if d.driver != DRIVER:
+        key = cluster_key(d, by_docker_id) if d.driver == driver else None
+        if d.driver != driver:
             holders[d.name] = f"docker network {d.name} of driver {d.driver or '?'}"
         elif key is not None and key in nets:
             present.add(key)
@@ -174,7 +177,7 @@ def plan(cluster: Iterable[ClusterNetwork], docker: Iterable[DockerNetwork]) -> 
     return Plan(create, remove, blocked)
 
 
-def create_args(net: ClusterNetwork) -> dict[str, Any]:
+def create_args(net: ClusterNetwork, driver: str = DRIVER) -> dict[str, Any]:
     """docker SDK networks.create() arguments for a cluster network or group."""
     from docker.types import IPAMConfig, IPAMPool
 
@@ -188,9 +191,9 @@ def create_args(net: ClusterNetwork) -> dict[str, Any]:
         pools.append(IPAMPool(subnet=net.ipv6_subnet, gateway=net.ipv6_gateway or None))
     return {
         "name": net.docker_name,
-        "driver": DRIVER,
+        "driver": driver,
         "options": opts,
-        "ipam": IPAMConfig(driver=DRIVER, pool_configs=pools, options=opts),
+        "ipam": IPAMConfig(driver=driver, pool_configs=pools, options=opts),
         "enable_ipv6": bool(net.ipv6_subnet),
         "internal": net.internal,
         "labels": {MANAGED_LABEL: "true"},
@@ -224,12 +227,15 @@ class DockerSync:
         cluster: Callable[[], list[ClusterNetwork] | None],
         interval: float = 30.0,
         events: Callable[[], Any] | None = None,
+        driver: Callable[[], str] = lambda: DRIVER,
     ) -> None:
         self.client = client  # a docker.DockerClient, made on first use
         self.cluster = cluster  # None while the cluster state is not known yet
         self.interval = interval
         # A client for dockerd's event stream (its own: a stream holds its connection).
         self.events = events
+        # Our driver name (plugin.plugin_name.DriverName): may raise until dockerd answers.
+        self.driver = driver
         self._poke = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="docker-sync", daemon=True)
@@ -272,7 +278,7 @@ class DockerSync:
                 for event in stream:
                     if self._stop.is_set():
                         return
-                    name = destroyed_network_of(event)
+                    name = destroyed_network_of(event, self.driver())
                     if name is not None:
                         log.info("docker network %s was removed here; checking the cluster", name)
                         self.poke()
@@ -310,6 +316,7 @@ class DockerSync:
     def sync_once(self) -> tuple[list[str], list[str]]:
         """One pass; returns the docker names created and removed."""
         client = self.client()
+        driver = self.driver()
         # docker first, the cluster after: a network docker shows has its cluster record
         # already (the driver wrote it in CreateNetwork), so it is never taken for stale.
         docker = [
@@ -319,7 +326,7 @@ class DockerSync:
         cluster = self.cluster()
         if cluster is None:
             return [], []
-        create, remove, blocked = plan(cluster, docker)
+        create, remove, blocked = plan(cluster, docker, driver)
         self._log_blocked(blocked)
         made, gone = [], []
         # Removals first: a name they free may be the one a creation wants (a group deleted
@@ -333,7 +340,7 @@ class DockerSync:
                 log.warning("docker network %s: cannot remove it: %s", d.name, e)
         for net in create:
             try:
-                client.networks.create(**create_args(net))
+                client.networks.create(**create_args(net, driver))
                 made.append(net.docker_name)
                 log.info("docker network %s created for %s", net.docker_name, net.what)
             except Exception as e:

@@ -307,3 +307,17 @@ def wait(cond: Callable[[], bool], timeout: float = 5.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.01)
+
+
+def test_a_managed_plugin_compares_and_creates_under_its_full_name() -> None:
+    """Docker records a managed plugin's networks as NAME:TAG: the socket plugin's name
+    would take every one of them for another driver's."""
+    name = "reg:5000/netplugin:2.0"
+    ours = DockerNetwork("a", "web", name, {"tenant": "default", "network": "web"})
+    stale = DockerNetwork("b", "old", name, {"tenant": "default", "network": "old"})
+    create, remove, blocked = plan([WEB, DB], [ours, stale], driver=name)
+    assert [n.docker_name for n in create] == ["db/blue"] and remove == [stale] and not blocked
+    args = create_args(DB, name)
+    assert args["driver"] == args["ipam"]["Driver"] == name
+    assert destroyed_network_of(destroy_event("web", name), name) == "web"
+    assert destroyed_network_of(destroy_event("web"), name) is None

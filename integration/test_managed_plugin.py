@@ -1,0 +1,301 @@
+"""netplugin as a Docker managed (v2) plugin, with the real docker CLI: `make plugin`'s build
+and `docker plugin create`, enable, networks and containers on `NAME:TAG`, disable/enable
+and a dockerd restart under running containers, `docker plugin rm`, and `docker plugin
+install` from a registry started here (Debian's docker-registry on 127.0.0.1).
+
+The plugin gets its own bridge, OpenFlow port, netmaster port and data directory through
+`docker plugin set`, so it touches nothing of a netplugin the host may run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, restart_dockerd
+from .master import VENV_BIN, free_port
+from .wait import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (docker, debootstrap)")
+
+
+def docker(*args: str, check: bool = True, timeout: float = 120) -> str:
+    res = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)}: {res.stderr.strip() or res.stdout}")
+    return res.stdout.strip()
+
+
+def build(name: str, build_dir: Path, push: bool = False) -> str:
+    """`make plugin` (scripts/build-plugin.sh) for ``name``; returns its output."""
+    env = {
+        **os.environ,
+        "VENV": str(VENV_BIN.parent),
+        "PLUGIN": name,
+        "BUILD": str(build_dir),
+        "PUSH": "1" if push else "",
+    }
+    res = subprocess.run(
+        ["scripts/build-plugin.sh"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stderr + res.stdout
+    return res.stdout
+
+
+class Plugin:
+    """One managed netplugin under test, configured away from the host's own netplugin."""
+
+    def __init__(self, name: str, data: Path) -> None:
+        self.name = name
+        self.data = data
+        self.bridge = "npv2" + uuid.uuid4().hex[:6]
+        self.master_port = free_port()
+        self.master_url = f"http://127.0.0.1:{self.master_port}"
+        self.settings = [
+            f"data.source={data}",
+            f"NETPLUGIN_BRIDGE={self.bridge}",
+            f"NETPLUGIN_OF_PORT={free_port()}",
+            f"NETPLUGIN_MASTER_LISTEN=127.0.0.1:{self.master_port}",
+            "NETPLUGIN_AUDIT_INTERVAL=0",
+        ]
+
+    def configure(self) -> None:
+        docker("plugin", "set", self.name, *self.settings)
+
+    def enable(self) -> None:
+        docker("plugin", "enable", self.name, timeout=60)
+
+    def enabled(self) -> bool:
+        return docker("plugin", "inspect", "-f", "{{.Enabled}}", self.name, check=False) == "true"
+
+    def netctl(self, *args: str) -> str:
+        res = subprocess.run(
+            [str(VENV_BIN / "netctl"), "--netmaster", self.master_url, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    def network(self, name: str, subnet: str) -> None:
+        docker(
+            "network", "create", "-d", self.name, "--ipam-driver", self.name,
+            "--subnet", subnet, "--label", TEST_LABEL, name,
+        )  # fmt: skip
+
+    def remove(self) -> None:
+        """Everything on the plugin, then the plugin, its bridge and its data."""
+        for c in docker("ps", "-aq", "--filter", f"label={TEST_LABEL}", check=False).split():
+            docker("rm", "-f", c, check=False)
+        for n in docker(
+            "network", "ls", "-q", "--filter", f"driver={self.name}", check=False
+        ).split():
+            docker("network", "rm", n, check=False)
+        docker("plugin", "rm", "-f", self.name, check=False)
+        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", self.bridge], check=False)
+
+
+def run(name: str, net: str, *cmd: str, restart: bool = False) -> str:
+    extra = ["--restart", "always"] if restart else []
+    return docker(
+        "run", "-d", "--name", name, "--net", net, "--label", TEST_LABEL, *extra,
+        BUSYBOX_IMAGE, *cmd,
+    )  # fmt: skip
+
+
+def ip_of(container: str) -> str:
+    return docker(
+        "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", container
+    )
+
+
+def ping_counts(container: str, ip: str, count: int, interval: str = "0.1") -> tuple[int, int]:
+    out = docker("exec", container, "ping", "-q", "-i", interval, "-c", str(count), ip, check=False)
+    for line in out.splitlines():
+        if "packets transmitted" in line:
+            sent, received = line.split(",")[:2]
+            return int(sent.split()[0]), int(received.split()[0])
+    raise AssertionError(f"no ping summary: {out}")
+
+
+def http_get(from_container: str, ip: str) -> str:
+    """One TCP request/response through busybox nc to the httpd of ``ip``."""
+    return docker(
+        "exec", from_container, "sh", "-c",
+        f"printf 'GET /etc/hostname HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} 80 | tail -1",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    ensure_test_image()
+    name = f"netplugin-test-{uuid.uuid4().hex[:6]}:v2"
+    build_dir = tmp_path_factory.mktemp("plugin")
+    out = build(name, build_dir)
+    assert f"created {name}" in out
+    try:
+        yield name, build_dir
+    finally:
+        docker("plugin", "rm", "-f", name, check=False)
+
+
+@pytest.fixture
+def plugin(built: tuple[str, Path], tmp_path: Path) -> Iterator[Plugin]:
+    p = Plugin(built[0], tmp_path / "data")
+    p.data.mkdir()
+    try:
+        yield p
+    finally:
+        p.remove()
+
+
+def test_manifest_declares_both_drivers_and_the_settings(built: tuple[str, Path]) -> None:
+    config = json.loads((built[1] / "config.json").read_text())
+    assert config["interface"]["types"] == ["docker.networkdriver/1.0", "docker.ipamdriver/1.0"]
+    inspect = json.loads(docker("plugin", "inspect", built[0]))[0]
+    settable = {e["Name"] for e in inspect["Config"]["Env"] if "value" in (e["Settable"] or [])}
+    # Every agent flag an operator changes has its variable, and docker knows it.
+    for var in ("NETPLUGIN_ETCD_ENDPOINTS", "NETPLUGIN_NETMASTER", "NETPLUGIN_VTEP_IP",
+                "NETPLUGIN_VLAN_IF", "NETPLUGIN_HOST", "NETPLUGIN_LOG_LEVEL"):  # fmt: skip
+        assert var in settable
+    assert inspect["Enabled"] is False
+
+
+def test_lifecycle_with_running_containers(plugin: Plugin) -> None:
+    plugin.configure()
+    plugin.enable()
+    # Docker records the driver as NAME:TAG; both drivers answer under it.
+    plugin.network("v2net", "10.231.0.0/24")
+    run("v2-a", "v2net", "httpd", "-f", "-p", "80", "-h", "/", restart=True)
+    run("v2-b", "v2net", "sleep", "3600", restart=True)
+    a, b = ip_of("v2-a"), ip_of("v2-b")
+    assert ping_counts("v2-b", a, 3) == (3, 3)
+    assert http_get("v2-b", a) == docker("exec", "v2-a", "hostname")
+
+    # A network made with netctl reaches docker under the plugin's full name.
+    plugin.netctl("net", "create", "-s", "10.232.0.0/24", "v2ctl")
+    wait_for(
+        lambda: "v2ctl" in docker("network", "ls", "--filter", f"driver={plugin.name}"),
+        30,
+        "the docker sync creates v2ctl with the plugin's NAME:TAG",
+    )
+
+    # disable/enable while containers talk: the switch keeps forwarding.
+    pinger = subprocess.Popen(
+        ["docker", "exec", "v2-b", "ping", "-q", "-i", "0.05", "-c", "200", a],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    docker("plugin", "disable", "-f", plugin.name)
+    assert not plugin.enabled()
+    plugin.enable()
+    out, _ = pinger.communicate(timeout=60)
+    summary = next(line for line in out.splitlines() if "packets transmitted" in line)
+    sent, received = (int(part.split()[0]) for part in summary.split(",")[:2])
+    assert (sent, received) == (200, 200), summary
+    # The agent is back: a new container gets an address and talks.
+    run("v2-c", "v2net", "sleep", "3600")
+    assert ping_counts("v2-c", a, 2) == (2, 2)
+
+    # A dockerd restart: plugins start before dockerd's API listens; containers with a
+    # restart policy come back on their addresses.
+    restart_dockerd()
+    wait_for(plugin.enabled, 60, "the plugin enabled after dockerd's restart")
+    wait_for(
+        lambda: (
+            docker("inspect", "-f", "{{.State.Running}}", "v2-b", check=False) == "true"
+            and docker("inspect", "-f", "{{.State.Running}}", "v2-a", check=False) == "true"
+        ),
+        90,
+        "v2-a and v2-b restarted by dockerd",
+    )
+    assert (ip_of("v2-a"), ip_of("v2-b")) == (a, b)
+    wait_for(lambda: ping_counts("v2-b", a, 1)[1] == 1, 30, "v2-b reaches v2-a after the restart")
+    assert http_get("v2-b", a) == docker("exec", "v2-a", "hostname")
+
+    # `docker plugin rm` once nothing uses it: its processes are gone.
+    plugin_id = docker("plugin", "inspect", "-f", "{{.Id}}", plugin.name)
+    for c in ("v2-a", "v2-b", "v2-c"):
+        docker("rm", "-f", c)
+    plugin.netctl("net", "rm", "v2ctl")
+    docker("network", "rm", "v2net")
+    docker("plugin", "disable", plugin.name)
+    docker("plugin", "rm", plugin.name)
+    assert docker("plugin", "inspect", plugin.name, check=False) == "[]" or not plugin.enabled()
+    assert not Path(f"/run/docker/plugins/{plugin_id}").exists()
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "plugin.managed" not in ps
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[str]:
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        pytest.fail("docker-registry is not installed (scripts/bootstrap.sh installs it)")
+    port = free_port()
+    config = tmp_path / "registry.yml"
+    config.write_text(
+        "version: 0.1\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {tmp_path / 'blobs'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\n"
+    )
+    proc = subprocess.Popen(
+        [binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+
+        def answers() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"docker-registry exited ({proc.returncode})")
+            try:
+                return requests.get(f"http://127.0.0.1:{port}/v2/", timeout=1).ok
+            except requests.RequestException:
+                return False
+
+        wait_for(answers, 30, "the registry answers")
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_install_from_a_registry(built: tuple[str, Path], registry: str, tmp_path: Path) -> None:
+    # docker refuses a second plugin with a byte-identical rootfs: the local one goes first.
+    docker("plugin", "rm", "-f", built[0], check=False)
+    remote = f"{registry}/netplugin:test"
+    try:
+        out = build(remote, tmp_path / "build", push=True)
+        assert f"created {remote}" in out
+        docker("plugin", "rm", "-f", remote)
+        assert docker("plugin", "inspect", remote, check=False) == "[]"
+        plugin = Plugin(remote, tmp_path / "data")
+        plugin.data.mkdir()
+        try:
+            docker(
+                "plugin", "install", "--grant-all-permissions", "--disable", remote,
+                *plugin.settings, timeout=300,
+            )  # fmt: skip
+            plugin.enable()
+            plugin.network("v2reg", "10.233.0.0/24")
+            run("v2-r1", "v2reg", "sleep", "3600")
+            run("v2-r2", "v2reg", "sleep", "3600")
+            assert ping_counts("v2-r2", ip_of("v2-r1"), 2) == (2, 2)
+        finally:
+            plugin.remove()
+    finally:
+        docker("plugin", "rm", "-f", remote, check=False)
