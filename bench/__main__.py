@@ -151,6 +151,7 @@ def datapath_section(r: dict) -> list[str]:
         f"{run['bridge']:.2f} s | {run['netplugin'] / run['bridge']:.2f} |",
         f"| iperf3 container to container, 5 s | {ip['netplugin']:.2f} Gbit/s | "
         f"{ip['bridge']:.2f} Gbit/s | {ip['netplugin'] / ip['bridge']:.2f} |",
+        *managed_lines(run),
         "",
         f"Driver call latency, {lat['n']} endpoints: Docker's calls sent straight to the plugin",
         "socket, each over a real master and real OVS ports and flows.",
@@ -187,6 +188,25 @@ def datapath_section(r: dict) -> list[str]:
         "",
         *churn_section(r["churn"]),
         *offload_lines(r),
+    ]
+
+
+def managed_lines(run: dict) -> list[str]:
+    """`docker run` on the managed (v2) plugin beside the socket plugin and the bridge."""
+    m = run.get("managed")
+    if not m:
+        return []
+    return [
+        "",
+        f"The managed (v2) plugin (`make plugin`: {m['rootfs_mb']} MB rootfs, "
+        f"{m['make_plugin_s']:.0f} s to build and create with the Debian base cached, "
+        f"`docker plugin enable` {m['enable_s']:.1f} s), measured after the socket plugin stopped:",
+        "",
+        "| `docker run --rm … true`, median of 10 | managed plugin | socket plugin | bridge |"
+        " managed / socket | managed / bridge |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| seconds | {m['docker_run']:.2f} | {run['netplugin']:.2f} | {run['bridge']:.2f} | "
+        f"{m['docker_run'] / run['netplugin']:.2f} | {m['docker_run'] / run['bridge']:.2f} |",
     ]
 
 
@@ -394,7 +414,7 @@ def main() -> int:
             ld = leader.run(etcd.endpoint, work)
         finally:
             etcd.stop()
-        dp = datapath.run(work)
+        dp = datapath.run_with_managed(work)
         mh = multihost.run(work)
         kv = kvxlan.run_designs(work)
     lines = [

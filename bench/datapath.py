@@ -397,3 +397,13 @@ def run(workdir: Path) -> dict[str, Any]:
         subprocess.run(["docker", "network", "rm", ours, bridge], capture_output=True)
         plugin.stop()
         master.stop()
+
+
+def run_with_managed(workdir: Path) -> dict[str, Any]:
+    """run(), then `docker run` on the managed plugin (once the socket plugin has stopped:
+    two agents on one host would share our iptables chains)."""
+    from bench import managed
+
+    result = run(workdir)
+    result["docker_run"]["managed"] = managed.run(workdir)
+    return result

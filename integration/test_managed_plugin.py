@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -21,93 +22,11 @@ import pytest
 import requests
 
 from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, restart_dockerd
-from .master import VENV_BIN, free_port
+from .managed import Plugin, build, docker
+from .master import free_port
 from .wait import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (docker, debootstrap)")
-
-
-def docker(*args: str, check: bool = True, timeout: float = 120) -> str:
-    res = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
-    if check and res.returncode != 0:
-        raise AssertionError(f"docker {' '.join(args)}: {res.stderr.strip() or res.stdout}")
-    return res.stdout.strip()
-
-
-def build(name: str, build_dir: Path, push: bool = False) -> str:
-    """`make plugin` (scripts/build-plugin.sh) for ``name``; returns its output."""
-    env = {
-        **os.environ,
-        "VENV": str(VENV_BIN.parent),
-        "PLUGIN": name,
-        "BUILD": str(build_dir),
-        "PUSH": "1" if push else "",
-    }
-    res = subprocess.run(
-        ["scripts/build-plugin.sh"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert res.returncode == 0, res.stderr + res.stdout
-    return res.stdout
-
-
-class Plugin:
-    """One managed netplugin under test, configured away from the host's own netplugin."""
-
-    def __init__(self, name: str, data: Path) -> None:
-        self.name = name
-        self.data = data
-        self.bridge = "npv2" + uuid.uuid4().hex[:6]
-        self.master_port = free_port()
-        self.master_url = f"http://127.0.0.1:{self.master_port}"
-        self.settings = [
-            f"data.source={data}",
-            f"NETPLUGIN_BRIDGE={self.bridge}",
-            f"NETPLUGIN_OF_PORT={free_port()}",
-            f"NETPLUGIN_MASTER_LISTEN=127.0.0.1:{self.master_port}",
-            "NETPLUGIN_AUDIT_INTERVAL=0",
-        ]
-
-    def configure(self) -> None:
-        docker("plugin", "set", self.name, *self.settings)
-
-    def enable(self) -> None:
-        docker("plugin", "enable", self.name, timeout=60)
-
-    def enabled(self) -> bool:
-        return docker("plugin", "inspect", "-f", "{{.Enabled}}", self.name, check=False) == "true"
-
-    def netctl(self, *args: str) -> str:
-        res = subprocess.run(
-            [str(VENV_BIN / "netctl"), "--netmaster", self.master_url, *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert res.returncode == 0, res.stderr
-        return res.stdout
-
-    def network(self, name: str, subnet: str) -> None:
-        docker(
-            "network", "create", "-d", self.name, "--ipam-driver", self.name,
-            "--subnet", subnet, "--label", TEST_LABEL, name,
-        )  # fmt: skip
-
-    def remove(self) -> None:
-        """Everything on the plugin, then the plugin, its bridge and its data."""
-        for c in docker("ps", "-aq", "--filter", f"label={TEST_LABEL}", check=False).split():
-            docker("rm", "-f", c, check=False)
-        for n in docker(
-            "network", "ls", "-q", "--filter", f"driver={self.name}", check=False
-        ).split():
-            docker("network", "rm", n, check=False)
-        docker("plugin", "rm", "-f", self.name, check=False)
-        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", self.bridge], check=False)
 
 
 def run(name: str, net: str, *cmd: str, restart: bool = False) -> str:
@@ -131,6 +50,19 @@ def ping_counts(container: str, ip: str, count: int, interval: str = "0.1") -> t
             sent, received = line.split(",")[:2]
             return int(sent.split()[0]), int(received.split()[0])
     raise AssertionError(f"no ping summary: {out}")
+
+
+def agent_pid() -> int | None:
+    """The managed plugin's agent process (python -m plugin.cli), if one runs."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmdline[1:3] == [b"-m", b"plugin.cli"] and b"/opt/netplugin" in cmdline[0]:
+                return int(entry.name)
+    return None
 
 
 def http_get(from_container: str, ip: str) -> str:
@@ -212,6 +144,23 @@ def test_lifecycle_with_running_containers(plugin: Plugin) -> None:
     run("v2-c", "v2net", "sleep", "3600")
     assert ping_counts("v2-c", a, 2) == (2, 2)
 
+    # The agent dies: the plugin exits, dockerd starts it again, traffic never stops.
+    agent = agent_pid()
+    assert "--host-ttl 12" in Path(f"/proc/{agent}/cmdline").read_text().replace("\0", " ")
+    pinger = subprocess.Popen(
+        ["docker", "exec", "v2-b", "ping", "-q", "-i", "0.05", "-c", "100", a],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    os.kill(agent, signal.SIGKILL)
+    wait_for(lambda: agent_pid() not in (None, agent), 60, "dockerd restarts the plugin")
+    out, _ = pinger.communicate(timeout=60)
+    summary = next(line for line in out.splitlines() if "packets transmitted" in line)
+    assert summary.startswith("100 packets transmitted, 100 packets received"), summary
+    wait_for(lambda: http_get("v2-b", a) == docker("exec", "v2-a", "hostname"), 30, "TCP")
+    run("v2-d", "v2net", "sleep", "3600")
+    assert ping_counts("v2-d", a, 1) == (1, 1)
+
     # A dockerd restart: plugins start before dockerd's API listens; containers with a
     # restart policy come back on their addresses.
     restart_dockerd()
@@ -230,7 +179,7 @@ def test_lifecycle_with_running_containers(plugin: Plugin) -> None:
 
     # `docker plugin rm` once nothing uses it: its processes are gone.
     plugin_id = docker("plugin", "inspect", "-f", "{{.Id}}", plugin.name)
-    for c in ("v2-a", "v2-b", "v2-c"):
+    for c in ("v2-a", "v2-b", "v2-c", "v2-d"):
         docker("rm", "-f", c)
     plugin.netctl("net", "rm", "v2ctl")
     docker("network", "rm", "v2net")

@@ -1,0 +1,98 @@
+"""A managed (v2) netplugin under test or benchmark: `make plugin`'s build, and one plugin
+configured through `docker plugin set` away from the host's own netplugin (its own bridge,
+OpenFlow port, netmaster port and data directory)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+from .host import TEST_LABEL
+from .master import VENV_BIN, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def docker(*args: str, check: bool = True, timeout: float = 120) -> str:
+    res = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)}: {res.stderr.strip() or res.stdout}")
+    return res.stdout.strip()
+
+
+def build(name: str, build_dir: Path, push: bool = False) -> str:
+    """`make plugin` (scripts/build-plugin.sh) for ``name``; returns its output."""
+    env = {
+        **os.environ,
+        "VENV": str(VENV_BIN.parent),
+        "PLUGIN": name,
+        "BUILD": str(build_dir),
+        "PUSH": "1" if push else "",
+    }
+    res = subprocess.run(
+        ["scripts/build-plugin.sh"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert res.returncode == 0, res.stderr + res.stdout
+    return res.stdout
+
+
+class Plugin:
+    """One managed netplugin under test, configured away from the host's own netplugin."""
+
+    def __init__(self, name: str, data: Path) -> None:
+        self.name = name
+        self.data = data
+        self.bridge = "npv2" + uuid.uuid4().hex[:6]
+        self.master_port = free_port()
+        self.master_url = f"http://127.0.0.1:{self.master_port}"
+        self.settings = [
+            f"data.source={data}",
+            f"NETPLUGIN_BRIDGE={self.bridge}",
+            f"NETPLUGIN_OF_PORT={free_port()}",
+            f"NETPLUGIN_MASTER_LISTEN=127.0.0.1:{self.master_port}",
+            "NETPLUGIN_AUDIT_INTERVAL=0",
+            "args=--host-ttl 12",
+        ]
+
+    def configure(self) -> None:
+        docker("plugin", "set", self.name, *self.settings)
+
+    def enable(self) -> None:
+        docker("plugin", "enable", self.name, timeout=60)
+
+    def enabled(self) -> bool:
+        return docker("plugin", "inspect", "-f", "{{.Enabled}}", self.name, check=False) == "true"
+
+    def netctl(self, *args: str) -> str:
+        res = subprocess.run(
+            [str(VENV_BIN / "netctl"), "--netmaster", self.master_url, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    def network(self, name: str, subnet: str) -> None:
+        docker(
+            "network", "create", "-d", self.name, "--ipam-driver", self.name,
+            "--subnet", subnet, "--label", TEST_LABEL, name,
+        )  # fmt: skip
+
+    def remove(self) -> None:
+        """Everything on the plugin, then the plugin, its bridge and its data."""
+        for c in docker("ps", "-aq", "--filter", f"label={TEST_LABEL}", check=False).split():
+            docker("rm", "-f", c, check=False)
+        for n in docker(
+            "network", "ls", "-q", "--filter", f"driver={self.name}", check=False
+        ).split():
+            docker("network", "rm", n, check=False)
+        docker("plugin", "rm", "-f", self.name, check=False)
+        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", self.bridge], check=False)
