@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 import requests
 
+from .etcd import EtcdServer
 from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, restart_dockerd
 from .managed import Plugin, build, docker
-from .master import free_port
+from .master import MasterProcess, free_port
 from .wait import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (docker, debootstrap)")
@@ -248,3 +249,55 @@ def test_install_from_a_registry(built: tuple[str, Path], registry: str, tmp_pat
             plugin.remove()
     finally:
         docker("plugin", "rm", "-f", remote, check=False)
+
+
+def managed_processes() -> list[str]:
+    """The command lines of the processes run from the plugin's rootfs."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if cmdline.startswith("/opt/netplugin/"):
+                out.append(cmdline.strip())
+    return out
+
+
+def test_agent_only_against_a_cluster(
+    built: tuple[str, Path], etcd_server: EtcdServer, tmp_path: Path
+) -> None:
+    """With the cluster's etcd and netmaster set, the plugin runs only the agent; networks
+    made with netctl on the cluster's master appear in docker under the plugin's name."""
+    etcd_server.wipe()
+    master = MasterProcess(tmp_path / "master", etcd_endpoints=etcd_server.endpoint).start()
+    plugin = Plugin(built[0], tmp_path / "data")
+    plugin.data.mkdir()
+    plugin.master_url = master.url
+    plugin.settings += [
+        f"NETPLUGIN_ETCD_ENDPOINTS={etcd_server.endpoint}",
+        f"NETPLUGIN_NETMASTER={master.url}",
+    ]
+    try:
+        plugin.configure()
+        plugin.enable()
+        procs = managed_processes()
+        assert [p for p in procs if "plugin.cli" in p] and not [
+            p for p in procs if "master.cli" in p
+        ], procs
+        plugin.netctl("net", "create", "-s", "10.234.0.0/24", "v2cluster")
+        wait_for(
+            lambda: "v2cluster" in docker("network", "ls", "--filter", f"driver={plugin.name}"),
+            30,
+            "the agent mirrors the cluster's network into docker",
+        )
+        run("v2-e1", "v2cluster", "sleep", "3600")
+        run("v2-e2", "v2cluster", "sleep", "3600")
+        assert ping_counts("v2-e2", ip_of("v2-e1"), 2) == (2, 2)
+    finally:
+        for c in ("v2-e1", "v2-e2"):
+            docker("rm", "-f", c, check=False)
+        plugin.netctl("net", "rm", "v2cluster")
+        plugin.remove()
+        master.stop()
