@@ -74,6 +74,11 @@ def parser() -> EnvArgumentParser:
         help="seconds between full audits of the switch's flows and our iptables chains "
         "(repairs changes made behind netplugin's back); 0 disables",
     )
+    p.add_argument(
+        "--proc-sys",
+        default="/proc/sys",
+        help="where the host's /proc/sys is mounted (writable; a managed plugin's own is not)",
+    )
     return p
 
 
