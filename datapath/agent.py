@@ -34,7 +34,7 @@ from .local import (
     gateway_mac,
     network_state,
 )
-from .natsync import NatSync
+from .natsync import HostPortProbe, NatSync
 from .offloads import keeps_offloads, read_switch_tso
 from .ovs import PortInfo
 from .pipeline import (
@@ -46,6 +46,7 @@ from .pipeline import (
     compile_flows,
 )
 from .policy import GroupState
+from .ports import PortRequest
 from .tunnels import EXT_TUNNEL, ensure_tunnels, present_tunnels
 from .veth import NetlinkLinks, veth_names
 
@@ -95,6 +96,7 @@ class DatapathAgent:
         controller: OpenFlow,
         iptables: HostNat,
         links: Links | None = None,
+        ports: HostPortProbe | None = None,
     ) -> None:
         self.config = config
         self.ovs = ovs
@@ -105,7 +107,7 @@ class DatapathAgent:
         self._state = _State()
         self._model = FlowModel()  # the flows the controller was given, by unit
         self._plugged: dict[str, tuple[int, str]] = {}  # endpoint -> (ofport, container if)
-        self._nat = NatSync(iptables)
+        self._nat = NatSync(iptables, ports)
         # Until the first resync the local state is partial: pushing it would delete the
         # flows of endpoints we have not re-read yet.
         self._ready = threading.Event()
@@ -388,15 +390,20 @@ class DatapathAgent:
         self.links.delete_veth(endpoint_id)
         return gone
 
-    def set_port_mappings(self, endpoint_id: str, mappings: Iterable[PortMapping]) -> None:
+    def publish(self, endpoint_id: str, requests: Iterable[PortRequest]) -> tuple[PortMapping, ...]:
+        """Exactly these published ports (-p, -P) lead to the endpoint, with the host ports
+        chosen; all or none (PortConflict names the port taken)."""
         self._wait_ready()
+        with self._lock:  # two containers asking for one port: one wins
+            s = self._state
+            return self._nat.publish(endpoint_id, list(requests), s.endpoints, s.networks.values())
+
+    def published_ports(self) -> dict[str, tuple[PortMapping, ...]]:
+        """The published ports of every endpoint on this host that has some."""
         with self._lock:
-            ep = self._state.endpoints.get(endpoint_id)
-            if ep is None:
-                raise ValueError(f"endpoint {endpoint_id} is not on this host")
-            new = tuple(mappings)
-            self._state.endpoints[endpoint_id] = replace(ep, port_mappings=new)
-            self._sync_nat_if(new != ep.port_mappings)
+            return {
+                e.id: e.port_mappings for e in self._state.endpoints.values() if e.port_mappings
+            }
 
     def endpoint_oper(self, endpoint_id: str) -> dict[str, object]:
         ep = self._state.endpoints.get(endpoint_id)

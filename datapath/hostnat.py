@@ -45,11 +45,21 @@ def gateway_port_name(tag: int) -> str:
 
 
 def nat_rules(nets: Sequence[GatewayNet]) -> list[str]:
-    """Masquerade traffic leaving a non-internal network for anywhere but our own gateways."""
+    """Masquerade traffic leaving a non-internal network for anywhere but our own gateways;
+    and connections to published ports that would otherwise get their replies past the
+    host's conntrack (which undoes the DNAT): from the host itself (127.0.0.1 needs
+    route_localnet on the gateway port too), and from the container's own network, itself
+    included (hairpin). Clients elsewhere keep their address (policies judge it)."""
+    outside = sorted((n for n in nets if not n.internal), key=lambda n: n.subnet)
     return [
-        f"-A {NAT_CHAIN} -s {n.subnet} ! -o {GATEWAY_PREFIX}+ -j MASQUERADE"
-        for n in sorted(nets, key=lambda n: n.subnet)
-        if not n.internal
+        *(f"-A {NAT_CHAIN} -s {n.subnet} ! -o {GATEWAY_PREFIX}+ -j MASQUERADE" for n in outside),
+        f"-A {NAT_CHAIN} -o {GATEWAY_PREFIX}+ -m addrtype --src-type LOCAL "
+        "-m conntrack --ctstate DNAT -j MASQUERADE",
+        *(
+            f"-A {NAT_CHAIN} -s {n.subnet} -o {n.gateway_port} -m conntrack --ctstate DNAT "
+            "-j MASQUERADE"
+            for n in outside
+        ),
     ]
 
 

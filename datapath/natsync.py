@@ -4,20 +4,87 @@ read back at resync, because published ports live nowhere but in our DNAT chain.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+import logging
+import random
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from .effects import HostNat
 from .hostnat import DNAT_CHAIN, GatewayNet, PortMapping, parse_dnat_rules
+from .hostports import HostPorts
 from .local import LocalEndpoint, LocalNetwork
+from .ports import DEFAULT_EPHEMERAL, PortRequest, resolve, where
+
+log = logging.getLogger(__name__)
 
 _Inputs = tuple[tuple[GatewayNet, ...], tuple[PortMapping, ...]]
 
 
+class HostPortProbe(Protocol):
+    """What choosing a host port asks the host (datapath.hostports.HostPorts)."""
+
+    def ephemeral_range(self) -> tuple[int, int]: ...
+
+    def probe(self, proto: str, host_ip: str, port: int) -> str | None: ...
+
+
 class NatSync:
-    def __init__(self, iptables: HostNat) -> None:
+    def __init__(self, iptables: HostNat, ports: HostPortProbe | None = None) -> None:
         self.iptables = iptables
+        self.ports: HostPortProbe = ports if ports is not None else HostPorts()
         self._applied: _Inputs | None = None  # None: unknown (never synced, or it failed)
+
+    def publish(
+        self,
+        endpoint_id: str,
+        requests: Sequence[PortRequest],
+        endpoints: MutableMapping[str, LocalEndpoint],
+        networks: Iterable[LocalNetwork],
+    ) -> tuple[PortMapping, ...]:
+        """Choose the endpoint's host ports (ports.resolve) and DNAT them to it, all or
+        none: on a conflict (PortConflict) or a failed sync, ``endpoints`` and iptables keep
+        what they had. The caller holds the agent's lock across choice and install."""
+        ep = endpoints.get(endpoint_id)
+        if ep is None:
+            raise ValueError(f"endpoint {endpoint_id} is not on this host")
+        others = [
+            (e.id, m) for e in endpoints.values() if e.id != endpoint_id for m in e.port_mappings
+        ]
+        random_ports = any(r.span is None for r in requests)
+        new = resolve(
+            endpoint_id,
+            ep.ipv4,
+            requests,
+            ep.port_mappings,
+            others,
+            self.ports.probe,
+            self.ports.ephemeral_range() if random_ports else DEFAULT_EPHEMERAL,
+            start=random.randrange(1 << 16),
+        )
+        if new == ep.port_mappings:
+            return new
+        endpoints[endpoint_id] = replace(ep, port_mappings=new)
+        networks = list(networks)
+        try:
+            self.sync(networks, endpoints.values())
+        except BaseException:
+            endpoints[endpoint_id] = ep
+            with contextlib.suppress(Exception):  # put back the rules it had
+                self.sync(networks, endpoints.values())
+            raise
+        for m in set(new) - set(ep.port_mappings):
+            log.info(
+                "endpoint %s: host port %d/%s %s leads to %s:%d",
+                endpoint_id[:12],
+                m.host_port,
+                m.proto,
+                where(m.host_ip),
+                m.container_ip,
+                m.container_port,
+            )
+        return new
 
     def adopt_published(self, endpoints: Mapping[str, LocalEndpoint]) -> dict[str, LocalEndpoint]:
         """The endpoints with the published ports our DNAT chain holds for them."""

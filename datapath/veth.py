@@ -77,9 +77,12 @@ HOST_END_SYSCTLS = (
 def isolate_host_end(ifname: str, proc_sys: str | Path = "/proc/sys") -> None:
     """Keep the host's IP stack off an endpoint's host end (idempotent)."""
     for family, key, value in HOST_END_SYSCTLS:
-        path = Path(proc_sys) / "net" / family / "conf" / ifname / key
-        if path.read_text().strip() != value:
-            path.write_text(value)
+        set_sysctl(Path(proc_sys) / "net" / family / "conf" / ifname / key, value)
+
+
+def set_sysctl(path: Path, value: str) -> None:
+    if path.read_text().strip() != value:
+        path.write_text(value)
 
 
 def delete_veth(endpoint_id: str) -> bool:
@@ -193,3 +196,6 @@ class NetlinkLinks:
 
     def address_gateway(self, ifname: str, mtu: int, addresses: Sequence[str]) -> None:
         address_link(ifname, mtu, addresses)
+        # The host reaches published ports on 127.0.0.1: DNAT'ed, such packets leave through
+        # the gateway port with a loopback source until NETPLUGIN-POSTROUTING masquerades them.
+        set_sysctl(self.proc_sys / "net" / "ipv4" / "conf" / ifname / "route_localnet", "1")

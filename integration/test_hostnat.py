@@ -35,7 +35,10 @@ def test_sync_is_exact_and_idempotent(netns: str) -> None:
         GatewayNet("10.1.0.0/24", "npgw100"),
         GatewayNet("10.3.0.0/24", "npgw300", internal=True),
     ]
-    maps = [PortMapping("tcp", "", 8080, "10.1.0.5", 80)]
+    maps = [
+        PortMapping("tcp", "", 8080, "10.1.0.5", 80),
+        PortMapping("udp", "192.0.2.1", 5353, "10.1.0.6", 53),
+    ]
     assert ipt.sync(nets, maps)
     assert ipt.current("nat", NAT_CHAIN) == nat_rules(nets)
     assert ipt.current("nat", DNAT_CHAIN) == dnat_rules(maps)

@@ -20,8 +20,10 @@ from common.models import Network
 from common.records import HostRecord
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint
 from datapath.hostnat import Iptables, PortMapping
+from datapath.hostports import HostPorts
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
+from datapath.ports import PortConflict, PortRequest
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
 from datapath.veth import NetlinkLinks
 from store import Store, StoreError
@@ -34,7 +36,7 @@ from .cluster_sync import ClusterSync, local_network, resync
 from .docker_sync import ClusterNetwork, DockerSync, cluster_networks_in
 from .driver import Driver
 from .master_client import MasterClient, leader_url_from_store
-from .options import PortBinding
+from .options import DriverError, PortBinding
 from .plugin_name import DriverName
 from .server import make_socket_server
 
@@ -87,16 +89,25 @@ class AgentDatapath:
     def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]:
         return self.agent.endpoint_oper(endpoint_id)
 
-    def publish(self, endpoint_id: str, mappings: list[PortBinding]) -> None:
+    def publish(self, endpoint_id: str, mappings: list[PortBinding]) -> list[PortBinding]:
         if not mappings and not self.agent.has_endpoint(endpoint_id):
-            return  # revoked after the endpoint is gone: nothing is published
-        self.agent.set_port_mappings(
-            endpoint_id,
-            [
-                PortMapping(m.proto, m.host_ip, m.host_port, m.container_ip, m.container_port)
-                for m in mappings
-            ],
-        )
+            return []  # revoked after the endpoint is gone: nothing is published
+        requests = [
+            PortRequest(m.proto, m.host_ip, m.host_port, m.host_port_end, m.container_port)
+            for m in mappings
+        ]
+        try:
+            made = self.agent.publish(endpoint_id, requests)
+        except PortConflict as e:
+            raise DriverError(str(e), 409) from None
+        return [_binding(m) for m in made]
+
+    def published_ports(self, endpoint_id: str) -> list[PortBinding]:
+        return [_binding(m) for m in self.agent.published_ports().get(endpoint_id, ())]
+
+
+def _binding(m: PortMapping) -> PortBinding:
+    return PortBinding(m.proto, m.host_ip, m.host_port, m.container_ip, m.container_port)
 
 
 class LocalDocker:
@@ -242,7 +253,8 @@ def run(args: Any) -> None:
         vlan_uplink=args.vlan_if,
         tunnels=underlay is not None,
     )
-    agent = DatapathAgent(config, ovs, controller, Iptables(), links=NetlinkLinks(args.proc_sys))
+    links, ports = NetlinkLinks(args.proc_sys), HostPorts(args.proc_sys)
+    agent = DatapathAgent(config, ovs, controller, Iptables(), links, ports)
     controller.on_connect = agent.switch_connected
     agent.start()
 

@@ -26,6 +26,7 @@ from .options import (
     mac_for,
     option_ref,
     port_bindings,
+    portmap_value,
     prefixlen,
     request_model,
     strip_len,
@@ -63,8 +64,14 @@ class Datapath(Protocol):
 
     def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]: ...
 
-    def publish(self, endpoint_id: str, mappings: list[PortBinding]) -> None:
-        """Make exactly these host ports lead to the endpoint (empty: none)."""
+    def publish(self, endpoint_id: str, mappings: list[PortBinding]) -> list[PortBinding]:
+        """Make exactly these published ports lead to the endpoint (empty: none), choosing
+        the host port where a binding leaves it open (0, or a range); the bindings made.
+        A port that is taken is refused (DriverError naming it), and nothing changes."""
+        ...
+
+    def published_ports(self, endpoint_id: str) -> list[PortBinding]:
+        """The endpoint's published ports, with the host ports they got."""
         ...
 
 
@@ -350,7 +357,8 @@ class Driver(IpamDriver):
         return {"Interface": reply} if reply else {}
 
     def endpoint_oper_info(self, req: s.EndpointOperInfo) -> dict[str, Any]:
-        return {"Value": self.datapath.endpoint_oper(req.EndpointID)}
+        oper = self.datapath.endpoint_oper(req.EndpointID)
+        return {"Value": {**oper, **portmap_value(self.datapath.published_ports(req.EndpointID))}}
 
     def delete_endpoint(self, req: s.DeleteEndpoint) -> dict[str, Any]:
         # The port and the master's record go at once (each is idempotent: if either fails,

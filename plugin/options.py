@@ -28,11 +28,15 @@ class DriverError(Exception):
 
 @dataclass(frozen=True)
 class PortBinding:
+    """A published port: host_port 0 is any free port (-p CPORT, -P); host_port_end above
+    host_port is any free one of host_port-host_port_end (-p 8000-8010:80)."""
+
     proto: str
     host_ip: str
     host_port: int
     container_ip: str
     container_port: int
+    host_port_end: int = 0
 
 
 PROTOCOLS = {6: "tcp", 17: "udp"}
@@ -68,8 +72,8 @@ def _host_ip(value: Any) -> str:
 
 
 def port_bindings(portmap: Any, container_ip: str) -> list[PortBinding]:
-    """Docker's com.docker.network.portmap (from -p) as bindings to ``container_ip``; one
-    that is not a list of Docker's port objects is refused."""
+    """Docker's com.docker.network.portmap (from -p, -P) as bindings to ``container_ip``;
+    one that is not a list of Docker's port objects is refused."""
     if not isinstance(portmap, list):
         raise DriverError(f"publishing: {PORTMAP} must be a list, not {type(portmap).__name__}")
     out: list[PortBinding] = []
@@ -85,16 +89,37 @@ def port_bindings(portmap: Any, container_ip: str) -> list[PortBinding]:
             _port(entry.get("HostPort"), "HostPort"),
             _port(entry.get("HostPortEnd"), "HostPortEnd"),
         )
-        if not host_port:
-            raise DriverError(
-                f"-p {port}: netplugin needs an explicit host port (-p HOSTPORT:{port})"
-            )
-        if end and end != host_port:
-            raise DriverError(f"-p {host_port}-{end}: host port ranges are not supported")
+        if end and not host_port:
+            raise DriverError(f"publishing: HostPortEnd {end} without a HostPort")
+        if end and end < host_port:
+            raise DriverError(f"-p {host_port}-{end}:{port}: the range ends before it starts")
         if not port:
-            raise DriverError(f"-p {host_port}: the container port is missing")
-        out.append(PortBinding(proto, _host_ip(entry.get("HostIP")), host_port, container_ip, port))
+            raise DriverError("publishing: an entry without its container port (Port)")
+        host_ip = _host_ip(entry.get("HostIP"))
+        out.append(PortBinding(proto, host_ip, host_port, container_ip, port, max(end, host_port)))
     return out
+
+
+def portmap_value(bindings: list[PortBinding]) -> dict[str, Any]:
+    """Published ports as EndpointOperInfo's value: Docker's types.PortBinding in JSON under
+    its portmap key. (Docker 20.10 reads them back only from its own drivers, so `docker
+    port` shows nothing of a remote driver's; API clients and newer dockers see them.)"""
+    if not bindings:
+        return {}
+    protos = {name: number for number, name in PROTOCOLS.items()}
+    return {
+        PORTMAP: [
+            {
+                "Proto": protos[b.proto],
+                "IP": b.container_ip,
+                "Port": b.container_port,
+                "HostIP": b.host_ip or "0.0.0.0",
+                "HostPort": b.host_port,
+                "HostPortEnd": b.host_port,
+            }
+            for b in bindings
+        ]
+    }
 
 
 @dataclass(frozen=True)

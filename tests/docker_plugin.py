@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from flask.testing import FlaskClient
@@ -63,5 +64,12 @@ class FakeDatapath:
     def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]:
         return {"port": self.ports.get(endpoint_id, {}).get("name", "")}
 
-    def publish(self, endpoint_id: str, mappings: list[Any]) -> None:
-        self.published[endpoint_id] = list(mappings)
+    def publish(self, endpoint_id: str, mappings: list[Any]) -> list[Any]:
+        """Records the bindings; one with the host port open gets the first it allows (or
+        49152), as if free."""
+        made = [replace(m, host_port=m.host_port or 49152, host_port_end=0) for m in mappings]
+        self.published[endpoint_id] = made
+        return made
+
+    def published_ports(self, endpoint_id: str) -> list[Any]:
+        return self.published.get(endpoint_id, [])

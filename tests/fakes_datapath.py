@@ -1,5 +1,6 @@
 """Stateful fakes of the datapath agent's effects (datapath.effects): OVSDB, OpenFlow,
-iptables and links. They keep what was done so tests assert on outcomes, not calls."""
+iptables, links and the host's ports. They keep what was done so tests assert on outcomes,
+not calls."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from datapath.flows import Flow, FlowDiff
 from datapath.hostnat import DNAT_CHAIN, GatewayNet, PortMapping, dnat_rules
 from datapath.ovs import PortInfo
+from datapath.ports import PortConflict, overlaps
 from datapath.veth import CONTAINER_PREFIX, HOST_PREFIX, veth_names
 
 
@@ -100,6 +102,26 @@ class FakeIptables:
         self.synced.append((list(nets), list(mappings)))
         self.chains[DNAT_CHAIN] = dnat_rules(mappings)
         return True
+
+
+class FakeHostPorts:
+    """The host's ephemeral range, its addresses and the ports its processes hold."""
+
+    def __init__(self, ephemeral: tuple[int, int] = (40000, 40009)) -> None:
+        self.ephemeral = ephemeral
+        self.in_use: dict[tuple[str, str, int], str] = {}  # (proto, host IP or "", port) -> who
+        self.addresses = {"192.0.2.2", "127.0.0.1"}
+
+    def ephemeral_range(self) -> tuple[int, int]:
+        return self.ephemeral
+
+    def probe(self, proto: str, host_ip: str, port: int) -> str | None:
+        if host_ip and host_ip not in self.addresses:
+            raise PortConflict(f"{host_ip} is not an address of this host")
+        for (p, ip, n), who in self.in_use.items():
+            if (p, n) == (proto, port) and overlaps(ip, host_ip):
+                return who
+        return None
 
 
 class FakeLinks:

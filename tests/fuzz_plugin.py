@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
+from fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 from flask.testing import FlaskClient
 from fuzz_json import any_text, body, json_values, junk, mix, record, weighted
 from fuzz_master import snapshot
@@ -238,7 +238,9 @@ def plugin_stack(directory: Path) -> Iterator[Stack]:
     with real_master(directory) as m:
         client = MasterClient(m.url, backoff=0, session=m.session())
         ovs, ctl, ipt, links = FakeOvs(), FakeController(), FakeIptables(), FakeLinks()
-        agent = DatapathAgent(AgentConfig(datapath_type="netdev"), ovs, ctl, ipt, links)
+        agent = DatapathAgent(
+            AgentConfig(datapath_type="netdev"), ovs, ctl, ipt, links, FakeHostPorts()
+        )
         agent.ready_timeout = 0.1
         agent.start()
         agent.resync([], [])

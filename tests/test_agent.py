@@ -6,13 +6,14 @@ from typing import Any
 
 import pytest
 from fakeoftable import walk
-from fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
+from fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.hostnat import DNAT_CHAIN, PortMapping, dnat_rules
 from datapath.offloads import keeps_offloads
 from datapath.ovs import PortInfo, detect_datapath_type
 from datapath.pipeline import ETH_TYPE_ARP, ETH_TYPE_IPV4, RemoteEndpointState, TunnelState
+from datapath.ports import PortRequest
 from datapath.veth import veth_names
 
 
@@ -20,7 +21,7 @@ from datapath.veth import veth_names
 def world() -> dict[str, Any]:
     ovs, ctl, ipt, links = FakeOvs(), FakeController(), FakeIptables(), FakeLinks()
     config = AgentConfig(datapath_type="netdev", tunnels=True)
-    agent = DatapathAgent(config, ovs, ctl, ipt, links)
+    agent = DatapathAgent(config, ovs, ctl, ipt, links, FakeHostPorts())
     agent.ready_timeout = 0.1
     return {
         "agent": agent,
@@ -84,7 +85,7 @@ def test_endpoint_lifecycle_pushes_flows_and_nat(world: dict[str, Any]) -> None:
     assert walk(ctl.pushed[-1], arp_for(port, EP.mac, EP.ipv4, NET.gateway)).outputs == [gw]
     assert walk(ctl.pushed[-1], back).outputs == [port]
     assert walk(ctl.pushed[-1], {**out, "ipv4_src": "10.1.0.99"}).outputs == []  # spoofed
-    agent.set_port_mappings(EP.id, [PortMapping("tcp", "", 8080, EP.ipv4, 80)])
+    agent.publish(EP.id, [PortRequest("tcp", "", 8080, 8080, 80)])
     assert ipt.synced[-1][1] == [PortMapping("tcp", "", 8080, EP.ipv4, 80)]
     agent.delete_endpoint_port(EP.id)
     assert set(ovs.ports) == {"npgw7"} and world["links"] == set()

@@ -8,12 +8,12 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
+from fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
-from datapath.hostnat import PortMapping
 from datapath.pipeline import RemoteEndpointState, compile_flows
 from datapath.policy import GroupState, RuleState
+from datapath.ports import PortRequest
 
 NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
 VLAN = LocalNetwork(id="default:v", tag=9, subnet="10.3.0.0/24", gateway="10.3.0.1", encap="vlan")
@@ -33,7 +33,9 @@ ELSEWHERE = RemoteEndpointState("r4", "default:other", "h3", "02:42:0a:09:01:04"
 @pytest.fixture
 def agent() -> DatapathAgent:
     config = AgentConfig(datapath_type="system", tunnels=True, vlan_uplink="eth9")
-    a = DatapathAgent(config, FakeOvs(), FakeController(), FakeIptables(), FakeLinks())
+    a = DatapathAgent(
+        config, FakeOvs(), FakeController(), FakeIptables(), FakeLinks(), FakeHostPorts()
+    )
     a.ready_timeout = 0.1
     a.start()  # the VLAN uplink port
     return a
@@ -62,7 +64,7 @@ def play(agent: DatapathAgent, kind: str, arg: Any) -> None:
     elif kind == "remove":
         agent.remove_network(arg.id)
     elif kind == "publish":
-        agent.set_port_mappings(arg.id, [PortMapping("tcp", "", 8080, arg.ipv4, 80)])
+        agent.publish(arg.id, [PortRequest("tcp", "", 8080, 8080, 80)])
 
 
 def test_every_change_after_resync_is_a_delta_to_the_full_compile(agent: DatapathAgent) -> None:
@@ -114,10 +116,10 @@ def test_iptables_runs_when_networks_or_published_ports_change(agent: DatapathAg
     agent.ensure_network(NET)  # already there
     agent.create_endpoint_port(ep(2))
     assert nat_syncs(agent) == 1
-    agent.set_port_mappings(ep(2).id, [])  # Revoke of a container that published nothing
+    agent.publish(ep(2).id, [])  # Revoke of a container that published nothing
     assert nat_syncs(agent) == 1
-    agent.set_port_mappings(ep(2).id, [PortMapping("tcp", "", 8080, "10.1.0.2", 80)])
-    agent.set_port_mappings(ep(2).id, [PortMapping("tcp", "", 8080, "10.1.0.2", 80)])
+    agent.publish(ep(2).id, [PortRequest("tcp", "", 8080, 8080, 80)])
+    agent.publish(ep(2).id, [PortRequest("tcp", "", 8080, 8080, 80)])
     assert nat_syncs(agent) == 2
     agent.ensure_network(VLAN)
     assert nat_syncs(agent) == 3
@@ -155,10 +157,12 @@ def test_a_failed_iptables_sync_is_retried_on_the_next_change(agent: DatapathAge
 
     ipt.sync = broken  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="busy"):
-        agent.set_port_mappings(ep(2).id, [PortMapping("tcp", "", 8080, "10.1.0.2", 80)])
+        agent.publish(ep(2).id, [PortRequest("tcp", "", 8080, 8080, 80)])
     ipt.sync = original  # type: ignore[method-assign]
+    assert agent.published_ports() == {}  # refused as a whole: Docker does not start it
+    synced = len(ipt.synced)
     agent.create_endpoint_port(ep(3))  # the inputs did not change since, but never applied
-    assert ipt.synced[-1][1] == [PortMapping("tcp", "", 8080, "10.1.0.2", 80)]
+    assert len(ipt.synced) == synced + 1 and ipt.synced[-1][1] == []
 
 
 def test_audit_reads_the_switch_back_and_rewrites_our_chains(agent: DatapathAgent) -> None:

@@ -197,7 +197,7 @@ def test_a_bad_interface_is_refused_before_anything_is_made(
         ([{"Proto": [6], "Port": 80, "HostPort": 8080}], "protocol [6] is not supported"),
         ([{"Proto": 6, "Port": 80, "HostPort": "x"}], "HostPort 'x' is not a port number"),
         ([{"Proto": 6, "Port": 80, "HostPort": 70000}], "HostPort 70000 is not a port number"),
-        ([{"Proto": 6, "HostPort": 8080}], "the container port is missing"),
+        ([{"Proto": 6, "HostPort": 8080}], "without its container port"),
         ([{"Proto": 6, "Port": 80, "HostPort": 8080, "HostIP": "1.2.3.4 -j ACCEPT"}], "HostIP"),
         ([{"Proto": 6, "Port": 80, "HostPort": 8080, "HostIP": "fd00::1"}], "IPv6 host"),
     ],

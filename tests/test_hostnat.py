@@ -27,6 +27,11 @@ def test_internal_networks_are_not_masqueraded() -> None:
     assert nat_rules(NETS) == [
         f"-A {NAT_CHAIN} -s 10.1.0.0/24 ! -o npgw+ -j MASQUERADE",
         f"-A {NAT_CHAIN} -s 10.2.0.0/24 ! -o npgw+ -j MASQUERADE",
+        # published ports reached from the host itself, and from their own network
+        f"-A {NAT_CHAIN} -o npgw+ -m addrtype --src-type LOCAL -m conntrack --ctstate DNAT "
+        "-j MASQUERADE",
+        f"-A {NAT_CHAIN} -s 10.1.0.0/24 -o npgw100 -m conntrack --ctstate DNAT -j MASQUERADE",
+        f"-A {NAT_CHAIN} -s 10.2.0.0/24 -o npgw200 -m conntrack --ctstate DNAT -j MASQUERADE",
     ]
 
 

@@ -519,15 +519,24 @@ def test_port_publishing(client: FlaskClient, datapath: FakeDatapath) -> None:
         "10.5.0.7",
         80,
     )
+    r = call(client, "NetworkDriver.EndpointOperInfo", ids)
+    assert r.get_json()["Value"]["com.docker.network.portmap"] == [
+        {"Proto": 6, "IP": "10.5.0.7", "Port": 80, "HostIP": "0.0.0.0", "HostPort": 8080,
+         "HostPortEnd": 8080}
+    ]  # fmt: skip
     assert call(client, "NetworkDriver.RevokeExternalConnectivity", ids).status_code == 200
     assert datapath.published[EID] == []
-    bad = [{"Proto": 6, "Port": 80, "HostPort": 0}]
+    assert (
+        "com.docker.network.portmap"
+        not in call(client, "NetworkDriver.EndpointOperInfo", ids).get_json()["Value"]
+    )
+    bad = [{"Proto": 6, "Port": 80, "HostPort": 8010, "HostPortEnd": 8000}]
     r = call(
         client,
         "NetworkDriver.ProgramExternalConnectivity",
         {**ids, "Options": {"com.docker.network.portmap": bad}},
     )
-    assert r.status_code == 400 and "-p HOSTPORT:80" in r.get_json()["Err"]
+    assert r.status_code == 400 and "-p 8010-8000:80" in r.get_json()["Err"]
 
 
 MIRROR_OPTS = {"tenant": "blue", "network": "web"}
