@@ -4,10 +4,14 @@ OpenFlow port, netmaster port and data directory)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
+
+from netctl.client import MasterClient
 
 from .host import TEST_LABEL
 from .master import VENV_BIN, free_port
@@ -86,13 +90,33 @@ class Plugin:
             "--subnet", subnet, "--label", TEST_LABEL, name,
         )  # fmt: skip
 
-    def remove(self) -> None:
-        """Everything on the plugin, then the plugin, its bridge and its data."""
+    def remove(self, keep: bool = False) -> None:
+        """Everything on the plugin, then the plugin (only disabled with ``keep``) and its
+        bridge. A plugin removed while docker still has networks of its driver leaves
+        networks nobody can remove any more, so it is removed only once they are gone."""
         for c in docker("ps", "-aq", "--filter", f"label={TEST_LABEL}", check=False).split():
             docker("rm", "-f", c, check=False)
-        for n in docker(
-            "network", "ls", "-q", "--filter", f"driver={self.name}", check=False
-        ).split():
-            docker("network", "rm", n, check=False)
-        docker("plugin", "rm", "-f", self.name, check=False)
+        if self.enabled():
+            # The cluster's networks first: the docker sync would make their docker copies again.
+            client = MasterClient(self.master_url)
+            with contextlib.suppress(Exception):
+                for net in client.list_networks(None):
+                    with contextlib.suppress(Exception):
+                        client.delete_network(str(net["tenantName"]), str(net["networkName"]))
+        left = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            left = docker("network", "ls", "-q", "--filter", f"driver={self.name}", check=False)
+            if not left:
+                break
+            for n in left.split():
+                docker("network", "rm", n, check=False)
+            time.sleep(0.5)
         subprocess.run(["ovs-vsctl", "--if-exists", "del-br", self.bridge], check=False)
+        if left:
+            docker("plugin", "disable", "-f", self.name, check=False)
+            raise AssertionError(f"docker networks of {self.name} left, plugin kept: {left}")
+        if keep:
+            docker("plugin", "disable", "-f", self.name, check=False)
+        else:
+            docker("plugin", "rm", "-f", self.name, check=False)
