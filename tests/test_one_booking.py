@@ -20,9 +20,13 @@ from flask.testing import FlaskClient
 from real_master import RealMaster, real_master
 
 from common import keys, owners
-from common.models import EndpointGroup, Network, Tenant
-from common.records import PoolRecord
+from common.models import EndpointGroup, Network, PoolRequest, Tenant
+from common.records import AllocRecord, PoolRecord
+from master.decisions.bindings import Binding, Target, plan_binding
 from master.decisions.consistency import check_state
+from master.decisions.networks import plan_pools
+from master.decisions.pools import PoolGrant, free_pool_id, plan_pool_request
+from master.errors import BadRequest, Conflict
 from plugin.app import create_app
 from plugin.driver import Driver
 from plugin.master_client import MasterClient
@@ -404,3 +408,66 @@ def test_a_gateway_request_left_behind_is_not_an_owner_left_behind(
     assert master.store.get(keys.owner(gw_owner)) is None
     rm(plugin, net)
     assert master.snapshot() == baseline
+
+
+# --- the decisions, pure ---
+
+
+def test_twin_pool_ids() -> None:
+    assert free_pool_id("default:10.1.0.0/24", ()) == "default:10.1.0.0/24"
+    taken = {"default:10.1.0.0/24", "default:10.1.0.0/24~2"}
+    assert free_pool_id("default:10.1.0.0/24", taken) == "default:10.1.0.0/24~3"
+
+
+def test_a_request_without_options_never_shares_a_networks_pool() -> None:
+    owned = {f"default:{X}": PoolRecord(X, network="default:web")}
+    grant = plan_pool_request(PoolRequest(pool=X), owned)
+    assert grant.pool_id == f"default:{X}~2" and grant.record is not None
+    shared = plan_pool_request(PoolRequest(pool=X, options={"tenant": "default"}), owned)
+    assert shared == PoolGrant(f"default:{X}", X, None)  # --ipam-opt tenant=: as before
+
+
+def test_an_alias_is_neither_shared_nor_overlapped() -> None:
+    alias = {f"default:{X}": PoolRecord(X, alias=f"blue:{X}")}
+    grant = plan_pool_request(PoolRequest(pool=X, options={"tenant": "default"}), alias)
+    assert grant.pool_id == f"default:{X}~2" and grant.record is not None
+    planned, adopted = plan_pools(Network(networkName="n", subnet="10.60.0.0/25"), alias)
+    assert planned[4][0] == "default:10.60.0.0/25" and adopted == []
+    twin = {**alias, f"default:{X}~2": PoolRecord(X, name=f"default:{X}~2")}
+    planned, adopted = plan_pools(Network(networkName="n", subnet=X), twin)
+    assert planned[4][0] == f"default:{X}~2" and adopted == [f"default:{X}~2"]
+
+
+BLUE = Target("blue:n", f"blue:{X}", PoolRecord(X, network="blue:n", gateway="10.60.0.1"))
+
+
+def test_a_docker_pool_of_its_own_becomes_an_alias_with_its_addresses() -> None:
+    gw = AllocRecord(owners.docker_gateway(f"default:{X}", "10.60.0.1"), "gateway")
+    aux = AllocRecord(owners.docker_static(f"default:{X}", "10.60.0.9"), "aux")
+    allocs = {"10.60.0.1": gw, "10.60.0.9": aux}
+    got = plan_binding(f"default:{X}", PoolRecord(X), BLUE, allocs)
+    assert got == Binding(f"blue:{X}", (("10.60.0.9", aux),), (gw.owner,))
+    with pytest.raises(Conflict, match=r"address 10\.60\.0\.9 Docker booked is already in use"):
+        plan_binding(f"default:{X}", PoolRecord(X), BLUE, allocs, ["10.60.0.9"])
+
+
+def test_what_needs_no_binding_and_what_cannot_be_bound() -> None:
+    assert plan_binding(f"blue:{X}", PoolRecord(X, network="blue:n"), BLUE) == Binding()
+    assert plan_binding(f"default:{X}", None, BLUE) == Binding()
+    bound = PoolRecord(X, alias=f"blue:{X}")
+    assert plan_binding(f"default:{X}", bound, BLUE) == Binding()
+    with pytest.raises(Conflict, match="already stands for pool red:"):
+        plan_binding(f"default:{X}", PoolRecord(X, alias=f"red:{X}"), BLUE)
+    with pytest.raises(BadRequest, match="--ipam-opt tenant=red is not -o's tenant"):
+        plan_binding(f"red:{X}", PoolRecord(X), BLUE)
+    with pytest.raises(BadRequest, match="hands out its whole subnet: no --ip-range"):
+        plan_binding(f"default:{X}", PoolRecord(X, range="10.60.0.128/25"), BLUE)
+
+
+def test_a_pool_record_without_aliases_keeps_its_bytes() -> None:
+    plain = PoolRecord(X, network="blue:n", gateway="10.60.0.1", name="blue:n")
+    assert b"alias" not in plain.encode()
+    both = PoolRecord(X, alias="blue:x@g", aliases=("default:b", "default:a"))
+    assert PoolRecord.decode(both.encode()) == PoolRecord(
+        X, alias="blue:x@g", aliases=("default:a", "default:b")
+    )
