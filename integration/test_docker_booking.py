@@ -84,6 +84,9 @@ def made(stack: Stack) -> Iterator[list[tuple[str, str]]]:
         if kind == "network":
             sh("docker", "network", "rm", name, check=False)
     for kind, name in reversed(things):
+        if kind == "netctl-group":
+            tenant, _, group = name.partition(":")
+            netctl(stack[0], "group", "rm", "-t", tenant, group, check=False)
         if kind == "netctl-net":
             tenant, _, net = name.partition(":")
             netctl(stack[0], "net", "rm", "-t", tenant, net, check=False)
@@ -179,3 +182,49 @@ def test_o_network_alone_books_in_the_networks_pool(
     assert bookings(master, ip) == [keys.alloc(f"{t}:10.233.0.0/24", ip)]
     sh("docker", "rm", "-f", c)
     assert bookings(master, ip) == []
+
+
+def test_o_group_alone_books_in_the_groups_ip_pool(
+    stack: Stack, made: list[tuple[str, str]]
+) -> None:
+    master, _ = stack
+    t = tenant(master, made)
+    cluster = name(made, "netctl-net", "pn")
+    made[-1] = ("netctl-net", f"{t}:{cluster}")
+    netctl(master, "net", "create", "-t", t, "-s", "10.234.0.0/24", cluster)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    made.append(("netctl-group", f"{t}:{group}"))
+    netctl(master, "group", "create", "-t", t, "-r", "10.234.0.100-10.234.0.110", cluster, group)
+    net = name(made, "network", "np")
+    sh(*CREATE_NETWORK, "-o", f"tenant={t}", "-o", f"network={cluster}", "-o", f"group={group}",
+       "--subnet", "10.234.0.0/24", net)  # fmt: skip
+    c = name(made, "container", "c")
+    sh(*RUN, "--name", c, "--net", net, IMAGE, "sleep", "600")
+    ip = ip_of(c)
+    assert ip.startswith("10.234.0.1") and 100 <= int(ip.rsplit(".", 1)[1]) <= 110
+    assert bookings(master, ip) == [keys.alloc(f"{t}:10.234.0.0/24", ip)]
+    sh("docker", "rm", "-f", c)
+    sh("docker", "network", "rm", net)  # deletes the group; the alias goes with the pool id
+    assert not [k for k in ipam(master) if k.startswith(keys.pool("default:10.234.0.0/24"))]
+
+
+def test_one_subnet_in_two_tenants_both_book_once(
+    stack: Stack, made: list[tuple[str, str]]
+) -> None:
+    master, _ = stack
+    t = tenant(master, made)
+    before = ipam(master)
+    mine, plain = name(made, "network", "np"), name(made, "network", "np")
+    sh(*CREATE_NETWORK, "-o", f"tenant={t}", "--subnet", "10.235.0.0/24", mine)
+    sh(*CREATE_NETWORK, "--subnet", "10.235.0.0/24", plain)  # the default tenant's
+    a, b = name(made, "container", "c"), name(made, "container", "c")
+    sh(*RUN, "--name", a, "--net", mine, IMAGE, "sleep", "600")
+    sh(*RUN, "--name", b, "--net", plain, IMAGE, "sleep", "600")
+    assert ip_of(a) == ip_of(b) == "10.235.0.2"
+    assert bookings(master, "10.235.0.2") == sorted(
+        [keys.alloc(f"{t}:10.235.0.0/24", "10.235.0.2"),
+         keys.alloc("default:10.235.0.0/24~2", "10.235.0.2")]
+    )  # fmt: skip
+    sh("docker", "rm", "-f", a, b)
+    sh("docker", "network", "rm", mine, plain)
+    assert ipam(master) == before
