@@ -257,6 +257,17 @@ class PoolRequest(_Model):
     options: dict[str, str] = Field(default_factory=dict)
 
 
+class PoolBinding(_Model):
+    """A docker network's pool id (RequestPool's) bound, at CreateNetwork, to the pool of the
+    network its -o options made or name: one booking per address."""
+
+    poolID: str
+    tenantName: str
+    networkName: str
+    groupName: str = ""
+    dockerNetworkID: str = ""  # the docker network binding it (its network's, if it made it)
+
+
 def docker_name(tenant_name: str, name: str) -> str:
     """How a network or group appears in docker: its name, or name/tenant outside default."""
     return name if tenant_name == "default" else f"{name}/{tenant_name}"

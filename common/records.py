@@ -17,7 +17,7 @@ reads every record an earlier version wrote.
 | endpoint(t, n, id)         | Endpoint                                      |
 | endpoint_index(id)         | the endpoint's key, as bytes                  |
 | tag(encap, n)              | the owning network's id (TENANT:NAME), bytes  |
-| pool(pool id)              | PoolRecord                                    |
+| pool(pool id)              | PoolRecord (or a docker pool id's alias)      |
 | alloc(pool id, address)    | AllocRecord (who holds the address)           |
 | owner(owner)               | OwnerRecord (which address an owner holds)    |
 | host(name), vtep(name)     | HostRecord                                    |
@@ -187,36 +187,53 @@ def decode_endpoint(value: bytes) -> Endpoint:
 @dataclass(frozen=True)
 class PoolRecord:
     """An address pool: a network's subnet, or a pool Docker reserved (RequestPool) that no
-    network owns yet. ``range`` is the sub-pool addresses are handed out from (--ip-range)."""
+    network owns yet. ``range`` is the sub-pool addresses are handed out from (--ip-range).
+
+    A pool Docker reserved before its network said which pool it means (`docker network
+    create -o tenant=T`, `-o network=N`) becomes an alias: ``alias`` names the pool (with
+    "@group" for an endpoint group's) that Docker's pool id stands for from then on, and
+    that pool lists it in ``aliases`` (deleted with it). An alias holds no addresses.
+    """
 
     cidr: str
     range: str = ""
     network: str = ""  # the owning network's id; "" for a pool only Docker reserved
     gateway: str = ""
     name: str = ""
+    alias: str = ""  # the pool id this docker pool id stands for ("" for a pool of its own)
+    aliases: tuple[str, ...] = ()  # the docker pool ids standing for this pool
 
     def encode(self) -> bytes:
-        return encode(
-            {
-                "cidr": self.cidr,
-                "range": self.range,
-                "network": self.network,
-                "gateway": self.gateway,
-                "name": self.name,
-            }
-        )
+        data: dict[str, Any] = {
+            "cidr": self.cidr,
+            "range": self.range,
+            "network": self.network,
+            "gateway": self.gateway,
+            "name": self.name,
+        }
+        # Only when set: the records of pools without aliases keep the bytes they had.
+        if self.alias:
+            data["alias"] = self.alias
+        if self.aliases:
+            data["aliases"] = sorted(self.aliases)
+        return encode(data)
 
     @classmethod
     def decode(cls, value: bytes) -> PoolRecord:
         data = _object(value, "pool record")
         if not isinstance(data.get("cidr"), str):
             raise RecordError("pool record: no cidr")
+        aliases = data.get("aliases") or []
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise RecordError("pool record: aliases is not a list of pool ids")
         return cls(
             cidr=data["cidr"],
             range=str(data.get("range") or ""),
             network=str(data.get("network") or ""),
             gateway=str(data.get("gateway") or ""),
             name=str(data.get("name") or ""),
+            alias=str(data.get("alias") or ""),
+            aliases=tuple(aliases),
         )
 
 

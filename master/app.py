@@ -19,6 +19,7 @@ from common.models import (
     AddressRequest,
     Endpoint,
     EndpointRequest,
+    PoolBinding,
     PoolRequest,
 )
 
@@ -139,6 +140,16 @@ def create_app(
         return json_response(
             state.request_pool(parse_body(PoolRequest, read_body("pool"), "pool request"))
         )
+
+    @route(
+        f"{API}/alloc/pool-bindings",
+        "POST",
+        "Bind a docker network's pool id to its network's pool (Docker CreateNetwork)",
+        PoolBinding,
+    )
+    def bind_pool() -> Response:
+        req = parse_body(PoolBinding, read_body("pool binding"), "pool binding")
+        return json_response({"poolID": req.poolID, "bookedIn": state.bind_pool(req)})
 
     @route(
         f"{API}/alloc/pools/<path:pool_id>",

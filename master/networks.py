@@ -44,14 +44,18 @@ from .validate import check_name, normalize_network
 
 
 def teardown(txn: TxnStore, rec: NetworkRecord) -> tuple[list[Op], list[Compare]]:
-    """Deleting a network's tag, pools and their addresses (with the owner records of the
-    requests holding some), and the compares that nothing was allocated meanwhile."""
+    """Deleting a network's tag, pools (with the docker pool ids standing for them) and
+    their addresses (with the owner records of the requests holding some), and the
+    compares that nothing was allocated or bound meanwhile."""
     ops: list[Op] = [Delete(keys.tag(rec.encap, rec.pkt_tag))]
     compares: list[Compare] = []
     for pid in rec.pools:
         owned, guard = release_addresses(txn, pid)
         ops += [Delete(keys.pool(pid)), *owned]
         compares.append(guard)
+        if (pkv := txn.get(keys.pool(pid))) is not None:
+            compares.append(unchanged(pkv))
+            ops += [Delete(keys.pool(a)) for a in PoolRecord.decode(pkv.value).aliases]
     return ops, compares
 
 

@@ -18,6 +18,7 @@ from common.models import (
     GlobalSettings,
     Network,
     Policy,
+    PoolBinding,
     PoolRequest,
     Rule,
     Tenant,
@@ -213,6 +214,10 @@ class ClusterState:
 
     def release_pool(self, pool_id: str) -> None:
         self.pools.release_pool(pool_id)
+
+    def bind_pool(self, req: PoolBinding) -> str:
+        """Bind a docker network's pool id to its network's pool; what it stands for."""
+        return self.pools.bind_pool(req)
 
     def request_address(self, req: AddressRequest) -> str:
         """Allocate one address; returns it as CIDR. Idempotent by ``owner``."""

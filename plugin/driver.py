@@ -168,6 +168,7 @@ class Driver(IpamDriver):
             self._cluster_network(ref.tenant, ref.name)
             if ref.group:
                 self._cluster_group(ref.tenant, ref.group, ref.name, "-o")
+            self.bind_docker_pools(req, ref)  # Docker books in its pool (or group's) too
             self._networks[req.NetworkID] = ref
             return {}
         if generic.get("group"):
@@ -195,6 +196,11 @@ class Driver(IpamDriver):
                 fields[subnet] = data[0].Pool
                 fields[gateway] = strip_len(data[0].Gateway)
         self.master.create_network(request_model(Network, fields, f"network {tenant}:{name}"))
+        try:
+            self.bind_docker_pools(req, NetworkRef(tenant, name))  # one booking per address
+        except Exception:
+            self.master.delete_network(tenant, name)  # refused: leave nothing behind
+            raise
         self._networks[req.NetworkID] = NetworkRef(tenant, name)
         if self.docker_name is not None and name == req.NetworkID[:12]:
             # dockerd knows the name only once CreateNetwork has returned: learn it soon after.

@@ -6,21 +6,43 @@ A docker network of an endpoint group (`--ipam-opt network=N --ipam-opt group=G`
 network's pool id with the group's name after an "@" (GROUP_POOL): Docker asks for an
 address before the endpoint exists, and with options that do not name the group, so the
 master finds the group's ip-pool in the pool id (master.decisions.pools.split_group_pool).
+
+RequestPool sees only the --ipam-opt options, CreateNetwork only the -o ones. So at
+CreateNetwork the driver binds the pool id Docker got from RequestPool (remembered here
+from that call, moments before) to the pool of the network the -o options made or name
+(master.decisions.bindings): with `-o tenant=T` or `-o network=N -o group=G` alone, every
+address is still booked once, in the network's pool. The binding lives in the store.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from common import owners
-from common.models import AddressRelease, AddressRequest, EndpointGroup, PoolRequest
+from common.models import (
+    AddressRelease,
+    AddressRequest,
+    EndpointGroup,
+    PoolBinding,
+    PoolRequest,
+)
 from common.records import NetworkRecord
 
 from . import schemas as s
 from .master_client import MasterClient, MasterError
-from .options import GATEWAY_REQUEST, MAC_OPTION, DriverError, request_model, strip_len
+from .options import (
+    GATEWAY_REQUEST,
+    MAC_OPTION,
+    DriverError,
+    NetworkRef,
+    request_model,
+    strip_len,
+)
 
 GROUP_POOL = "{pool}@{group}"  # the pool id of a group's docker network
+GRANTS_KEPT = 64  # pool ids handed out and not yet bound by a CreateNetwork
 
 
 def group_create_hint(tenant: str, network: str, group: str) -> str:
@@ -32,6 +54,36 @@ def group_create_hint(tenant: str, network: str, group: str) -> str:
 class IpamDriver:
     def __init__(self, master: MasterClient) -> None:
         self.master = master
+        # CIDR -> the pool id RequestPool last handed out for it: the CreateNetwork that
+        # follows binds that pool id (it carries only the CIDR).
+        self._granted: OrderedDict[str, str] = OrderedDict()
+        self._granting = threading.Lock()
+
+    def _grant(self, got: dict[str, Any]) -> dict[str, Any]:
+        with self._granting:
+            self._granted.pop(got["Pool"], None)
+            self._granted[got["Pool"]] = got["PoolID"]
+            while len(self._granted) > GRANTS_KEPT:
+                self._granted.popitem(last=False)
+        return got
+
+    def bind_docker_pools(self, req: s.CreateNetwork, ref: NetworkRef) -> None:
+        """CreateNetwork: the pool ids Docker got for this network book in ``ref``'s pools
+        (a no-op where they do already). A pool id this process did not hand out (it
+        restarted between RequestPool and CreateNetwork) is left as it is."""
+        for data in (*(req.IPv4Data or []), *(req.IPv6Data or [])):
+            with self._granting:
+                pool_id = self._granted.pop(data.Pool, None)
+            if pool_id is None:
+                continue
+            binding = {
+                "poolID": pool_id,
+                "tenantName": ref.tenant,
+                "networkName": ref.name,
+                "groupName": ref.group,
+                "dockerNetworkID": req.NetworkID,
+            }
+            self.master.bind_pool(request_model(PoolBinding, binding, f"docker pool {pool_id}"))
 
     def request_pool(self, req: s.RequestPool) -> dict[str, Any]:
         opts = req.Options or {}
@@ -54,7 +106,7 @@ class IpamDriver:
             f"pool request in address space {space}",
         )
         got = self.master.request_pool(request)
-        return {"PoolID": got.pool_id, "Pool": got.pool, "Data": got.data}
+        return self._grant({"PoolID": got.pool_id, "Pool": got.pool, "Data": got.data})
 
     def _cluster_network(self, tenant: str, name: str) -> NetworkRecord:
         """An existing cluster network's config and oper state, or a clear refusal."""
@@ -125,7 +177,7 @@ class IpamDriver:
             )
         if group:
             pool_id = GROUP_POOL.format(pool=pool_id, group=group)
-        return {"PoolID": pool_id, "Pool": subnet, "Data": {}}
+        return self._grant({"PoolID": pool_id, "Pool": subnet, "Data": {}})
 
     def release_pool(self, req: s.ReleasePool) -> dict[str, Any]:
         try:

@@ -27,6 +27,7 @@ from common.models import (
     EndpointGroup,
     EndpointRequest,
     Network,
+    PoolBinding,
     PoolRequest,
 )
 from common.records import NetworkRecord, parse_leader
@@ -128,6 +129,11 @@ class MasterClient:
 
     def release_pool(self, pool_id: str) -> None:
         self._call("DELETE", f"/alloc/pools/{_part(pool_id)}")
+
+    def bind_pool(self, binding: PoolBinding) -> str:
+        """Bind a docker network's pool id to its network's pool; what it books in."""
+        got = self._call("POST", "/alloc/pool-bindings", binding)
+        return str(_fields(got, f"pool binding {binding.poolID}", "bookedIn")["bookedIn"])
 
     def request_address(self, request: AddressRequest) -> str:
         """Allocate an address (idempotent by owner); returns "a.b.c.d/len"."""

@@ -33,12 +33,12 @@ def req(**kw: object) -> PoolRequest:
 
 
 def test_a_pool_asked_for_is_created_in_its_address_space() -> None:
-    grant = plan_pool_request(req(addressSpace="blue", pool="10.1.0.0/16"), [])
+    grant = plan_pool_request(req(addressSpace="blue", pool="10.1.0.0/16"), {})
     assert grant == PoolGrant(
         "blue:10.1.0.0/16", "10.1.0.0/16", PoolRecord("10.1.0.0/16", name="blue:10.1.0.0/16")
     )
     assert grant.to_json() == {"poolID": "blue:10.1.0.0/16", "pool": "10.1.0.0/16", "data": {}}
-    assert plan_pool_request(req(pool="10.1.0.0/16"), []).pool_id == "default:10.1.0.0/16"
+    assert plan_pool_request(req(pool="10.1.0.0/16"), {}).pool_id == "default:10.1.0.0/16"
 
 
 def test_a_sub_pool_needs_a_pool_and_must_lie_inside_it() -> None:
@@ -48,12 +48,12 @@ def test_a_sub_pool_needs_a_pool_and_must_lie_inside_it() -> None:
     assert str(e.value) == (
         "pool request in address space default: a sub-pool (--ip-range) needs a pool (--subnet)"
     )
-    grant = plan_pool_request(req(pool="10.1.0.0/16", subPool="10.1.5.0/24"), [])
+    grant = plan_pool_request(req(pool="10.1.0.0/16", subPool="10.1.5.0/24"), {})
     assert grant.record is not None and grant.record.range == "10.1.5.0/24"
     with pytest.raises(
         BadRequest, match=re.escape("sub-pool 10.2.0.0/24 is not inside pool 10.1.0.0/16")
     ):
-        plan_pool_request(req(pool="10.1.0.0/16", subPool="10.2.0.0/24"), [])
+        plan_pool_request(req(pool="10.1.0.0/16", subPool="10.2.0.0/24"), {})
 
 
 @pytest.mark.parametrize(
@@ -62,36 +62,36 @@ def test_a_sub_pool_needs_a_pool_and_must_lie_inside_it() -> None:
 )
 def test_bad_cidrs_are_bad_requests(fields: dict) -> None:
     with pytest.raises(BadRequest, match="pool request in address space default"):
-        plan_pool_request(req(**fields), [])
+        plan_pool_request(req(**fields), {})
 
 
 def test_the_default_pool_avoids_every_pool_of_every_space() -> None:
-    assert plan_pool_request(req(), [], []).pool == "10.200.0.0/24"
+    assert plan_pool_request(req(), {}, []).pool == "10.200.0.0/24"
     taken = [PoolRecord("10.200.0.0/24", network="t:a"), PoolRecord("10.200.1.0/25")]
-    grant = plan_pool_request(req(addressSpace="other"), [], taken)
+    grant = plan_pool_request(req(addressSpace="other"), {}, taken)
     assert grant == PoolGrant(
         "other:10.200.2.0/24", "10.200.2.0/24", PoolRecord("10.200.2.0/24", name=grant.pool_id)
     )
-    v6 = plan_pool_request(req(v6=True), [], taken)
+    v6 = plan_pool_request(req(v6=True), {}, taken)
     assert ipaddress.ip_network(v6.pool).version == 6 and v6.pool_id == f"default:{v6.pool}"
 
 
 def test_no_default_pool_left() -> None:
     full = [PoolRecord(cidr) for cidr, _ in DEFAULT_V4_POOLS]
     with pytest.raises(Conflict) as e:
-        plan_pool_request(req(), [], full)
+        plan_pool_request(req(), {}, full)
     assert str(e.value) == (
         "pool request in address space default: no free default pool left; pass --subnet"
     )
 
 
 def test_an_identical_pool_is_shared() -> None:
-    mine = PoolRecord("10.1.0.0/16", range="10.1.5.0/24", network="default:web")
+    mine = {"default:10.1.0.0/16": PoolRecord("10.1.0.0/16", range="10.1.5.0/24")}
     for fields in ({"pool": "10.1.0.0/16"}, {"pool": "10.1.0.0/16", "subPool": "10.1.5.0/24"}):
-        grant = plan_pool_request(req(**fields), [mine])
+        grant = plan_pool_request(req(**fields), mine)
         assert grant == PoolGrant("default:10.1.0.0/16", "10.1.0.0/16", None)
     with pytest.raises(Conflict) as e:
-        plan_pool_request(req(pool="10.1.0.0/16", subPool="10.1.6.0/24"), [mine])
+        plan_pool_request(req(pool="10.1.0.0/16", subPool="10.1.6.0/24"), mine)
     assert str(e.value) == (
         "pool request in address space default: "
         "pool 10.1.0.0/16 already exists with a different sub-pool"
@@ -103,10 +103,12 @@ def test_an_overlapping_pool_is_refused() -> None:
     with pytest.raises(
         Conflict, match=re.escape("pool 10.1.2.0/24 overlaps pool 10.1.0.0/16 of default:web")
     ):
-        plan_pool_request(req(pool="10.1.2.0/24"), [web])
+        plan_pool_request(req(pool="10.1.2.0/24"), {"default:10.1.0.0/16": web})
     with pytest.raises(Conflict, match=re.escape("overlaps pool 10.1.0.0/16 of another network")):
-        plan_pool_request(req(pool="10.0.0.0/8"), [PoolRecord("10.1.0.0/16")])
-    assert plan_pool_request(req(pool="10.2.0.0/16"), [web]).record is not None
+        plan_pool_request(req(pool="10.0.0.0/8"), {"default:x": PoolRecord("10.1.0.0/16")})
+    assert (
+        plan_pool_request(req(pool="10.2.0.0/16"), {"default:10.1.0.0/16": web}).record is not None
+    )
 
 
 def test_pool_spec_reads_the_sub_pool() -> None:

@@ -169,6 +169,7 @@ def test_every_route_of_the_app_needs_the_role_the_readme_says(tmp_path: Path) -
         ("DELETE", "/api/v1/alloc/endpoints/<endpoint_id>"),
         ("POST", "/api/v1/alloc/pools"),
         ("DELETE", "/api/v1/alloc/pools/<path:pool_id>"),
+        ("POST", "/api/v1/alloc/pool-bindings"),
         ("POST", "/api/v1/alloc/addresses"),
         ("POST", "/api/v1/alloc/addresses/release"),
         ("POST", "/api/v1/networks/<key>"),

@@ -16,6 +16,7 @@ from common.models import (
     Endpoint,
     EndpointRequest,
     Network,
+    PoolBinding,
     PoolRequest,
 )
 from common.records import NetworkRecord
@@ -38,6 +39,7 @@ class FakeMaster:
         self.pools: dict[str, dict[str, Any]] = {}
         self.owners: dict[str, str] = {}
         self.deleted_endpoints: list[str] = []
+        self.bindings: list[PoolBinding] = []
         self.down = False
 
     def _check(self) -> None:
@@ -55,6 +57,12 @@ class FakeMaster:
         self._check()
         if self.pools.pop(pool_id, None) is None:
             raise MasterError(f"pool {pool_id}: not found", 404)
+
+    def bind_pool(self, binding: PoolBinding) -> str:
+        """The binding is the real master's (tests/test_one_booking.py): only recorded."""
+        self._check()
+        self.bindings.append(binding)
+        return binding.poolID
 
     def request_address(self, req: AddressRequest) -> str:
         pool_id, address, owner = req.poolID, req.address, req.owner

@@ -48,6 +48,7 @@ from common.records import (
 )
 
 from .endpoints import addresses_of
+from .pools import TWIN
 
 R = TypeVar("R")
 
@@ -126,6 +127,11 @@ def _pools(c: _Check, networks: Mapping[str, tuple[str, NetworkRecord]]) -> dict
                 c.bad(key, f"belongs to network {pool.network}, which does not exist")
             elif pid not in net[1].pools:
                 c.bad(key, f"belongs to network {pool.network}, which does not name it")
+    for pid, pool in pools.items():
+        if pool.alias:
+            target = pools.get(pool.alias.partition("@")[0])
+            if target is None or pid not in target.aliases:
+                c.bad(keys.pool(pid), f"an alias of pool {pool.alias}, which does not list it")
     for nkey, net in networks.values():
         for pid in net.pools:
             if pid not in pools:
@@ -141,6 +147,8 @@ def _overlaps(c: _Check, pools: Mapping[str, PoolRecord]) -> None:
         defaultdict(list)
     )
     for pid, pool in pools.items():
+        if pool.alias:
+            continue  # books in the pool it stands for
         try:
             by_space[pid.split(":", 1)[0]].append((pid, ipaddress.ip_network(pool.cidr)))
         except ValueError:
@@ -148,8 +156,15 @@ def _overlaps(c: _Check, pools: Mapping[str, PoolRecord]) -> None:
     for space in by_space.values():
         for i, (a, na) in enumerate(space):
             for b, nb in space[i + 1 :]:
+                if _twins(a, b) and not (pools[a].network and pools[b].network):
+                    continue  # a docker pool's twin id: its docker network has not said yet
                 if na.version == nb.version and na.overlaps(nb):  # type: ignore[arg-type]
                     c.bad(keys.pool(a), f"overlaps pool {b}: an address could be booked twice")
+
+
+def _twins(a: str, b: str) -> bool:
+    """Pool ids of one subnet in one space ("<space>:<cidr>", "<space>:<cidr>~2")."""
+    return a.split(TWIN, 1)[0] == b.split(TWIN, 1)[0]
 
 
 def _endpoints(

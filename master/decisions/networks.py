@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common.models import GlobalSettings, Network, docker_name
@@ -12,7 +12,7 @@ from ipam import parse_network
 
 from ..errors import BadRequest, Conflict
 from ..validate import tag_range
-from .pools import pool_id_for
+from .pools import free_pool_id, pool_id_for
 
 
 def addressing(n: Network) -> tuple[Any, ...]:
@@ -79,10 +79,13 @@ def plan_pools(
 
     ``pools`` are the pools of the network's tenant. A pool docker reserved (RequestPool)
     for the very same subnet is adopted, with its sub-pool and the addresses already handed
-    out from it. Any other overlap is refused. The pools of ``previous`` do not count.
+    out from it. Any other overlap is refused. The pools of ``previous`` do not count, nor
+    do aliases (docker pool ids standing for another network's pool), though their ids are
+    taken: the pool then gets a twin id ("<tenant>:<cidr>~2", see free_pool_id).
     """
     stale = set(previous.pools) if previous else set()
-    existing = [(pid, rec) for pid, rec in pools.items() if pid not in stale]
+    taken = {pid for pid in pools if pid not in stale}
+    existing = [(pid, pools[pid]) for pid in sorted(taken) if not pools[pid].alias]
     planned: dict[int, tuple[str, PoolRecord]] = {}
     adopted: list[str] = []
     for version, subnet, gateway in (
@@ -92,20 +95,28 @@ def plan_pools(
         if not subnet:
             continue
         network = parse_network(subnet)
-        rng = ""
+        docker: list[str] = []
         for pid, rec in existing:
             other = parse_network(rec.cidr)
             if other == network and not rec.network:
-                rng = rec.range
-                adopted.append(pid)
+                docker.append(pid)
             elif other.version == network.version and other.overlaps(network):
                 raise Conflict(
                     f"network {net.id}",
                     f"subnet {network} overlaps {other} of network "
                     f"{rec.network or 'a docker pool'} in tenant {net.tenantName}",
                 )
+        plain = pool_id_for(net.tenantName, network)
+        if plain in docker or plain not in taken:
+            pid = plain
+        else:
+            pid = docker[0] if docker else free_pool_id(plain, taken)
+        rng = ""
+        if pid in docker:
+            rng = pools[pid].range
+            adopted.append(pid)
         record = PoolRecord(str(network), range=rng, network=net.id, gateway=gateway, name=net.id)
-        planned[version] = (pool_id_for(net.tenantName, network), record)
+        planned[version] = (pid, record)
     return planned, adopted
 
 
@@ -187,7 +198,5 @@ def renamed(rec: NetworkRecord, new_name: str) -> NetworkRecord:
 
 
 def renamed_pool(pool: PoolRecord, network: NetworkRecord) -> PoolRecord:
-    """A network's pool follows its network's rename."""
-    return PoolRecord(
-        pool.cidr, pool.range, network=network.id, gateway=pool.gateway, name=network.id
-    )
+    """A network's pool follows its network's rename (its aliases' pool ids stay)."""
+    return replace(pool, network=network.id, name=network.id)

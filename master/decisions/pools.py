@@ -4,7 +4,7 @@ cluster state: which pool a request gets, and which addresses may be handed out 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,15 +58,34 @@ class PoolGrant:
         return {"poolID": self.pool_id, "pool": self.pool, "data": {}}
 
 
+TWIN = "~"  # a second docker pool of one subnet in one space: "<space>:<cidr>~2"
+
+
+def free_pool_id(plain: str, taken: Collection[str]) -> str:
+    """``plain`` ("<space>:<cidr>"), or when a pool (an alias, or a network's pool Docker
+    must not share) holds that id, the first free "<plain>~2", "~3", ..."""
+    if plain not in taken:
+        return plain
+    k = 2
+    while f"{plain}{TWIN}{k}" in taken:
+        k += 1
+    return f"{plain}{TWIN}{k}"
+
+
 def plan_pool_request(
-    req: PoolRequest, space: Sequence[PoolRecord], everywhere: Sequence[PoolRecord] = ()
+    req: PoolRequest, space: Mapping[str, PoolRecord], everywhere: Sequence[PoolRecord] = ()
 ) -> PoolGrant:
-    """The pool for ``req``, given the pools of its address space (``space``).
+    """The pool for ``req``, given the pools of its address space (``space``: by pool id).
 
     Without a pool in the request the first free default pool is chosen, avoiding every
     pool of every space (``everywhere``): docker turns default pools into host routes. A
     pool identical to an existing one shares it (the same sub-pool, or none asked for); a
-    pool overlapping another is refused.
+    pool overlapping another is refused. Aliases (docker pool ids standing for a network's
+    pool) hold no addresses here: they are neither shared nor overlapped.
+
+    A request without options (no --ipam-opt) never shares a network's pool: its docker
+    network says which network it is for only at CreateNetwork (-o options), when its own
+    pool (a twin id, see free_pool_id) is adopted by or made an alias of that network's.
     """
     obj = request_obj(req)
     try:
@@ -86,9 +105,12 @@ def plan_pool_request(
             rng = str(sub)
     except IpamError as e:
         raise BadRequest(obj, str(e)) from None
-    pid = pool_id_for(address_space(req), network)
-    for rec in space:
+    for pid, rec in space.items():
+        if rec.alias:
+            continue
         if rec.cidr == str(network):
+            if rec.network and not req.options:
+                continue  # a twin of its own (above)
             if rng and rec.range != rng:
                 raise Conflict(obj, f"pool {network} already exists with a different sub-pool")
             return PoolGrant(pid, str(network), None)
@@ -98,8 +120,14 @@ def plan_pool_request(
                 obj,
                 f"pool {network} overlaps pool {other} of {rec.network or 'another network'}",
             )
+    pid = free_pool_id(pool_id_for(address_space(req), network), space.keys())
     record = PoolRecord(cidr=str(network), range=rng, network="", gateway="", name=pid)
     return PoolGrant(pid, str(network), record)
+
+
+def resolve(pool_id: str, record: PoolRecord | None) -> str:
+    """The pool id Docker's ``pool_id`` books in: the pool its alias names, or itself."""
+    return record.alias if record is not None and record.alias else pool_id
 
 
 # --- the pool of an endpoint group's docker network ---
