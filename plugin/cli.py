@@ -74,6 +74,18 @@ def parser() -> EnvArgumentParser:
         help="seconds between full audits of the switch's flows and our iptables chains "
         "(repairs changes made behind netplugin's back); 0 disables",
     )
+    p.add_argument(
+        "--api-socket",
+        default="/run/netplugin/netplugin-api.sock",  # common.flags.AGENT_API_SOCKET
+        help="unix socket (mode 0600) of the operator's inspect API and /metrics "
+        "(netctl host inspect); empty disables it",
+    )
+    p.add_argument(
+        "--api-listen",
+        default="",
+        metavar="HOST:PORT",
+        help="also serve the inspect API and /metrics on TCP, GET only (off by default)",
+    )
     return p
 
 
