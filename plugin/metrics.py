@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -96,6 +97,7 @@ class AgentMetrics:
             "Flows an audit found missing, changed or extra on the switch and rewrote",
             registry=r,
         )
+        self._docker: dict[tuple[str, bool], tuple[Any, Any]] = {}  # the labelled children
         self._state = _StateCollector()
         r.register(self._state)
         self._lock = threading.Lock()
@@ -104,9 +106,15 @@ class AgentMetrics:
     # --- hooks ---
 
     def docker_call(self, method: str, ok: bool, seconds: float) -> None:
-        outcome = "ok" if ok else "error"
-        self.docker_requests.labels(method, outcome).inc()
-        self.docker_seconds.labels(method, outcome).observe(seconds)
+        children = self._docker.get((method, ok))
+        if children is None:  # once per method and outcome: labels() takes a lock
+            outcome = "ok" if ok else "error"
+            children = self._docker[(method, ok)] = (
+                self.docker_requests.labels(method, outcome),
+                self.docker_seconds.labels(method, outcome),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def audit_started(self, generation: int | None) -> None:
         """An audit asked for the full reconcile of ``generation`` (None: the agent was not
