@@ -8,6 +8,8 @@ import os
 from typing import Any
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# The agent's inspect API (netplugin --api-socket; netctl host inspect --socket).
+AGENT_API_SOCKET = "/run/netplugin/netplugin-api.sock"
 
 
 class EnvArgumentParser(argparse.ArgumentParser):

@@ -461,16 +461,17 @@ class DatapathAgent:
         self.controller.set_desired(flows)
         self._sync_nat(force=True)
 
-    def audit(self) -> None:
+    def audit(self) -> int | None:
         """Repair what was changed behind our back: the switch's flows read back and diffed
-        (the controller logs what it had to change) and our iptables chains rewritten.
-        Between audits only deltas are sent, so drift waits for this, a reconnect or a
-        resync."""
+        (the controller logs what it had to change) and our iptables chains rewritten; the
+        generation of that reconcile. Between audits only deltas are sent, so drift waits
+        for this, a reconnect or a resync."""
         if not self._ready.is_set():
-            return
+            return None
         with self._lock:
-            self.controller.resync()
+            generation = self.controller.resync()
             self._sync_nat(force=True)
+            return generation
 
     def _cluster_change(self, **change: Any) -> Change:
         """A Change that also brings the tunnels, other hosts' endpoints and the ARP mode

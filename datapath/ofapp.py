@@ -85,6 +85,8 @@ class FlowController:
         # Called in a thread of its own after each switch handshake (e.g. to redo what an
         # ovs-vswitchd restart lost outside the flow tables).
         self.on_connect = on_connect
+        # Called in the reconcile thread with the stats of each completed job (metrics).
+        self.on_reconcile: Callable[[ReconcileStats], None] | None = None
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._wake = threading.Event()
@@ -210,6 +212,20 @@ class FlowController:
                 "last_error": self._last_error,
                 "threads": threading.active_count(),
             }
+
+    def read_back(self) -> tuple[frozenset[Flow], set[Flow], int] | None:
+        """(the desired flows, our flows on the switch now, the generation they were read
+        at) for a report: nothing is changed. None while no switch is connected. Raises
+        ReconcileError if the switch does not answer."""
+        with self._lock:
+            dp, generation = self._datapath, self._book.generation
+            desired = frozenset(self._book.desired.values())
+        if dp is None:
+            return None
+        try:
+            return desired, self._wire.read_flows(dp), generation
+        except Disconnected:
+            return None
 
     def stop(self) -> None:
         """Stop reconciling and drop the switch connection (its flows stay: fail_mode=secure).
@@ -337,6 +353,11 @@ class FlowController:
         if stats.errors:
             log.error("switch refused %d flow(s): %s", len(stats.errors), stats.errors[:5])
             self._retry_later()
+        if self.on_reconcile is not None:
+            try:
+                self.on_reconcile(stats)
+            except Exception:
+                log.exception("on_reconcile callback failed")
         self._notify()
 
     def _retry_later(self) -> None:

@@ -28,6 +28,7 @@ from .auth import TokenTable, install
 from .election import Elector
 from .errors import ApiError
 from .forwarding import Forwarder, mark_served_by
+from .metrics import allocation, instrument, metrics_response
 from .openapi import API, openapi_document
 from .routes import Api, json_response, read_body, register_kinds
 from .service import ClusterState
@@ -79,8 +80,9 @@ def create_app(
         reason = f"internal error: {type(e).__name__}: {e}"
         return json_response({"error": reason, "object": request.path, "reason": reason}, 500)
 
+    instrument(app)  # first: the requests the hooks below answer are counted too
     if tokens is not None:
-        install(app, tokens)  # first: a follower forwards only what the caller may do
+        install(app, tokens)  # a follower forwards only what the caller may do
 
     @app.before_request
     def to_leader() -> Response | None:
@@ -107,6 +109,11 @@ def create_app(
         stats = state.commit_stats()
         return json_response({"worker": os.getpid(), "groupCommit": bool(stats), **stats})
 
+    # Not under /api/v1/ either; a reader's token, like every other GET (auth.py).
+    @route("/metrics", "GET", "Prometheus metrics of this master (all of its workers)")
+    def prometheus() -> Response:
+        return metrics_response()
+
     # Tenants, networks, endpoint groups, globals and endpoints: one table (kinds.KINDS).
     register_kinds(api, state)
 
@@ -122,6 +129,8 @@ def create_app(
         body = read_body("endpoint")
         req = parse_body(EndpointRequest, body, f"endpoint {body.get('endpointID', '')}".strip())
         ep, created = state.create_endpoint(req)
+        if created:
+            allocation("endpoint", "allocate")
         return json_response(ep.dump(), 201 if created else 200)
 
     @route(
@@ -131,7 +140,9 @@ def create_app(
         response=Endpoint,
     )
     def free_endpoint(endpoint_id: str) -> Response:
-        return json_response(state.delete_endpoint(endpoint_id).dump())
+        ep = state.delete_endpoint(endpoint_id)
+        allocation("endpoint", "release")
+        return json_response(ep.dump())
 
     @route(
         f"{API}/alloc/pools", "POST", "Reserve an address pool (Docker RequestPool)", PoolRequest
@@ -168,12 +179,17 @@ def create_app(
     )
     def alloc_address() -> Response:
         req = parse_body(AddressRequest, read_body("address request"), "address request")
-        return json_response({"address": state.request_address(req)})
+        address = state.request_address(req)
+        allocation("address", "allocate")
+        return json_response({"address": address})
 
     @route(f"{API}/alloc/addresses/release", "POST", "Release an address", AddressRelease)
     def free_address() -> Response:
         req = parse_body(AddressRelease, read_body("address release"), "address release")
-        return json_response({"released": state.release_address(req)})
+        released = state.release_address(req)
+        if released:
+            allocation("address", "release")
+        return json_response({"released": released})
 
     @route(f"{API}/openapi.json", "GET", "This API's OpenAPI 3.1 document")
     def openapi() -> Response:

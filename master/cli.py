@@ -17,6 +17,7 @@ from common.credentials import CredentialError, client_cert
 from common.flags import LOG_LEVELS, EnvArgumentParser, setup_logging, split_endpoints
 
 from .auth import TokenFileError, TokenTable, load_tokens
+from .metrics import prepare_multiprocess_dir, worker_exited
 
 log = logging.getLogger("netmaster")
 
@@ -352,6 +353,7 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
             "proc_name": "netmaster",
             "post_worker_init": _post_worker_init,
             "worker_exit": _worker_exit,
+            "child_exit": worker_exited,
         }
         for key, value in options.items():
             if value is not None:
@@ -437,6 +439,7 @@ def main(argv: list[str] | None = None) -> None:
     tokens = _protection(args)  # before anything is created or served
     check_store(args)
     args.master_id = new_master_id()  # before the fork: every worker shares it
+    prepare_multiprocess_dir()  # before the fork too: the workers' metrics add up there
     tls = bool(args.tls_cert)
     url = control_url(args.listen_url, args.control_url, tls)
     log.info(

@@ -30,6 +30,8 @@ from common import keys
 from common.records import LeaderRecord, encode_leader, parse_leader
 from store import Compare, Lease, LeaseNotFound, Put, Store, StoreError
 
+from .metrics import leader_change, leading
+
 log = logging.getLogger("netmaster.election")
 
 Role = Literal["leader", "follower", "candidate"]
@@ -256,6 +258,7 @@ class Elector:
         old = self._view
         if view.holder and not old.holder:
             self.term += 1
+            leader_change("acquired")
             log.info(
                 "this master leads now (%s, lease %x, ttl %ds)",
                 self.url,
@@ -263,6 +266,7 @@ class Elector:
                 self._lease.ttl if self._lease else self.ttl,
             )
         elif old.holder and not view.holder:
+            leader_change("lost")
             log.warning("this master no longer holds the leader lease")
         new, prev = view.leader, old.leader
         if not view.holder and new is not None and (prev is None or prev.url != new.url):
@@ -272,6 +276,7 @@ class Elector:
     def _lose(self, reason: str) -> None:
         """Step down at once; revoke the lease in case the store still has it."""
         if self._view.holder:
+            leader_change("lost")
             log.warning("stepping down as leader: %s", reason)
         self._view = CANDIDATE
         self._release()
@@ -303,7 +308,7 @@ class Elector:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.step()
+                leading(self.step().role == "leader")
             except Exception:
                 log.exception("election step failed")
             self._stop.wait(self.poll_interval)
@@ -330,5 +335,7 @@ class Elector:
             self._view = CANDIDATE
             self._observed_at = None
             self._release()
+            leading(False)
             if was_holder:
+                leader_change("lost")
                 log.info("resigned as leader (%s)", self.url)

@@ -17,6 +17,7 @@ from store import KV, Compare, Delete, Op, Put, Store, StoreError, StoreUnavaila
 
 from .errors import BadRequest, Conflict, NotFound, Unavailable
 from .groupcommit import GroupCommit
+from .metrics import txn_conflict, txn_retried
 
 MAX_ATTEMPTS = 64
 T = TypeVar("T")
@@ -37,12 +38,14 @@ def retrying(obj: str, attempt: Callable[[], T]) -> T:
         try:
             return attempt()
         except Retry:
+            txn_retried()
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
         except StoreUnavailable as e:
             raise Unavailable(obj, f"cluster store unavailable: {e}") from None
         except StoreError as e:
             raise Unavailable(obj, f"cluster store error: {e}") from None
+    txn_conflict()
     raise Conflict(obj, "too many concurrent updates; retry the request")
 
 

@@ -15,6 +15,7 @@ from common.credentials import CredentialError, client_cert, client_token
 from . import __version__
 from .args import Commands, name, tenant_option
 from .client import DEFAULT_URL, MasterClient, MasterError, normalize_url
+from .host import add_host_commands
 from .output import (
     ENDPOINT_COLUMNS,
     GROUP_COLUMNS,
@@ -325,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
         "id", type=name
     )
     verb(ep, "ls", endpoint_ls, "list endpoints", ["list"])
+
+    # host (the agent's inspect API, not the master)
+    add_host_commands(commands)
 
     # version
     p = objects.add_parser("version", help="netctl's and the master's versions", parents=[common])

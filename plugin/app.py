@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from flask import Flask, Response, request
+import time
+
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from common.jsonbody import READ_LIMIT, too_large
@@ -10,16 +12,19 @@ from common.jsonbody import READ_LIMIT, too_large
 from .driver import Driver
 from .ipam_routes import ipam_blueprint
 from .master_client import MasterError
+from .metrics import AgentMetrics
 from .network_routes import network_blueprint, reply
 from .options import DriverError
 from .schemas import RequestError
 
 
-def create_app(driver: Driver) -> Flask:
+def create_app(driver: Driver, metrics: AgentMetrics | None = None) -> Flask:
     app = Flask("netplugin")
     app.config["MAX_CONTENT_LENGTH"] = READ_LIMIT  # see common.jsonbody
     app.register_blueprint(network_blueprint(driver))
     app.register_blueprint(ipam_blueprint(driver))
+    if metrics is not None:
+        instrument(app, metrics)
 
     @app.post("/Plugin.Activate")
     def activate() -> Response:
@@ -56,3 +61,20 @@ def create_app(driver: Driver) -> Flask:
         return reply(body, status)
 
     return app
+
+
+def instrument(app: Flask, metrics: AgentMetrics) -> None:
+    """Count and time every call by its Docker method (an unknown one as "unknown", so a
+    caller cannot make up label values)."""
+
+    @app.before_request
+    def started() -> None:
+        g.started = time.perf_counter()
+
+    @app.after_request
+    def finished(resp: Response) -> Response:
+        started = g.get("started")
+        if started is not None:
+            method = request.path[1:] if request.url_rule is not None else "unknown"
+            metrics.docker_call(method, resp.status_code < 400, time.perf_counter() - started)
+        return resp

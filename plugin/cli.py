@@ -90,6 +90,18 @@ def parser() -> EnvArgumentParser:
         action="store_true",
         help="running as a Docker managed (v2) plugin (set by its config.json)",
     )
+    p.add_argument(
+        "--api-socket",
+        default="/run/netplugin/netplugin-api.sock",  # common.flags.AGENT_API_SOCKET
+        help="unix socket (mode 0600) of the operator's inspect API and /metrics "
+        "(netctl host inspect); empty disables it",
+    )
+    p.add_argument(
+        "--api-listen",
+        default="",
+        metavar="HOST:PORT",
+        help="also serve the inspect API and /metrics on TCP, GET only (off by default)",
+    )
     return p
 
 

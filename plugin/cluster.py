@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -64,6 +65,12 @@ class PrefixMirror(Generic[R]):
         self._stop = threading.Event()
         self._watch: Any = None
         self._thread = threading.Thread(target=self._run, name=f"mirror:{prefix}", daemon=True)
+        # For the operator (plugin.inspect_api) and the metrics: the store revision the
+        # mirror holds everything up to, how often its watch had to read the prefix again
+        # (compacted history, the store unreachable) and when it last read it whole.
+        self.revision = 0
+        self.restarts = 0
+        self.last_read: float | None = None  # time.time()
 
     def start(self) -> PrefixMirror:
         self._thread.start()
@@ -102,6 +109,7 @@ class PrefixMirror(Generic[R]):
     def _run(self) -> None:
         delay = 0.5
         while not self._stop.is_set():
+            watching = False  # a watch that ends in an error is a restart; a first read's is not
             try:
                 rr = self.store.range(self.prefix)
                 data: dict[str, R] = {}
@@ -109,28 +117,34 @@ class PrefixMirror(Generic[R]):
                     self._put(data, kv)
                 with self._lock:
                     self._data = data
+                self.revision, self.last_read = rr.revision, time.time()
                 if not self.synced.is_set():
                     log.info("cluster state %s: %d key(s)", self.prefix, len(rr.kvs))
                 self.synced.set()
                 self.on_change()
                 delay = 0.5
                 self._watch = self.store.watch(self.prefix, rr.revision + 1)
+                watching = True
                 for ev in self._watch:
                     with self._lock:
                         if ev.type == "put":
                             self._put(self._data, ev.kv)
                         else:
                             self._data.pop(ev.kv.key[len(self.prefix) :], None)
+                        self.revision = max(self.revision, ev.kv.mod_revision)
                     self.on_change()
             except Compacted as e:
+                self.restarts += watching
                 log.info("cluster state %s: %s; reading it again", self.prefix, e)
             except StoreError as e:
+                self.restarts += watching
                 log.warning(
                     "cluster state %s unreachable (%s); retrying in %.1fs", self.prefix, e, delay
                 )
                 self._stop.wait(delay)
                 delay = min(delay * 2, 10.0)
             except Exception:
+                self.restarts += watching
                 log.exception("cluster state %s: watch failed; retrying", self.prefix)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 10.0)
@@ -223,6 +237,9 @@ class ClusterView:
     def stop(self) -> None:
         for m in self._mirrors:
             m.stop()
+
+    def mirrors(self) -> tuple[PrefixMirror[Any], ...]:
+        return self._mirrors
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """True once every mirror has read its prefix once."""

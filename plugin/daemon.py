@@ -24,6 +24,7 @@ from datapath.hostports import HostPorts
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
 from datapath.ports import PortConflict, PortRequest
+from datapath.report import counts
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
 from datapath.veth import NetlinkLinks
 from store import Store, StoreError
@@ -35,7 +36,9 @@ from .cluster import ClusterView, HostRegistration
 from .cluster_sync import ClusterSync, local_network, resync
 from .docker_sync import ClusterNetwork, DockerSync, cluster_networks_in
 from .driver import Driver
+from .inspect_api import AgentStatus, Window, create_inspect_app, parse_listen, serve_tcp
 from .master_client import MasterClient, leader_url_from_store
+from .metrics import AgentMetrics
 from .options import DriverError, PortBinding
 from .plugin_name import DriverName
 from .server import make_socket_server
@@ -206,11 +209,13 @@ def open_cluster_store(args: Any) -> Store:
         raise SystemExit(f"netplugin: {e}") from None
 
 
-def audit_forever(agent: DatapathAgent, interval: float, stop: threading.Event) -> None:
+def audit_forever(
+    agent: DatapathAgent, interval: float, stop: threading.Event, metrics: AgentMetrics
+) -> None:
     """Every ``interval`` seconds, repair what was changed behind our back (agent.audit)."""
     while not stop.wait(interval):
         try:
-            agent.audit()
+            metrics.audit_started(agent.audit())
         except Exception:
             log.exception("audit of the datapath failed; trying again in %gs", interval)
 
@@ -237,8 +242,18 @@ def run(args: Any) -> None:
         )
     except ValueError as e:
         raise SystemExit(f"netplugin: --netmaster {args.netmaster!r}: {e}") from None
+    if args.api_listen:
+        try:
+            parse_listen(args.api_listen)
+        except ValueError as e:
+            raise SystemExit(f"netplugin: --api-listen: {e}") from None
     _clear_stale_socket(args.socket)
+    if args.api_socket:
+        _clear_stale_socket(args.api_socket)
+    metrics = AgentMetrics()
+    status = AgentStatus()
     controller = FlowController(listen_host="127.0.0.1", listen_port=args.of_port)
+    controller.on_reconcile = metrics.reconciled
     controller.start()
     ovs = Ovs(args.ovsdb)
     datapath_type = detect_datapath_type()
@@ -296,8 +311,19 @@ def run(args: Any) -> None:
         docker_options=docker.options,
         local_network=lambda tenant, name: _mirrored_network(view, tenant, name),
     )
-    app = create_app(driver)
+    app = create_app(driver, metrics)
     server = make_socket_server(args.socket, app)
+    # The operator's window (plugin.inspect_api): a unix socket, and TCP if asked (GETs).
+    window = Window(agent, controller, view, args.host, args.vtep_ip, status)
+    metrics.watch_state(
+        lambda: counts(agent), lambda: [(m.prefix, m.restarts) for m in view.mirrors()]
+    )
+    api_servers = []
+    if args.api_socket:
+        api_servers.append(make_socket_server(args.api_socket, create_inspect_app(window, metrics)))
+        threading.Thread(target=api_servers[0].serve_forever, name="inspect", daemon=True).start()
+    if args.api_listen:
+        api_servers.append(serve_tcp(args.api_listen, create_inspect_app(window, metrics, True)))
     view.start()
     registration.start()
     cluster_sync.start()
@@ -320,7 +346,9 @@ def run(args: Any) -> None:
         delay = 0.5
         while True:
             try:
-                log.info("resynced with the cluster: %s", resync(agent, view, args.host))
+                result = resync(agent, view, args.host)
+                status.resynced(result)
+                log.info("resynced with the cluster: %s", result)
                 cluster_sync.poke()
                 docker_sync.poke()
                 return
@@ -333,7 +361,9 @@ def run(args: Any) -> None:
     stopping = threading.Event()
     if args.audit_interval > 0:
         threading.Thread(
-            target=audit_forever, args=(agent, args.audit_interval, stopping), daemon=True
+            target=audit_forever,
+            args=(agent, args.audit_interval, stopping, metrics),
+            daemon=True,
         ).start()
 
     def shutdown(signum: int, _frame: Any) -> None:
@@ -350,11 +380,18 @@ def run(args: Any) -> None:
         datapath_type,
         f"{underlay.vtep_ip} on {underlay.device}, MTU {underlay.mtu}" if underlay else "none",
     )
+    log.info(
+        "inspect API and /metrics on %s",
+        " and ".join(filter(None, (args.api_socket, args.api_listen))) or "nothing (disabled)",
+    )
     try:
         server.serve_forever()
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(args.socket)
+        for api in api_servers:
+            api.shutdown()
+        for path in filter(None, (args.socket, args.api_socket)):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         stopping.set()
         docker_sync.stop()
         registration.stop()

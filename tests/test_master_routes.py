@@ -94,6 +94,7 @@ def test_every_route_is_a_kinds_or_one_of_the_explicit_ones(client: FlaskClient)
         ("/api/v1/leader", "GET"),
         ("/api/v1/openapi.json", "GET"),
         ("/stats/commits", "GET"),
+        ("/metrics", "GET"),
         ("/api/v1/alloc/endpoints", "POST"),
         ("/api/v1/alloc/endpoints/<endpoint_id>", "DELETE"),
         ("/api/v1/alloc/pools", "POST"),

@@ -1,0 +1,154 @@
+"""The agent's Prometheus metrics (GET /metrics on its inspect API; README "Monitoring").
+
+One registry per agent (not the process-wide default), so tests make as many as they like.
+The Docker calls pay one counter increment and one histogram observation each, with no lock
+held across I/O; everything that can be read from the agent's state when scraped (peers,
+local endpoints, watch restarts) is read then, at no cost to the hot path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from datapath.ofstate import ReconcileStats
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST  # what generate_latest writes
+# Docker calls take from well under a millisecond (Activate) to seconds (a CreateEndpoint
+# waiting for the master and for its flows on the switch).
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class _StateCollector(Collector):
+    """Gauges and counters read from the agent's state at scrape time."""
+
+    def __init__(self) -> None:
+        self.counts: Callable[[], tuple[int, int]] | None = None  # (endpoints, peers)
+        self.restarts: Callable[[], Iterable[tuple[str, int]]] | None = None  # (prefix, n)
+
+    def collect(self) -> Iterator[Metric]:
+        if self.counts is not None:
+            endpoints, peers = self.counts()
+            yield GaugeMetricFamily(
+                "netplugin_local_endpoints", "Endpoints on this host's bridge", value=endpoints
+            )
+            yield GaugeMetricFamily(
+                "netplugin_peers", "Other hosts this host has a VXLAN tunnel to", value=peers
+            )
+        if self.restarts is not None:
+            family = CounterMetricFamily(
+                "netplugin_watch_restarts",
+                "Times a mirror of the cluster store read its prefix again after its watch "
+                "ended (compacted history, the store unreachable)",
+                labels=["prefix"],
+            )
+            for prefix, n in self.restarts():
+                family.add_metric([prefix], n)
+            yield family
+
+
+class AgentMetrics:
+    """The agent's metrics and the hooks that feed them."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.docker_requests = Counter(
+            "netplugin_docker_requests_total",
+            "Docker plugin API calls, by method and outcome (ok: a 2xx answer)",
+            ["method", "outcome"],
+            registry=r,
+        )
+        self.docker_seconds = Histogram(
+            "netplugin_docker_request_duration_seconds",
+            "Time to answer a Docker plugin API call",
+            ["method", "outcome"],
+            registry=r,
+            buckets=BUCKETS,
+        )
+        self.reconciles = Counter(
+            "netplugin_reconciles_total",
+            "Flow reconciles: full (the switch read back and diffed) or delta (flow-mods only)",
+            ["kind"],
+            registry=r,
+        )
+        self.flows_changed = Counter(
+            "netplugin_flows_changed_total",
+            "Flow-mods the reconciles sent: added (replaced ones included), replaced, deleted",
+            ["op"],
+            registry=r,
+        )
+        self.audits = Counter(
+            "netplugin_audits_total", "Audits of the switch's flows and iptables", registry=r
+        )
+        self.audit_repairs = Counter(
+            "netplugin_audit_repairs_total",
+            "Flows an audit found missing, changed or extra on the switch and rewrote",
+            registry=r,
+        )
+        self._docker: dict[tuple[str, bool], tuple[Any, Any]] = {}  # the labelled children
+        self._state = _StateCollector()
+        r.register(self._state)
+        self._lock = threading.Lock()
+        self._audit_generation: int | None = None  # the audit's reconcile, until it is done
+
+    # --- hooks ---
+
+    def docker_call(self, method: str, ok: bool, seconds: float) -> None:
+        children = self._docker.get((method, ok))
+        if children is None:  # once per method and outcome: labels() takes a lock
+            outcome = "ok" if ok else "error"
+            children = self._docker[(method, ok)] = (
+                self.docker_requests.labels(method, outcome),
+                self.docker_seconds.labels(method, outcome),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def audit_started(self, generation: int | None) -> None:
+        """An audit asked for the full reconcile of ``generation`` (None: the agent was not
+        ready, nothing was audited)."""
+        if generation is None:
+            return
+        self.audits.inc()
+        with self._lock:
+            self._audit_generation = generation
+
+    def reconciled(self, stats: ReconcileStats) -> None:
+        """FlowController.on_reconcile: one job done."""
+        self.reconciles.labels("full" if stats.full else "delta").inc()
+        self.flows_changed.labels("added").inc(stats.added)
+        self.flows_changed.labels("replaced").inc(stats.replaced)
+        self.flows_changed.labels("deleted").inc(stats.deleted)
+        if not stats.full:
+            return
+        with self._lock:
+            audit = self._audit_generation
+            if audit is None or stats.generation < audit:
+                return
+            self._audit_generation = None
+        self.audit_repairs.inc(stats.added + stats.deleted)
+
+    def watch_state(
+        self,
+        counts: Callable[[], tuple[int, int]],
+        restarts: Callable[[], Iterable[tuple[str, int]]],
+    ) -> None:
+        """Read (local endpoints, peers) and each mirror's watch restarts when scraped."""
+        self._state.counts = counts
+        self._state.restarts = restarts
+
+    def exposition(self) -> bytes:
+        """The metrics in Prometheus' text format."""
+        return generate_latest(self.registry)
