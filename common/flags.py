@@ -10,6 +10,9 @@ from typing import Any
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # The agent's inspect API (netplugin --api-socket; netctl host inspect --socket).
 AGENT_API_SOCKET = "/run/netplugin/netplugin-api.sock"
+# A managed plugin's agent serves its API beside its Docker socket, in the directory the
+# host sees as /run/docker/plugins/<plugin id>/ (config.json's NETPLUGIN_API_SOCKET).
+PLUGIN_API_SOCKET_NAME = "netplugin-api.sock"
 
 
 class EnvArgumentParser(argparse.ArgumentParser):

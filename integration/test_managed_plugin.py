@@ -126,6 +126,12 @@ def test_lifecycle_with_running_containers(plugin: Plugin) -> None:
     assert ping_counts("v2-b", a, 3) == (3, 3)
     assert http_get("v2-b", a) == docker("exec", "v2-a", "hostname")
 
+    # The operator's window: the agent's inspect API, in the plugin's socket directory.
+    plugin_id = docker("plugin", "inspect", "-f", "{{.Id}}", plugin.name)
+    api = f"/run/docker/plugins/{plugin_id}/netplugin-api.sock"
+    shown = json.loads(plugin.netctl("host", "inspect", "--socket", api, "--json", "endpoints"))
+    assert {a, b} <= {e["ipv4"] for e in shown}, shown
+
     # A network made with netctl reaches docker under the plugin's full name.
     plugin.netctl("net", "create", "-s", "10.232.0.0/24", "v2ctl")
     wait_for(
@@ -188,7 +194,6 @@ def test_lifecycle_with_running_containers(plugin: Plugin) -> None:
     assert http_get("v2-b", a) == docker("exec", "v2-a", "hostname")
 
     # `docker plugin rm` once nothing uses it: its processes are gone.
-    plugin_id = docker("plugin", "inspect", "-f", "{{.Id}}", plugin.name)
     for c in ("v2-a", "v2-b", "v2-c", "v2-d"):
         docker("rm", "-f", c)
     plugin.netctl("net", "rm", "v2ctl")

@@ -9,6 +9,8 @@ SECTION is driver (the default: a summary), endpoints, tunnels, cluster or flows
 from __future__ import annotations
 
 import argparse
+import glob
+import os
 from collections.abc import Callable
 from typing import Any, TextIO
 from urllib.parse import quote
@@ -16,7 +18,7 @@ from urllib.parse import quote
 import requests
 
 from common.client import MasterError
-from common.flags import AGENT_API_SOCKET
+from common.flags import AGENT_API_SOCKET, PLUGIN_API_SOCKET_NAME
 from common.http import os_reason
 
 from .args import Commands
@@ -38,8 +40,23 @@ def agent_url(socket: str, url: str) -> tuple[str, requests.Session]:
     return "http+unix://" + quote(socket, safe=""), requests_unixsocket.Session()
 
 
+PLUGIN_SOCKETS = "/run/docker/plugins/*/" + PLUGIN_API_SOCKET_NAME
+
+
+def default_socket(
+    socket: str, plugin_sockets: str = PLUGIN_SOCKETS, default: str = AGENT_API_SOCKET
+) -> str:
+    """The agent's API socket: ``socket`` unless it is the default and missing, and one
+    managed plugin's agent serves its API in the plugin's socket directory."""
+    if socket != default or os.path.exists(socket):
+        return socket
+    found = glob.glob(plugin_sockets)
+    return found[0] if len(found) == 1 else socket
+
+
 def fetch(socket: str, url: str, section: str) -> Any:
     """GET /inspect/SECTION; a MasterError (netctl's one error) naming the agent otherwise."""
+    socket = default_socket(socket) if not url else socket
     base, session = agent_url(socket, url)
     where = url or socket
     try:
@@ -217,7 +234,7 @@ def add_host_commands(commands: Commands) -> None:
         "--socket",
         default=AGENT_API_SOCKET,
         metavar="PATH",
-        help=f"the agent's --api-socket (default: {AGENT_API_SOCKET})",
+        help=f"the agent's --api-socket (default: {AGENT_API_SOCKET}, or a managed plugin's)",
     )
     where.add_argument(
         "--url", default="", metavar="URL", help="the agent's --api-listen, http://HOST:PORT"

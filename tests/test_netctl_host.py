@@ -166,3 +166,22 @@ def test_an_unknown_section_is_a_usage_error(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         main(["host", "inspect", "routes"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_a_managed_plugins_api_socket_is_found_when_the_default_is_missing(
+    tmp_path: Path,
+) -> None:
+    from netctl.host import default_socket
+
+    missing = str(tmp_path / "run" / "netplugin-api.sock")
+    pattern = str(tmp_path / "*" / "netplugin-api.sock")
+    assert default_socket(missing, pattern, missing) == missing  # no plugin: unchanged
+    one = tmp_path / ("a" * 64)
+    one.mkdir()
+    (one / "netplugin-api.sock").touch()
+    assert default_socket(missing, pattern, missing) == str(one / "netplugin-api.sock")
+    assert default_socket("/elsewhere.sock", pattern, missing) == "/elsewhere.sock"  # given
+    two = tmp_path / ("b" * 64)
+    two.mkdir()
+    (two / "netplugin-api.sock").touch()
+    assert default_socket(missing, pattern, missing) == missing  # two plugins: ambiguous
