@@ -1,6 +1,6 @@
 """`docker run` on the managed (v2) plugin, measured in the same run as the socket plugin
 and Docker's bridge (bench.datapath): the plugin is built by `make plugin`'s script,
-enabled with its own bridge, ports and data directory, and removed afterwards."""
+enabled with its own ports and data directory, and removed afterwards."""
 
 from __future__ import annotations
 

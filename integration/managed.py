@@ -1,6 +1,8 @@
 """A managed (v2) netplugin under test or benchmark: `make plugin`'s build, and one plugin
-configured through `docker plugin set` away from the host's own netplugin (its own bridge,
-OpenFlow port, netmaster port and data directory)."""
+configured through `docker plugin set` with its own OpenFlow port, netmaster port and data
+directory. It uses the bridge every docker test uses ("netplugin"): gateway ports are named
+by tag alone, so a second bridge would clash with the ones earlier tests left there (one
+netplugin per host; an agent adopts or removes what it finds, as at any restart)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import contextlib
 import os
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 from netctl.client import MasterClient
@@ -53,12 +54,10 @@ class Plugin:
     def __init__(self, name: str, data: Path) -> None:
         self.name = name
         self.data = data
-        self.bridge = "npv2" + uuid.uuid4().hex[:6]
         self.master_port = free_port()
         self.master_url = f"http://127.0.0.1:{self.master_port}"
         self.settings = [
             f"data.source={data}",
-            f"NETPLUGIN_BRIDGE={self.bridge}",
             f"NETPLUGIN_OF_PORT={free_port()}",
             f"NETPLUGIN_MASTER_LISTEN=127.0.0.1:{self.master_port}",
             "NETPLUGIN_AUDIT_INTERVAL=0",
@@ -91,9 +90,9 @@ class Plugin:
         )  # fmt: skip
 
     def remove(self, keep: bool = False) -> None:
-        """Everything on the plugin, then the plugin (only disabled with ``keep``) and its
-        bridge. A plugin removed while docker still has networks of its driver leaves
-        networks nobody can remove any more, so it is removed only once they are gone."""
+        """Everything on the plugin, then the plugin (only disabled with ``keep``). A plugin
+        removed while docker still has networks of its driver leaves networks nobody can
+        remove any more, so it is removed only once they are gone."""
         for c in docker("ps", "-aq", "--filter", f"label={TEST_LABEL}", check=False).split():
             docker("rm", "-f", c, check=False)
         if self.enabled():
@@ -112,7 +111,6 @@ class Plugin:
             for n in left.split():
                 docker("network", "rm", n, check=False)
             time.sleep(0.5)
-        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", self.bridge], check=False)
         if left:
             docker("plugin", "disable", "-f", self.name, check=False)
             raise AssertionError(f"docker networks of {self.name} left, plugin kept: {left}")

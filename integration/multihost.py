@@ -203,6 +203,8 @@ class SimHost:
             "--docker-host", f"unix://{self.docker_sock}",
             "--host-ttl", "3",
             "--log-level", "info",
+            # The simulated hosts share one filesystem: each agent its own inspect API.
+            "--api-socket", str(self.workdir / "api.sock"),
             *secured,
             *self.agent_extra,
         ]  # fmt: skip

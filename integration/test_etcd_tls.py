@@ -195,6 +195,7 @@ def agent_command(workdir: Path, host: str, etcd: str, master: str, ovsdb: str) 
         "--etcd-endpoints", etcd,
         "--ovsdb", ovsdb,
         "--socket", str(workdir / "np.sock"),
+        "--api-socket", str(workdir / "api.sock"),
         "--bridge", "nptls",
         "--of-port", str(free_port()),
         "--docker-host", f"unix://{workdir / 'no-docker.sock'}",

@@ -3,8 +3,8 @@ and `docker plugin create`, enable, networks and containers on `NAME:TAG`, disab
 and a dockerd restart under running containers, `docker plugin rm`, and `docker plugin
 install` from a registry started here (Debian's docker-registry on 127.0.0.1).
 
-The plugin gets its own bridge, OpenFlow port, netmaster port and data directory through
-`docker plugin set`, so it touches nothing of a netplugin the host may run.
+The plugin gets its own OpenFlow port, netmaster port and data directory through
+`docker plugin set`; like every docker test, it expects no other netplugin on the host.
 """
 
 from __future__ import annotations
@@ -301,10 +301,21 @@ def test_install_from_a_registry(built: tuple[str, Path], registry: str, tmp_pat
         plugin = Plugin(remote, tmp_path / "data")
         plugin.data.mkdir()
         try:
-            docker(
-                "plugin", "install", "--grant-all-permissions", "--disable", remote,
-                *plugin.settings, timeout=300,
-            )  # fmt: skip
+            install = ["plugin", "install", "--grant-all-permissions", "--disable", remote]
+            res = subprocess.run(
+                ["docker", *install, *plugin.settings], capture_output=True, text=True, timeout=300
+            )
+            if "incorrect privileges" in res.stderr:
+                # Seen once in five runs on this dockerd (20.10), right after `plugin rm` of
+                # the pushed plugin: its privileges check raced the removal. A second try
+                # installed it; a real privilege mismatch fails again.
+                res = subprocess.run(
+                    ["docker", *install, *plugin.settings],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
+            assert res.returncode == 0, res.stderr
             plugin.enable()
             plugin.network("v2reg", "10.233.0.0/24")
             run("v2-r1", "v2reg", "sleep", "3600")
