@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from netctl.client import MasterClient
@@ -20,8 +24,10 @@ from .master import VENV_BIN, free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def docker(*args: str, check: bool = True, timeout: float = 120) -> str:
-    res = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+def docker(*args: str, check: bool = True, timeout: float = 120, host: str = "") -> str:
+    """The docker CLI against the host's dockerd (or the one at ``host``, a -H URL)."""
+    argv = ["docker", *(["-H", host] if host else []), *args]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if check and res.returncode != 0:
         raise AssertionError(f"docker {' '.join(args)}: {res.stderr.strip() or res.stdout}")
     return res.stdout.strip()
@@ -118,3 +124,39 @@ class Plugin:
             docker("plugin", "disable", "-f", self.name, check=False)
         else:
             docker("plugin", "rm", "-f", self.name, check=False)
+
+
+@contextlib.contextmanager
+def private_dockerd(timeout: float = 60) -> Iterator[str]:
+    """A second dockerd that never saw any plugin: its own data and exec roots, socket and
+    containerd, no bridge and no iptables (it runs no container). Yields its -H URL; it is
+    stopped by its PID and its directories removed afterwards."""
+    # Short: containerd's socket lives under the exec root and unix paths stop at 108 bytes.
+    root = Path(tempfile.mkdtemp(prefix="npdk-", dir="/tmp"))
+    url = f"unix://{root}/docker.sock"
+    log = (root / "dockerd.log").open("w")
+    proc = subprocess.Popen(
+        ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "x"),
+         "--pidfile", str(root / "dockerd.pid"), "-H", url, "--bridge=none",
+         "--iptables=false", "--ip-masq=false", "--ip-forward=false"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + timeout
+        while docker("version", "-f", "{{.Server.Version}}", host=url, check=False) == "":
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (root / "dockerd.log").read_text()[-2000:]
+                raise AssertionError(f"the private dockerd did not come up: {tail}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        subprocess.run(["umount", "-R", "-l", str(root / "x")], capture_output=True)
+        subprocess.run(["umount", "-R", "-l", str(root / "data")], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)

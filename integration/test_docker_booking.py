@@ -228,3 +228,27 @@ def test_one_subnet_in_two_tenants_both_book_once(
     sh("docker", "rm", "-f", a, b)
     sh("docker", "network", "rm", mine, plain)
     assert ipam(master) == before
+
+
+def test_o_encap_and_pkt_tag_alone_book_once_in_the_networks_pool(
+    stack: Stack, made: list[tuple[str, str]]
+) -> None:
+    master, _ = stack
+    before = ipam(master)
+    net = name(made, "network", "np")
+    sh(*CREATE_NETWORK, "-o", "encap=vlan", "-o", "pkt-tag=3071",
+       "--subnet", "10.236.0.0/24", net)  # fmt: skip
+    shown = json.loads(netctl(master, "--json", "net", "inspect", net))
+    assert (shown["Config"]["encap"], shown["Config"]["pktTag"]) == ("vlan", 3071)
+    a, b = name(made, "container", "c"), name(made, "container", "c")
+    for c in (a, b):
+        sh(*RUN, "--name", c, "--net", net, IMAGE, "sleep", "600")
+    ip_a, ip_b = ip_of(a), ip_of(b)
+    assert ping(a, ip_b)
+    pools = {k for k in state(master) if k.startswith(keys.POOLS)}
+    for ip in ("10.236.0.1", ip_a, ip_b):  # the gateway and both containers: once each
+        (booked,) = bookings(master, ip)
+        assert keys.pool(booked[len(keys.ALLOC) :].rsplit("/", 1)[0]) in pools
+    sh("docker", "rm", "-f", a, b)
+    sh("docker", "network", "rm", net)
+    assert ipam(master) == before

@@ -23,7 +23,7 @@ import requests
 
 from .etcd import EtcdServer
 from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, restart_dockerd
-from .managed import Plugin, build, docker
+from .managed import Plugin, build, docker, private_dockerd
 from .master import MasterProcess, free_port
 from .wait import wait_for
 
@@ -298,6 +298,16 @@ def test_install_from_a_registry(built: tuple[str, Path], registry: str, tmp_pat
         assert f"created {remote}" in out
         docker("plugin", "rm", "-f", remote)
         assert docker("plugin", "inspect", remote, check=False) == "[]"
+        # A dockerd that never had it installs it from the registry alone.
+        with private_dockerd() as fresh:
+            assert docker("plugin", "ls", "-q", host=fresh) == ""
+            docker("plugin", "install", "--grant-all-permissions", "--disable", remote,
+                   host=fresh, timeout=300)  # fmt: skip
+            got = json.loads(docker("plugin", "inspect", remote, host=fresh))[0]
+            types = json.dumps(got["Config"]["Interface"]["Types"])
+            assert "networkdriver" in types and "ipamdriver" in types, types
+            assert got["Config"]["Entrypoint"][-1] == "plugin.managed"
+            docker("plugin", "rm", remote, host=fresh)
         plugin = Plugin(remote, tmp_path / "data")
         plugin.data.mkdir()
         try:

@@ -160,3 +160,41 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "the child did not get ready"
         time.sleep(0.01)
+
+
+# Agent flags an operator never sets on a managed plugin: config.json fixes them (a mount's
+# place inside the plugin, or the plugin's own mode).
+FIXED_BY_THE_MANIFEST = {
+    "--socket": "docker serves the plugin's socket directory; the agent's default is in it",
+    "--ovsdb": "the ovsrun mount's source is settable instead",
+    "--docker-host": "the docker mount's source is settable instead",
+    "--proc-sys": "the proc mount: /host/proc/sys",
+    "--managed": "always set in a managed plugin",
+    "--api-socket": "in the plugin's socket directory, where netctl host inspect looks",
+    "--etcd-endpoints": "",  # settable, but checked below under its own name
+}
+
+
+def test_every_agent_flag_an_operator_sets_is_a_settable_plugin_variable() -> None:
+    import json
+
+    from plugin.cli import parser
+
+    manifest = json.loads((Path(__file__).parent.parent / "config.json").read_text())
+    settable = {e["name"] for e in manifest["env"] if "value" in e.get("settable", [])}
+    flags = [a for action in parser()._actions for a in action.option_strings if a[:2] == "--"]
+    missing = [
+        f"NETPLUGIN_{f[2:].replace('-', '_').upper()}"
+        for f in flags
+        if f not in FIXED_BY_THE_MANIFEST and f != "--help"
+    ]
+    missing = [v for v in missing if v not in settable]
+    assert missing == [], f"config.json lacks settable variables for agent flags: {missing}"
+    assert "NETPLUGIN_ETCD_ENDPOINTS" in settable
+    # Every variable the manifest declares is one the agent or the supervisor reads.
+    known = {f"NETPLUGIN_{f[2:].replace('-', '_').upper()}" for f in flags} | {
+        "NETPLUGIN_MASTER_LISTEN",
+        "NETPLUGIN_MASTER_ARGS",
+        "NETPLUGIN_AUTH_TOKEN",
+    }
+    assert {e["name"] for e in manifest["env"]} <= known
