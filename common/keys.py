@@ -18,6 +18,9 @@ HOSTS = ROOT + "hosts/"
 POLICIES = ROOT + "policies/"  # policies/<tenant>/<policy>
 RULES = ROOT + "rules/"  # rules/<tenant>/<policy>/<rule id>
 GROUP_TAGS = ROOT + "grouptags/"  # grouptags/<tag> -> the group's id (TENANT:NAME)
+NETPROFILES = ROOT + "netprofiles/"  # netprofiles/<tenant>/<profile>
+SERVICES = ROOT + "services/"  # services/<tenant>/<service>
+SERVICE_TAGS = ROOT + "svctags/"  # svctags/<tag> -> the service's id (TENANT:NAME)
 LEADER = ROOT + "master/leader"
 
 
@@ -59,6 +62,27 @@ def rules_of(tenant_name: str, policy_name: str) -> str:
 
 def rule(tenant_name: str, policy_name: str, rule_id: str) -> str:
     return f"{RULES}{tenant_name}/{policy_name}/{rule_id}"
+
+
+def netprofiles_of(tenant_name: str) -> str:
+    return f"{NETPROFILES}{tenant_name}/"
+
+
+def netprofile(tenant_name: str, name: str) -> str:
+    return f"{NETPROFILES}{tenant_name}/{name}"
+
+
+def services_of(tenant_name: str) -> str:
+    return f"{SERVICES}{tenant_name}/"
+
+
+def service(tenant_name: str, name: str) -> str:
+    return f"{SERVICES}{tenant_name}/{name}"
+
+
+def service_tag(value: int) -> str:
+    """A service's tag (1..2**27-1): the datapath's select groups of its ports are named by it."""
+    return f"{SERVICE_TAGS}{value}"
 
 
 def group_tag(value: int) -> str:

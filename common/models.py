@@ -149,6 +149,47 @@ class Rule(_Model):
         return {"key": self.id, **super().dump()}
 
 
+class NetProfile(_Model):
+    """Contiv's netprofile: what every endpoint of a group that names it may send
+    (``bandwidth``, Contiv's "10kbps", "100mbps", "1gbps"; empty: unlimited, with ``burst``
+    in KB) and the DSCP its IP packets are marked with (0: left as they are)."""
+
+    key: str | None = Field(default=None, exclude=True)
+    tenantName: Name = "default"
+    profileName: Name
+    bandwidth: str = ""
+    burst: int = 0
+    DSCP: int = 0
+
+    @property
+    def id(self) -> str:
+        return f"{self.tenantName}:{self.profileName}"
+
+    def dump(self) -> dict[str, Any]:
+        return {"key": self.id, **super().dump()}
+
+
+class ServiceLB(_Model):
+    """A service VIP on a network, load-balanced over the containers of that network whose
+    labels match every selector ("app=web"); ports are "SERVICE:PROVIDER:PROTOCOL"
+    ("80:8080:TCP"). ``ipAddress`` is the preferred VIP (empty: one of the network's)."""
+
+    key: str | None = Field(default=None, exclude=True)
+    tenantName: Name = "default"
+    serviceName: Name
+    networkName: Name
+    ipAddress: str = ""
+    selectors: list[str] = Field(default_factory=list)
+    ports: list[str] = Field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return f"{self.tenantName}:{self.serviceName}"
+
+    def dump(self) -> dict[str, Any]:
+        return {"key": self.id, **super().dump()}
+
+
 class GlobalSettings(_Model):
     key: str | None = Field(default=None, exclude=True)
     name: Literal["global"] = "global"
@@ -179,6 +220,8 @@ class Endpoint(_Model):
     containerName: str = ""
     ipv4Pool: str = ""
     ipv6Pool: str = ""
+    # The container's docker labels, as its host's agent reported them (service selectors).
+    labels: dict[str, str] = Field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -235,6 +278,14 @@ class EndpointRequest(_Model):
         if v and int(v[:2], 16) & 1:
             raise ValueError(f"{v} is a multicast address; an endpoint needs a unicast one")
         return v
+
+
+class EndpointContainer(_Model):
+    """What an agent learnt from its dockerd of the container an endpoint belongs to."""
+
+    containerID: str = ""
+    containerName: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
 
 
 class AddressRequest(_Model):

@@ -1,7 +1,8 @@
 """Who holds an address: the owner names written in AllocRecord.owner and keys.owner().
 
-Three kinds of holder, one spelling each:
+Four kinds of holder, one spelling each:
 - the network's own gateway address, held for as long as the network exists;
+- a service LB's VIP, held for as long as the service exists;
 - an endpoint, which holds its addresses until it is deleted;
 - a plain address request (Docker's RequestAddress), idempotent by its owner name: the
   driver derives the name from what identifies the request, so a retry gets the same
@@ -14,6 +15,7 @@ import uuid
 
 NETWORK_GATEWAY = "gateway"
 _ENDPOINT = "ep:"
+_SERVICE = "svc:"
 
 
 def endpoint(endpoint_id: str) -> str:
@@ -26,9 +28,24 @@ def endpoint_of(owner: str) -> str | None:
     return owner[len(_ENDPOINT) :] if owner.startswith(_ENDPOINT) else None
 
 
+def service(service_id: str) -> str:
+    """The owner name of a service LB's VIP (``service_id``: TENANT:NAME)."""
+    return _SERVICE + service_id
+
+
+def service_of(owner: str) -> str | None:
+    """The service id an owner name stands for, or None if it is not a service."""
+    return owner[len(_SERVICE) :] if owner.startswith(_SERVICE) else None
+
+
 def is_request(owner: str) -> bool:
-    """Whether ``owner`` is a plain address request (neither an endpoint nor a gateway)."""
-    return bool(owner) and owner != NETWORK_GATEWAY and endpoint_of(owner) is None
+    """Whether ``owner`` is a plain address request (no endpoint, gateway or service)."""
+    return (
+        bool(owner)
+        and owner != NETWORK_GATEWAY
+        and endpoint_of(owner) is None
+        and service_of(owner) is None
+    )
 
 
 # --- plain address requests, as the Docker driver names them ---

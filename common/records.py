@@ -14,6 +14,9 @@ reads every record an earlier version wrote.
 | group_tag(n)               | the owning group's id (TENANT:NAME), bytes    |
 | policy(tenant, name)       | ConfigRecord of Policy                        |
 | rule(tenant, policy, id)   | ConfigRecord of Rule                          |
+| netprofile(tenant, name)   | ConfigRecord of NetProfile                    |
+| service(tenant, name)      | ServiceRecord (config + VIP and tag)          |
+| service_tag(n)             | the owning service's id (TENANT:NAME), bytes  |
 | endpoint(t, n, id)         | Endpoint                                      |
 | endpoint_index(id)         | the endpoint's key, as bytes                  |
 | tag(encap, n)              | the owning network's id (TENANT:NAME), bytes  |
@@ -30,9 +33,19 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
-from .models import Endpoint, EndpointGroup, GlobalSettings, Network, Policy, Rule, Tenant
+from .models import (
+    Endpoint,
+    EndpointGroup,
+    GlobalSettings,
+    NetProfile,
+    Network,
+    Policy,
+    Rule,
+    ServiceLB,
+    Tenant,
+)
 
-C = TypeVar("C", Tenant, Network, EndpointGroup, GlobalSettings, Policy, Rule)
+C = TypeVar("C", Tenant, Network, EndpointGroup, GlobalSettings, Policy, Rule, NetProfile)
 
 
 class KVLike(Protocol):
@@ -86,7 +99,9 @@ class ConfigRecord(Generic[C]):
         return ConfigRecord(model.model_validate(data.get("config")))
 
 
-def encode_config(obj: Tenant | EndpointGroup | GlobalSettings | Policy | Rule) -> bytes:
+def encode_config(
+    obj: Tenant | EndpointGroup | GlobalSettings | Policy | Rule | NetProfile,
+) -> bytes:
     return ConfigRecord(obj).encode()
 
 
@@ -117,6 +132,33 @@ class GroupRecord:
         if not isinstance(tag, int) or isinstance(tag, bool) or tag < 0:
             raise RecordError(f"endpoint group record: tag {tag!r} is not a tag")
         return cls(EndpointGroup.model_validate(data.get("config")), tag)
+
+
+@dataclass(frozen=True)
+class ServiceRecord:
+    """A service LB: its configuration, the VIP booked for it in its network's IPv4 pool,
+    and its tag (its ports' select groups on every host are named by it)."""
+
+    config: ServiceLB
+    vip: str
+    tag: int
+
+    @property
+    def id(self) -> str:
+        return self.config.id
+
+    def encode(self) -> bytes:
+        return encode({"config": self.config.dump(), "vip": self.vip, "tag": self.tag})
+
+    @classmethod
+    def decode(cls, value: bytes) -> ServiceRecord:
+        data = _object(value, "service record")
+        tag = data.get("tag")
+        if not isinstance(tag, int) or isinstance(tag, bool) or tag <= 0:
+            raise RecordError(f"service record: tag {tag!r} is not a tag")
+        if not isinstance(data.get("vip"), str) or not data["vip"]:
+            raise RecordError("service record: no VIP")
+        return cls(ServiceLB.model_validate(data.get("config")), data["vip"], tag)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from common.models import (
     AddressRelease,
     AddressRequest,
     Endpoint,
+    EndpointContainer,
     EndpointRequest,
     PoolBinding,
     PoolRequest,
@@ -143,6 +144,18 @@ def create_app(
         ep = state.delete_endpoint(endpoint_id)
         allocation("endpoint", "release")
         return json_response(ep.dump())
+
+    @route(
+        f"{API}/alloc/endpoints/<endpoint_id>/container",
+        "PUT",
+        "Record the container an endpoint belongs to: its ID, name and labels",
+        EndpointContainer,
+        Endpoint,
+    )
+    def endpoint_container(endpoint_id: str) -> Response:
+        obj = f"endpoint {endpoint_id}"
+        info = parse_body(EndpointContainer, read_body(obj), obj)
+        return json_response(state.set_endpoint_container(endpoint_id, info).dump())
 
     @route(
         f"{API}/alloc/pools", "POST", "Reserve an address pool (Docker RequestPool)", PoolRequest

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 
 from common import keys, owners
-from common.models import Endpoint, EndpointGroup, EndpointRequest
+from common.models import Endpoint, EndpointContainer, EndpointGroup, EndpointRequest
 from common.records import (
     AllocRecord,
     NetworkRecord,
@@ -157,6 +157,25 @@ class Endpoints:
         ep = decode_endpoint(kv.value)
         check_same_network(ep, req)
         return ep
+
+    def set_container(self, endpoint_id: str, info: EndpointContainer) -> Endpoint:
+        """Record the container an endpoint belongs to (its ID, name and labels, as its
+        host's agent read them from dockerd); nothing else of the endpoint changes."""
+        obj = endpoint_obj(endpoint_id)
+
+        def attempt() -> Endpoint:
+            idx = self.txn.get(keys.endpoint_index(endpoint_id))
+            kv = self.txn.get(idx.value.decode()) if idx is not None else None
+            if kv is None:
+                raise NotFound(obj)
+            ep = decode_endpoint(kv.value)
+            new = ep.model_copy(update=info.model_dump())
+            if new == ep:
+                return ep
+            self.txn.commit([unchanged(kv)], [Put(kv.key, encode_endpoint(new))])
+            return new
+
+        return retrying(obj, attempt)
 
     def delete(self, endpoint_id: str, gone_host: str | None = None) -> Endpoint:
         """Delete an endpoint, releasing its addresses in the same txn.

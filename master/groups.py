@@ -22,6 +22,7 @@ from .decisions.groups import (
     members,
     moves,
 )
+from .decisions.netprofiles import check_profile_exists
 from .decisions.policies import naming_group
 from .errors import NotFound
 from .networks import Networks
@@ -113,6 +114,11 @@ class Groups:
                 policies.add(p)
                 compares.append(unchanged(pkv))
         check_policies_exist(g, policies)
+        if g.netProfile:
+            prkv = self.txn.get(keys.netprofile(g.tenantName, g.netProfile))
+            check_profile_exists(g, prkv is not None)
+            if prkv is not None:
+                compares.append(unchanged(prkv))
         others, rev = self.txn.range(keys.groups_of(g.tenantName))
         check_pool_overlap(g, (decode_config(EndpointGroup, kv.value) for kv in others))
         compares.append(untouched_since(keys.groups_of(g.tenantName), rev))

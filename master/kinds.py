@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from common.models import Endpoint, EndpointGroup, GlobalSettings, Network, Policy, Rule, Tenant
+from common.models import (
+    Endpoint,
+    EndpointGroup,
+    GlobalSettings,
+    NetProfile,
+    Network,
+    Policy,
+    Rule,
+    ServiceLB,
+    Tenant,
+)
 
 from .errors import BadRequest
 
@@ -197,6 +207,30 @@ KINDS: tuple[ObjectKind, ...] = (
         get=Op("get_rule", "Get a policy rule (key TENANT:POLICY:RULEID)"),
         put=Op("put_rule", "Create or update a policy rule"),
         delete=Op("delete_rule", "Delete a policy rule"),
+    ),
+    ObjectKind(
+        "netprofiles",
+        "netprofile",
+        NetProfile,
+        TENANT_NAME,
+        fields=("tenantName", "profileName"),
+        list=Op("list_netprofiles", "List netprofiles"),
+        get=Op("get_netprofile", "Get a netprofile"),
+        put=Op("put_netprofile", "Create or update a netprofile (bandwidth, burst, DSCP)"),
+        delete=Op("delete_netprofile", "Delete a netprofile (refused while a group names it)"),
+        inspect=Op("inspect_netprofile", "Netprofile config and oper state (its groups)"),
+    ),
+    ObjectKind(
+        "serviceLBs",  # Contiv's plural
+        "service",
+        ServiceLB,
+        TENANT_NAME,
+        fields=("tenantName", "serviceName"),
+        list=Op("list_services", "List service LBs"),
+        get=Op("get_service", "Get a service LB"),
+        put=Op("put_service", "Create or update a service LB (its VIP is booked)"),
+        delete=Op("delete_service", "Delete a service LB and release its VIP"),
+        inspect=Op("inspect_service", "Service LB config and oper state (VIP, providers)"),
     ),
     ObjectKind(
         "globals",

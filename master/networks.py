@@ -8,6 +8,7 @@ from common.records import (
     AllocRecord,
     NetworkRecord,
     PoolRecord,
+    ServiceRecord,
     decode_config,
     decode_endpoint,
 )
@@ -27,6 +28,8 @@ from .decisions.networks import (
     renamed_pool,
 )
 from .decisions.policies import naming_network
+from .decisions.services import check_no_services
+from .decisions.services import naming_network as naming_services
 from .errors import NotFound
 from .pools import release_addresses
 from .settings import Settings, tag_use
@@ -171,12 +174,15 @@ class Networks:
             check_name_free(rec.id, tenant, new_name, self.txn.get(clash) is not None)
             naming, rules = self._naming(tenant, name)
             check_unnamed(rec.id, naming)
+            services, on_it = self._services(tenant, name)
+            check_no_services(rec.id, services, "renamed")
             compares = [
                 unchanged(kv),
                 absent(new_key),
                 none_under(endpoints),
                 absent(clash),
                 rules,
+                on_it,
             ]
             ops: list[Op] = [
                 Delete(kv.key),
@@ -202,9 +208,18 @@ class Networks:
         rules = (decode_config(Rule, kv.value) for kv in kvs)
         return naming_network(name, rules), untouched_since(keys.rules_of_tenant(tenant), rev)
 
+    def _services(self, tenant: str, name: str) -> tuple[list[str], Compare]:
+        """The ids of the service LBs on network ``name``, and the compare that no service
+        was written since they were read."""
+        kvs, rev = self.txn.range(keys.services_of(tenant))
+        services = (ServiceRecord.decode(kv.value).config for kv in kvs)
+        return naming_services(name, services), untouched_since(keys.services_of(tenant), rev)
+
     def delete(self, tenant: str, name: str) -> None:
         def attempt() -> None:
             rec, kv = self.read(tenant, name)
+            services, on_it = self._services(tenant, name)
+            check_no_services(rec.id, services, "deleted")
             endpoints = keys.endpoints_of(tenant, name)
             eps, _ = self.txn.range(endpoints)
             gkvs, grev = self.txn.range(keys.groups_of(tenant))
@@ -221,6 +236,7 @@ class Networks:
                 none_under(endpoints),
                 untouched_since(keys.groups_of(tenant), grev),
                 rules,
+                on_it,
             ]
             torn, guards = teardown(self.txn, rec)
             self.txn.commit([*compares, *guards], [Delete(kv.key), *torn])

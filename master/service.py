@@ -13,14 +13,17 @@ from common.models import (
     AddressRelease,
     AddressRequest,
     Endpoint,
+    EndpointContainer,
     EndpointGroup,
     EndpointRequest,
     GlobalSettings,
+    NetProfile,
     Network,
     Policy,
     PoolBinding,
     PoolRequest,
     Rule,
+    ServiceLB,
     Tenant,
 )
 from store import Store
@@ -30,10 +33,12 @@ from .decisions.pools import pool_id_for
 from .endpoints import Endpoints
 from .groupcommit import GroupCommit
 from .groups import Groups
+from .netprofiles import NetProfiles
 from .networks import Networks
 from .policies import Policies
 from .pools import Pools
 from .rules import Rules
+from .services import Services
 from .settings import Settings
 from .tenants import Tenants
 from .txn import HotCache, TxnStore
@@ -57,6 +62,8 @@ class ClusterState:
         self.groups = Groups(txn, self.tenants, self.networks)
         self.policies = Policies(txn, self.tenants)
         self.rules = Rules(txn, self.policies)
+        self.netprofiles = NetProfiles(txn, self.tenants)
+        self.services = Services(txn, hot, self.pool_cache, self.tenants, self.networks)
         self.endpoints = Endpoints(txn, hot, self.pool_cache)
         self.pools = Pools(txn, hot, self.pool_cache)
         self.views = Views(
@@ -68,6 +75,8 @@ class ClusterState:
             self.groups,
             self.policies,
             self.rules,
+            self.netprofiles,
+            self.services,
         )
 
     def commit_stats(self) -> dict[str, Any]:
@@ -180,6 +189,43 @@ class ClusterState:
     def delete_rule(self, tenant: str, policy: str, rule_id: str) -> None:
         self.rules.delete(tenant, policy, rule_id)
 
+    # --- netprofiles ---
+
+    def list_netprofiles(self, tenant: str | None = None) -> list[NetProfile]:
+        return self.netprofiles.list(tenant)
+
+    def get_netprofile(self, tenant: str, name: str) -> NetProfile:
+        return self.netprofiles.get(tenant, name)
+
+    def put_netprofile(self, profile: NetProfile) -> NetProfile:
+        return self.netprofiles.put(profile)
+
+    def delete_netprofile(self, tenant: str, name: str) -> None:
+        """Delete a netprofile no group names."""
+        self.netprofiles.delete(tenant, name)
+
+    def inspect_netprofile(self, tenant: str, name: str) -> dict[str, Any]:
+        return self.views.inspect_netprofile(tenant, name)
+
+    # --- service LBs ---
+
+    def list_services(self, tenant: str | None = None) -> list[ServiceLB]:
+        return self.services.list(tenant)
+
+    def get_service(self, tenant: str, name: str) -> ServiceLB:
+        return self.services.get(tenant, name)
+
+    def put_service(self, service: ServiceLB) -> ServiceLB:
+        """Create or update a service, booking its VIP in its network's pool."""
+        return self.services.put(service)
+
+    def delete_service(self, tenant: str, name: str) -> None:
+        """Delete a service and release its VIP."""
+        self.services.delete(tenant, name)
+
+    def inspect_service(self, tenant: str, name: str) -> dict[str, Any]:
+        return self.views.inspect_service(tenant, name)
+
     # --- endpoints (allocation API) ---
 
     def list_endpoints(self) -> list[Endpoint]:
@@ -194,6 +240,10 @@ class ClusterState:
         Idempotent by endpoint ID: a retried request returns the endpoint it created.
         """
         return self.endpoints.create(req)
+
+    def set_endpoint_container(self, endpoint_id: str, info: EndpointContainer) -> Endpoint:
+        """Record the container (ID, name, labels) an endpoint belongs to."""
+        return self.endpoints.set_container(endpoint_id, info)
 
     def delete_endpoint(self, endpoint_id: str) -> Endpoint:
         return self.endpoints.delete(endpoint_id)

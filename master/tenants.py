@@ -57,11 +57,15 @@ class Tenants:
             nets, _ = self.txn.range(keys.networks_of(name))
             groups, _ = self.txn.range(keys.groups_of(name))
             policies, _ = self.txn.range(keys.policies_of(name))
+            profiles, _ = self.txn.range(keys.netprofiles_of(name))
+            services, _ = self.txn.range(keys.services_of(name))
             check_no_children(
                 name,
                 [network_id(k) for k in nets],
                 [tail(k) for k in groups],
                 [tail(k) for k in policies],
+                [tail(k) for k in profiles],
+                [tail(k) for k in services],
             )
             self.txn.commit(
                 [
@@ -69,6 +73,8 @@ class Tenants:
                     none_under(keys.networks_of(name)),
                     none_under(keys.groups_of(name)),
                     none_under(keys.policies_of(name)),  # and so no rules either
+                    none_under(keys.netprofiles_of(name)),
+                    none_under(keys.services_of(name)),
                 ],
                 [Delete(keys.tenant(name))],
             )

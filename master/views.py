@@ -8,20 +8,25 @@ from common import keys
 from common.records import PoolRecord, decode_endpoint
 from store import KV
 
+from .decisions.netprofiles import using
 from .decisions.policies import attached
 from .decisions.pools import pool_spec
 from .decisions.views import (
     global_view,
     group_view,
+    netprofile_view,
     network_view,
     policy_view,
     pool_view,
+    service_view,
     tenant_view,
 )
 from .groups import Groups
+from .netprofiles import NetProfiles
 from .networks import Networks
 from .policies import Policies
 from .rules import Rules
+from .services import Services
 from .settings import Settings
 from .tenants import Tenants
 from .txn import TxnStore, tail
@@ -42,6 +47,8 @@ class Views:
         groups: Groups,
         policies: Policies,
         rules: Rules,
+        netprofiles: NetProfiles,
+        services: Services,
     ) -> None:
         self.txn = txn
         self.backend = backend
@@ -51,6 +58,8 @@ class Views:
         self.groups = groups
         self.policies = policies
         self.rules = rules
+        self.netprofiles = netprofiles
+        self.services = services
 
     def inspect_global(self) -> dict[str, Any]:
         settings = self.settings.get()
@@ -92,3 +101,17 @@ class Views:
         members = [ep for g in groups for ep in self.groups.members(g)[0]]
         rules = self.rules.of_policy(tenant, name)
         return policy_view(policy, names, members, rules)
+
+    def inspect_netprofile(self, tenant: str, name: str) -> dict[str, Any]:
+        profile = self.netprofiles.get(tenant, name)
+        tenant_groups = self.groups.list(tenant)
+        names = using(name, tenant_groups)
+        members = [
+            ep for g in tenant_groups if g.groupName in names for ep in self.groups.members(g)[0]
+        ]
+        return netprofile_view(profile, names, members)
+
+    def inspect_service(self, tenant: str, name: str) -> dict[str, Any]:
+        rec, _ = self.services.read(tenant, name)
+        eps, _ = self.txn.range(keys.endpoints_of(tenant, rec.config.networkName))
+        return service_view(rec, [decode_endpoint(e.value) for e in eps])

@@ -29,6 +29,7 @@ from .output import (
     render_table,
 )
 from .policy import add_policy_commands
+from .services import add_service_commands
 
 PROG = "netctl"
 __all__ = ["PROG", "build_parser", "main", "render_table"]
@@ -130,10 +131,15 @@ def _policies(given: list[str]) -> list[str]:
 
 
 def group_update(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl group update: replace the group's policies (the master merges the change into
-    the group in one transaction, so a concurrent change of its other fields stays)."""
-    policies = [] if args.no_policy else _policies(args.policy)
-    emit_quiet(args, client.update_group(args.tenant, args.group, policies=policies), out)
+    """netctl group update: replace the group's policies and/or netprofile (the master merges
+    the change into the group in one transaction, so a concurrent change of its other fields
+    stays)."""
+    policies = [] if args.no_policy else (_policies(args.policy) or None)
+    profile = "" if args.no_netprofile else (args.networkprofile or None)
+    if policies is None and profile is None:
+        args.parser.error("nothing to change; give -p, --no-policy, -n or --no-netprofile")
+    result = client.update_group(args.tenant, args.group, policies=policies, net_profile=profile)
+    emit_quiet(args, result, out)
 
 
 def group_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
@@ -303,9 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     tenant_option(p)
     p.add_argument("group", type=name)
 
-    p = verb(e, "update", group_update, "change an endpoint group's policies")
+    p = verb(e, "update", group_update, "change an endpoint group's policies or netprofile")
     tenant_option(p)
-    which = p.add_mutually_exclusive_group(required=True)
+    which = p.add_mutually_exclusive_group()
     which.add_argument(
         "-p",
         "--policy",
@@ -315,10 +321,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="the group's policies from now on (repeatable, or comma-separated)",
     )
     which.add_argument("--no-policy", action="store_true", help="detach every policy")
+    profile = p.add_mutually_exclusive_group()
+    profile.add_argument(
+        "-n", "--networkprofile", default="", metavar="NAME", help="the group's netprofile"
+    )
+    profile.add_argument("--no-netprofile", action="store_true", help="drop the netprofile")
     p.add_argument("group", type=name)
 
     # policy
     add_policy_commands(commands)
+
+    # netprofile, service
+    add_service_commands(commands)
 
     # endpoint
     ep = obj("endpoint", "endpoints (read-only)", ["ep"])

@@ -216,13 +216,20 @@ class MasterClient:
         return self.request("POST", f"{API}/endpointGroups/{_quote(key(tenant, name))}", body)
 
     def update_group(
-        self, tenant: str, name: str, *, policies: Iterable[str] | None = None
+        self,
+        tenant: str,
+        name: str,
+        *,
+        policies: Iterable[str] | None = None,
+        net_profile: str | None = None,
     ) -> JSONObject:
         """PATCH /api/v1/endpointGroups/TENANT:NAME with only the given fields (the master
         merges them over the group inside the group's own transaction)."""
         body: JSONObject = {}
         if policies is not None:
             body["policies"] = list(policies)
+        if net_profile is not None:
+            body["netProfile"] = net_profile
         return self.request("PATCH", f"{API}/endpointGroups/{_quote(key(tenant, name))}", body)
 
     def delete_group(self, tenant: str, name: str) -> JSONObject:
@@ -232,6 +239,25 @@ class MasterClient:
     def inspect_group(self, tenant: str, name: str) -> JSONObject:
         """GET /api/v1/inspect/endpointGroups/TENANT:NAME."""
         return self.request("GET", f"{API}/inspect/endpointGroups/{_quote(key(tenant, name))}")
+
+    # --- netprofiles and service LBs: one kind each, TENANT:NAME keys ---
+
+    def list_of(self, plural: str, tenant: str | None = None) -> list[JSONObject]:
+        """GET /api/v1/PLURAL (all tenants when ``tenant`` is None)."""
+        params = {"tenant": tenant} if tenant else None
+        return self.request("GET", f"{API}/{plural}", params=params)
+
+    def put_object(self, plural: str, tenant: str, name: str, body: JSONObject) -> JSONObject:
+        """POST /api/v1/PLURAL/TENANT:NAME (create or update)."""
+        return self.request("POST", f"{API}/{plural}/{_quote(key(tenant, name))}", body)
+
+    def delete_object(self, plural: str, tenant: str, name: str) -> JSONObject:
+        """DELETE /api/v1/PLURAL/TENANT:NAME."""
+        return self.request("DELETE", f"{API}/{plural}/{_quote(key(tenant, name))}")
+
+    def inspect_object(self, plural: str, tenant: str, name: str) -> JSONObject:
+        """GET /api/v1/inspect/PLURAL/TENANT:NAME."""
+        return self.request("GET", f"{API}/inspect/{plural}/{_quote(key(tenant, name))}")
 
     # --- policies and their rules ---
 

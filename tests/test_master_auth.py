@@ -167,6 +167,7 @@ def test_every_route_of_the_app_needs_the_role_the_readme_says(tmp_path: Path) -
     assert needs["agent"] == {
         ("POST", "/api/v1/alloc/endpoints"),
         ("DELETE", "/api/v1/alloc/endpoints/<endpoint_id>"),
+        ("PUT", "/api/v1/alloc/endpoints/<endpoint_id>/container"),
         ("POST", "/api/v1/alloc/pools"),
         ("DELETE", "/api/v1/alloc/pools/<path:pool_id>"),
         ("POST", "/api/v1/alloc/pool-bindings"),
@@ -182,7 +183,15 @@ def test_every_route_of_the_app_needs_the_role_the_readme_says(tmp_path: Path) -
     assert admin == {
         (m, kind)
         for m in ("POST", "PUT", "DELETE")
-        for kind in ("tenants", "endpointGroups", "policys", "rules", "globals")
+        for kind in (
+            "tenants",
+            "endpointGroups",
+            "policys",
+            "rules",
+            "globals",
+            "netprofiles",
+            "serviceLBs",
+        )
         if (m, kind) not in (("DELETE", "globals"), ("DELETE", "endpointGroups"))
     } | {("PATCH", "endpointGroups")}
 

@@ -8,7 +8,15 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from common import keys
-from common.models import EndpointGroup, EndpointRequest, Network, Policy, Rule, Tenant
+from common.models import (
+    EndpointGroup,
+    EndpointRequest,
+    NetProfile,
+    Network,
+    Policy,
+    Rule,
+    Tenant,
+)
 from master.decisions.consistency import check_state
 from master.errors import Conflict, NotFound
 from master.service import ClusterState
@@ -283,6 +291,7 @@ def test_two_groups_made_at_once_get_different_tags(state: ClusterState) -> None
 
 
 def test_two_patches_of_a_group_both_hold(pol: ClusterState) -> None:
+    pol.put_netprofile(NetProfile(profileName="gold", DSCP=46))
     before_commit_of(
         pol,
         keys.group("default", "g"),

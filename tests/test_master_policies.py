@@ -334,6 +334,7 @@ def test_patch_changes_only_the_given_fields(net: ClusterState) -> None:
 
 def test_patch_by_rest(client: FlaskClient) -> None:
     client.post("/api/v1/networks/n", json={"subnet": "10.1.0.0/24"})
+    client.post("/api/v1/netprofiles/gold", json={"bandwidth": "1gbps"})
     client.post("/api/v1/endpointGroups/g", json={"networkName": "n", "netProfile": "gold"})
     client.post("/api/v1/policys/p")
     r = client.patch("/api/v1/endpointGroups/g", json={"policies": ["p"]})

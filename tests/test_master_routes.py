@@ -97,6 +97,7 @@ def test_every_route_is_a_kinds_or_one_of_the_explicit_ones(client: FlaskClient)
         ("/metrics", "GET"),
         ("/api/v1/alloc/endpoints", "POST"),
         ("/api/v1/alloc/endpoints/<endpoint_id>", "DELETE"),
+        ("/api/v1/alloc/endpoints/<endpoint_id>/container", "PUT"),
         ("/api/v1/alloc/pools", "POST"),
         ("/api/v1/alloc/pools/<path:pool_id>", "DELETE"),
         ("/api/v1/alloc/pool-bindings", "POST"),
@@ -104,8 +105,9 @@ def test_every_route_is_a_kinds_or_one_of_the_explicit_ones(client: FlaskClient)
         ("/api/v1/alloc/addresses/release", "POST"),
     }
     assert _rules(client.application) == from_table | explicit
-    # tenants, networks, endpointGroups, policys, rules, globals, endpoints
-    assert len(from_table) == 6 + 7 + 7 + 6 + 5 + 5 + 3
+    # tenants, networks, endpointGroups, policys, rules, netprofiles, serviceLBs, globals,
+    # endpoints
+    assert len(from_table) == 6 + 7 + 7 + 6 + 5 + 6 + 6 + 5 + 3
 
 
 def test_undeclared_operations_are_refused(client: FlaskClient) -> None:
@@ -333,6 +335,12 @@ def test_each_kind_serves_list_get_and_inspect(client: FlaskClient) -> None:
     assert r.status_code == 200
     assert client.post("/api/v1/policys/t1:p1").status_code == 200
     assert client.post("/api/v1/rules/t1:p1:1", json={"action": "deny"}).status_code == 200
+    assert client.post("/api/v1/netprofiles/t1:np1", json={"DSCP": 8}).status_code == 200
+    r = client.post(
+        "/api/v1/serviceLBs/t1:s1",
+        json={"networkName": "n1", "selectors": ["app=a"], "ports": ["80:80:TCP"]},
+    )
+    assert r.status_code == 200, r.json
     r = client.post(
         "/api/v1/alloc/endpoints",
         json={"endpointID": "e1", "tenantName": "t1", "networkName": "n1"},
@@ -344,6 +352,8 @@ def test_each_kind_serves_list_get_and_inspect(client: FlaskClient) -> None:
         "endpointGroups": "t1:g1",
         "policys": "t1:p1",
         "rules": "t1:p1:1",
+        "netprofiles": "t1:np1",
+        "serviceLBs": "t1:s1",
         "globals": "global",
         "endpoints": "e1",
     }

@@ -159,7 +159,7 @@ def test_rule_add_flags(
         (["policy", "rule-ls"], "the following arguments are required: POLICY"),
         (["policy", "create"], "the following arguments are required: name"),
         (["policy", "create", " "], "argument name: must not be empty"),
-        (["group", "update", "front"], "one of the arguments -p/--policy --no-policy is required"),
+        (["group", "update", "front"], "nothing to change; give -p, --no-policy, -n or"),
         (
             ["group", "update", "-p", "a", "--no-policy", "front"],
             "argument --no-policy: not allowed with argument -p/--policy",

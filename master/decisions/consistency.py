@@ -23,7 +23,10 @@ It checks, for every record:
 - groups <-> tags: a group's network exists, its tag key points back at it, and no tag is
   held twice or by a group that does not exist;
 - policies and rules: every policy a group attaches exists, and every rule's policy and
-  the groups and networks it names exist.
+  the groups and networks it names exist;
+- netprofiles and services: every netprofile a group names exists; a service's network
+  exists, its VIP is booked for it in that network's IPv4 pool and its tag points back at
+  it; no VIP booking or tag is held by a service that does not exist.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from common import keys, owners
-from common.models import Endpoint, Policy, Rule
+from common.models import Endpoint, NetProfile, Policy, Rule
 from common.records import (
     AllocRecord,
     GroupRecord,
@@ -43,6 +46,7 @@ from common.records import (
     OwnerRecord,
     PoolRecord,
     RecordError,
+    ServiceRecord,
     decode_config,
     decode_endpoint,
 )
@@ -93,11 +97,13 @@ def check_state(kvs: Mapping[str, bytes]) -> list[Problem]:
     networks = _networks(c)
     pools = _pools(c, networks)
     endpoints = _endpoints(c, networks, pools)
-    allocs = _allocations(c, pools, endpoints)
+    services = _services(c, networks)
+    allocs = _allocations(c, pools, endpoints, services)
     _owner_records(c, allocs)
     _tags(c, networks)
     groups = _groups(c, networks)
     _policies(c, groups, networks)
+    _netprofiles(c, groups)
     return sorted(c.problems)
 
 
@@ -213,7 +219,10 @@ def _endpoints(
 
 
 def _allocations(
-    c: _Check, pools: Mapping[str, PoolRecord], endpoints: Mapping[str, tuple[str, Endpoint]]
+    c: _Check,
+    pools: Mapping[str, PoolRecord],
+    endpoints: Mapping[str, tuple[str, Endpoint]],
+    services: Mapping[str, ServiceRecord],
 ) -> dict[tuple[str, str], AllocRecord]:
     allocs: dict[tuple[str, str], AllocRecord] = {}
     spelled: dict[tuple[str, str], str] = {}
@@ -238,7 +247,7 @@ def _allocations(
             c.bad(key, f"its pool {pid} does not exist (orphaned)")
         elif not _inside(ip, pool.cidr):
             c.bad(key, f"{addr} is outside pool {pid}")
-        _holder(c, key, pid, addr, rec, pool, endpoints)
+        _holder(c, key, pid, addr, rec, pool, endpoints, services)
     return allocs
 
 
@@ -257,10 +266,18 @@ def _holder(
     rec: AllocRecord,
     pool: PoolRecord | None,
     endpoints: Mapping[str, tuple[str, Endpoint]],
+    services: Mapping[str, ServiceRecord],
 ) -> None:
     """Whether the holder an allocation names exists and knows it holds the address."""
     ep_id = owners.endpoint_of(rec.owner)
-    if ep_id is not None:
+    service_id = owners.service_of(rec.owner)
+    if service_id is not None:
+        svc = services.get(service_id)
+        if svc is None:
+            c.bad(key, f"held by service {service_id}, which does not exist (orphaned)")
+        elif svc.vip != addr:
+            c.bad(key, f"held by service {service_id}, whose VIP is {svc.vip}")
+    elif ep_id is not None:
         found = endpoints.get(ep_id)
         if found is None:
             c.bad(key, f"held by endpoint {ep_id}, which does not exist (orphaned)")
@@ -368,3 +385,48 @@ def _policies(
             if name and f"{r.tenantName}:{name}" not in known:
                 what = "endpoint group" if field.endswith("Group") else "network"
                 c.bad(key, f"its {field} names {what} {r.tenantName}:{name}, which does not exist")
+
+
+def _services(
+    c: _Check, networks: Mapping[str, tuple[str, NetworkRecord]]
+) -> dict[str, ServiceRecord]:
+    """service id -> record; each one's network exists, its VIP is booked for it there and
+    its tag points back at it."""
+    found: dict[str, ServiceRecord] = {}
+    for key, _, value in _under(c.kvs, keys.SERVICES):
+        rec = c.decoded(key, value, ServiceRecord.decode)
+        if rec is None:
+            continue
+        s = rec.config
+        if key != keys.service(s.tenantName, s.serviceName):
+            c.bad(key, f"holds service {rec.id}, whose key is another")
+        found[rec.id] = rec
+        net = networks.get(f"{s.tenantName}:{s.networkName}")
+        if net is None:
+            c.bad(key, f"its network {s.tenantName}:{s.networkName} does not exist")
+        else:
+            held = c.kvs.get(keys.alloc(net[1].ipv4_pool, rec.vip))
+            if held is None or AllocRecord.decode(held).owner != owners.service(rec.id):
+                c.bad(key, f"its VIP {rec.vip} is not booked for it in {net[1].ipv4_pool}")
+        if c.kvs.get(keys.service_tag(rec.tag)) != rec.id.encode():
+            c.bad(key, f"its service tag {rec.tag} is not held by it")
+    for key, tag, value in _under(c.kvs, keys.SERVICE_TAGS):
+        holder = value.decode(errors="replace")
+        if holder not in found or str(found[holder].tag) != tag:
+            c.bad(key, f"held by service {holder}, which does not exist or has another tag")
+    return found
+
+
+def _netprofiles(c: _Check, groups: Mapping[str, GroupRecord]) -> None:
+    profiles: set[str] = set()
+    for key, _, value in _under(c.kvs, keys.NETPROFILES):
+        p = c.decoded(key, value, lambda v: decode_config(NetProfile, v))
+        if p is not None:
+            profiles.add(p.id)
+    for rec in groups.values():
+        g = rec.config
+        if g.netProfile and f"{g.tenantName}:{g.netProfile}" not in profiles:
+            c.bad(
+                keys.group(g.tenantName, g.groupName),
+                f"its netprofile {g.netProfile} does not exist",
+            )

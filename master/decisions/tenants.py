@@ -16,15 +16,21 @@ def check_deletable(name: str) -> None:
 
 
 def check_no_children(
-    name: str, networks: Sequence[str], groups: Sequence[str], policies: Sequence[str] = ()
+    name: str,
+    networks: Sequence[str],
+    groups: Sequence[str],
+    policies: Sequence[str] = (),
+    netprofiles: Sequence[str] = (),
+    services: Sequence[str] = (),
 ) -> None:
-    """A tenant goes only once its networks (ids), endpoint groups and policies (names) are
-    gone (a policy's rules go with it)."""
-    if not networks and not groups and not policies:
-        return
+    """A tenant goes only once its networks (ids), endpoint groups, policies, netprofiles
+    and service LBs (names) are gone (a policy's rules go with it)."""
     children = (
         [f"network {n}" for n in networks]
         + [f"endpoint group {g}" for g in groups]
         + [f"policy {p}" for p in policies]
+        + [f"netprofile {p}" for p in netprofiles]
+        + [f"service {s}" for s in services]
     )
-    raise Conflict(f"tenant {name}", f"it still has {', '.join(children)}; delete them first")
+    if children:
+        raise Conflict(f"tenant {name}", f"it still has {', '.join(children)}; delete them first")

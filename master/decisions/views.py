@@ -10,12 +10,14 @@ from common.models import (
     Endpoint,
     EndpointGroup,
     GlobalSettings,
+    NetProfile,
     Policy,
     Rule,
     Tenant,
     docker_name,
 )
-from common.records import NetworkRecord
+from common.records import NetworkRecord, ServiceRecord
+from common.services import providers
 from ipam.parse import Network, usable_bounds
 
 from ..validate import tag_range
@@ -132,5 +134,43 @@ def policy_view(
             "endpoints": [e.dump() for e in members],
             "numRules": len(rules),
             "rules": [r.ruleId for r in rules],
+        },
+    }
+
+
+def netprofile_view(
+    profile: NetProfile, groups: Sequence[str], members: Sequence[Endpoint]
+) -> dict[str, Any]:
+    """``groups``: the names of the groups that name the profile; ``members``: their
+    endpoints (the ones it limits and marks)."""
+    return {
+        "Config": profile.dump(),
+        "Oper": {
+            "endpointGroups": list(groups),
+            "numEndpoints": len(members),
+            "endpoints": [e.endpointID for e in members],
+        },
+    }
+
+
+def service_view(rec: ServiceRecord, endpoints: Sequence[Endpoint]) -> dict[str, Any]:
+    """``endpoints``: those of the service's network; its providers are found among them."""
+    found = providers(rec.config, endpoints)
+    return {
+        "Config": rec.config.dump(),
+        "Oper": {
+            "serviceVip": rec.vip,
+            "serviceTag": rec.tag,
+            "numProviders": len(found),
+            "providers": [
+                {
+                    "endpointID": e.endpointID,
+                    "containerID": e.containerID,
+                    "containerName": e.containerName,
+                    "ipAddress": e.ipAddress,
+                    "host": e.host,
+                }
+                for e in found
+            ],
         },
     }

@@ -1,0 +1,166 @@
+"""netctl netprofile and netctl service: Contiv's verbs and flags.
+
+    netctl netprofile create [-t TENANT] [-b BANDWIDTH] [-s BURST_KB] [-d DSCP] NAME
+    netctl netprofile rm|inspect [-t TENANT] NAME
+    netctl netprofile ls [-t TENANT | -a]
+    netctl service create [-t TENANT] -s NETWORK -l KEY=VALUE ... -p SVC:PROV:PROTO ...
+        [--preferred-ip IP] NAME
+    netctl service rm|inspect [-t TENANT] NAME
+    netctl service ls [-t TENANT | -a]
+
+The values are the master's to check, so there is one set of messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from .args import Commands, name, tenant_option
+from .client import MasterClient
+from .output import Column, emit_json, emit_list, emit_quiet, field
+
+PROFILES = "netprofiles"
+SERVICES = "serviceLBs"
+
+PROFILE_COLUMNS: list[Column] = [
+    ("Tenant", field("tenantName")),
+    ("Name", field("profileName")),
+    ("Bandwidth", field("bandwidth")),
+    ("Burst(KB)", lambda p: p.get("burst") or ""),
+    ("DSCP", lambda p: p.get("DSCP") or ""),
+]
+
+
+def _joined(name: str) -> Any:
+    return lambda obj: ",".join(obj.get(name) or [])
+
+
+SERVICE_COLUMNS: list[Column] = [
+    ("Tenant", field("tenantName")),
+    ("Service", field("serviceName")),
+    ("Network", field("networkName")),
+    ("Preferred IP", field("ipAddress")),
+    ("Selectors", _joined("selectors")),
+    ("Ports", _joined("ports")),
+]
+
+
+def _listed(values: list[str]) -> list[str]:
+    """Repeatable values, each also comma-separated."""
+    return [v.strip() for given in values for v in given.split(",") if v.strip()]
+
+
+def profile_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
+    """netctl netprofile create: create the profile, or change the one of that name."""
+    body = {
+        "tenantName": args.tenant,
+        "profileName": args.name,
+        "bandwidth": args.bandwidth,
+        "burst": args.burst,
+        "DSCP": args.dscp,
+    }
+    emit_quiet(args, client.put_object(PROFILES, args.tenant, args.name, body), out)
+
+
+def profile_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
+    emit_quiet(args, client.delete_object(PROFILES, args.tenant, args.name), out)
+
+
+def profile_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
+    items = client.list_of(PROFILES, None if args.all else args.tenant)
+    emit_list(args, items, PROFILE_COLUMNS, out)
+
+
+def profile_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
+    emit_json(client.inspect_object(PROFILES, args.tenant, args.name), out)
+
+
+def service_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
+    """netctl service create: create the service, or change the one of that name."""
+    body = {
+        "tenantName": args.tenant,
+        "serviceName": args.name,
+        "networkName": args.network,
+        "ipAddress": args.preferred_ip,
+        "selectors": _listed(args.selector),
+        "ports": _listed(args.port),
+    }
+    emit_quiet(args, client.put_object(SERVICES, args.tenant, args.name, body), out)
+
+
+def service_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
+    emit_quiet(args, client.delete_object(SERVICES, args.tenant, args.name), out)
+
+
+def service_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
+    items = client.list_of(SERVICES, None if args.all else args.tenant)
+    emit_list(args, items, SERVICE_COLUMNS, out)
+
+
+def service_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
+    emit_json(client.inspect_object(SERVICES, args.tenant, args.name), out)
+
+
+def _crud(commands: Commands, noun: str, help_: str, handlers: dict[str, Any]) -> Any:
+    """The object ``noun`` with rm, inspect and ls; returns its create's parser."""
+    subs = commands.obj(noun, help_)
+    for verb_name, aliases, what in (
+        ("rm", ["delete"], f"delete a {noun}"),
+        ("inspect", [], f"{noun} config and oper state"),
+    ):
+        p = commands.verb(subs, verb_name, handlers[verb_name], what, aliases)
+        tenant_option(p)
+        p.add_argument("name", type=name)
+    p = commands.verb(subs, "ls", handlers["ls"], f"list {noun}s", ["list"])
+    tenant_option(p)
+    p.add_argument("-a", "--all", action="store_true", help=f"list {noun}s of all tenants")
+    p = commands.verb(subs, "create", handlers["create"], f"create or change a {noun}")
+    tenant_option(p)
+    return p
+
+
+def add_service_commands(commands: Commands) -> None:
+    """`netctl netprofile ...` and `netctl service ...`."""
+    handlers = {
+        "create": profile_create,
+        "rm": profile_rm,
+        "ls": profile_ls,
+        "inspect": profile_inspect,
+    }
+    p = _crud(commands, "netprofile", "bandwidth and DSCP profiles of endpoint groups", handlers)
+    p.add_argument(
+        "-b", "--bandwidth", default="", metavar="RATE", help="e.g. 10mbps (empty: unlimited)"
+    )
+    p.add_argument("-s", "--burst", type=int, default=0, metavar="KB", help="burst size in KB")
+    p.add_argument("-d", "--dscp", type=int, default=0, metavar="DSCP", help="0-63 (0: no mark)")
+    p.add_argument("name", type=name)
+
+    handlers = {
+        "create": service_create,
+        "rm": service_rm,
+        "ls": service_ls,
+        "inspect": service_inspect,
+    }
+    p = _crud(
+        commands, "service", "service load balancers (VIPs over labelled containers)", handlers
+    )
+    p.add_argument("-s", "--network", required=True, type=name, metavar="NETWORK", help="network")
+    p.add_argument(
+        "-l",
+        "--selector",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="container label a provider carries (repeatable, or comma-separated)",
+    )
+    p.add_argument(
+        "-p",
+        "--port",
+        action="append",
+        default=[],
+        metavar="SVC:PROV:PROTO",
+        help="service port : provider port : TCP|UDP (repeatable, or comma-separated)",
+    )
+    p.add_argument("--preferred-ip", default="", metavar="IP", help="the VIP (default: any free)")
+    p.add_argument("name", type=name)
