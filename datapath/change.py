@@ -14,6 +14,7 @@ from typing import Any
 
 from datapath.desired import ArpMode, EndpointState, NetworkState, RemoteEndpointState
 from datapath.policy import GroupState
+from datapath.services import ServiceState
 
 
 class Keep:
@@ -37,6 +38,7 @@ class Change:
     uplink: int | Keep | None = KEEP
     arp_mode: ArpMode | None = None
     groups: Mapping[str, GroupState | None] = field(default_factory=dict)
+    services: Mapping[str, ServiceState | None] = field(default_factory=dict)
 
 
 class Journal:

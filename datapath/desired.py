@@ -1,8 +1,9 @@
 """The desired state of one host's bridge, and its validation.
 
 DesiredState is what the agent hands the compiler: networks, local endpoints, other hosts'
-endpoints, tunnels, the VLAN uplink and the endpoint groups of local networks with their
-policies' rules (datapath.policy). validate() refuses a state the switch cannot
+endpoints, tunnels, the VLAN uplink, the endpoint groups of local networks with their
+policies' rules and netprofiles (datapath.policy, datapath.qos) and their service LBs
+(datapath.services). validate() refuses a state the switch cannot
 realise, naming the object at fault, and returns it indexed the way the flow builders
 use it. Nothing here knows about tables or flows.
 """
@@ -16,6 +17,8 @@ from typing import Any, Literal
 
 from datapath.flows import CT_ZONE_MAX, OFPP_MAX, canonical_value
 from datapath.policy import GroupState, RuleState, check_group
+from datapath.qos import QosState
+from datapath.services import ProviderState, ServicePortState, ServiceState, check_service
 from datapath.tables import SEGMENT_MASK
 
 ArpMode = Literal["proxy", "flood"]
@@ -80,6 +83,7 @@ class DesiredState:
     uplink_port: int | None = None  # VLAN networks reach other hosts through it
     arp_mode: ArpMode = "proxy"
     groups: list[GroupState] = field(default_factory=list)  # of the networks above
+    services: list[ServiceState] = field(default_factory=list)  # of the networks above
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form."""
@@ -96,6 +100,7 @@ class DesiredState:
             uplink_port=data.get("uplink_port"),
             arp_mode=data.get("arp_mode", "proxy"),
             groups=[_group_from_dict(g) for g in data.get("groups", [])],
+            services=[_service_from_dict(s) for s in data.get("services", [])],
         )
 
 
@@ -104,7 +109,18 @@ def _group_from_dict(data: dict[str, Any]) -> GroupState:
         RuleState(**{**r, "peer_cidrs": tuple(r.get("peer_cidrs", ()))})
         for r in data.get("rules", ())
     )
-    return GroupState(**{**data, "rules": rules})
+    qos = QosState(**data["qos"]) if data.get("qos") else None
+    return GroupState(**{**data, "rules": rules, "qos": qos})
+
+
+def _service_from_dict(data: dict[str, Any]) -> ServiceState:
+    return ServiceState(
+        **{
+            **data,
+            "ports": tuple(ServicePortState(**p) for p in data.get("ports", ())),
+            "providers": tuple(ProviderState(**p) for p in data.get("providers", ())),
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -148,6 +164,7 @@ class ValidState:
     hosts_of: dict[int, set[str]]
     arp_mode: ArpMode
     groups: dict[str, GroupState]
+    services: dict[str, ServiceState] = field(default_factory=dict)
 
     def ports_of(self, segment: int) -> list[SegmentPort]:
         """The local ports of one segment, by ofport."""
@@ -196,7 +213,7 @@ def reaches(net: NetworkState, host: str, tunnels: Mapping[str, int], uplink: in
 
 Key = tuple[Any, ...]
 Claim = tuple[Key, str]  # (key, owner)
-_IDS = ("network", "endpoint", "tunnel", "group")
+_IDS = ("network", "endpoint", "tunnel", "group", "service")
 
 
 def conflict_message(key: Key, first: str, second: str) -> str:
@@ -210,6 +227,10 @@ def conflict_message(key: Key, first: str, second: str) -> str:
         return f"host {key[1]} has two tunnels"
     if kind == "group":
         return f"group {key[1]} is listed twice"
+    if kind == "service":
+        return f"service {key[1]} is listed twice"
+    if kind == "select_group":
+        return f"{first} and {second} share group id {key[1]}"
     if kind == "group_tag":
         return f"{first} and {second} share tag {key[1]}"
     if kind in ("segment", "vni", "vlan"):
@@ -365,6 +386,18 @@ def group_claims(group: GroupState, networks: Mapping[str, NetworkState]) -> lis
     return claims
 
 
+def service_claims(service: ServiceState, networks: Mapping[str, NetworkState]) -> list[Claim]:
+    """A service's ID and its ports' group ids; refuses a bad service, or one of a network
+    not on this host."""
+    check_service(service)
+    owner = f"service {service.id}"
+    if service.network_id not in networks:
+        raise ValueError(f"{owner}: network {service.network_id} is unknown")
+    claims = [(("service", service.id), owner)]
+    claims += [(("select_group", service.group_id(i)), owner) for i in range(len(service.ports))]
+    return claims
+
+
 def tunnel_claims(tunnel: TunnelState) -> list[Claim]:
     owner = f"tunnel to host {tunnel.host}"
     _check_ofport(owner, tunnel.ofport)
@@ -418,6 +451,10 @@ def validate(state: DesiredState) -> ValidState:
     for group in state.groups:
         claims.add(group_claims(group, networks))
         groups.setdefault(group.id, group)
+    services: dict[str, ServiceState] = {}
+    for service in state.services:
+        claims.add(service_claims(service, networks))
+        services.setdefault(service.id, service)
     claims.check()
     return ValidState(
         networks,
@@ -428,4 +465,5 @@ def validate(state: DesiredState) -> ValidState:
         hosts_of,
         state.arp_mode,
         groups,
+        services,
     )

@@ -12,7 +12,12 @@ depend on. Each *unit* owns a set of flows:
                       ARP mode, its group's tag and network
     ("group", id)     an endpoint group's rule flows: the group (tag, rules), its network's
                       zone
+    ("svc", net id)   the flows and select groups of a network's service LBs: the network
+                      and its services (with their providers), never which are local
     ("static", "")    each table's miss flow, the conntrack gate: nothing
+
+A unit's "flows" are entries: flows, and the meters (an endpoint's, in its unit) and select
+groups (a network's services', in its unit) they name.
 
 The host's flows are the union of the units' sets. A Change (datapath.change: objects put
 or removed) marks the units that depend on what changed, recompiles them, and the
@@ -56,22 +61,28 @@ from datapath.desired import (
     port_claims,
     reaches,
     remote_port,
+    service_claims,
     tunnel_claims,
     uplink_claims,
 )
-from datapath.flows import Flow, FlowDiff, Match
+from datapath.flows import Entry, FlowDiff, Identity
 from datapath.pipeline import (
     PIPELINE,
+    endpoint_qos,
     endpoint_tags,
     flood_out,
     group_flows,
     network_flows,
+    network_services,
     port_flows,
     remote_flows,
     static_flows,
     to_host,
 )
 from datapath.policy import GroupState
+from datapath.services import ServiceState
+
+Flow = Entry  # what a unit holds: flows, meters and groups
 
 __all__ = ["Change", "FlowModel", "Unit", "by_key", "changes"]  # the agent's names
 
@@ -91,6 +102,7 @@ class FlowModel:
         self.uplink: int | None = None
         self.arp_mode: ArpMode = "proxy"
         self.groups: dict[str, GroupState] = {}
+        self.services: dict[str, ServiceState] = {}
         self._claims = Claims()
         self._held: dict[tuple[str, str], list[Claim]] = {}  # object -> its claims
         self._gateways: dict[str, SegmentPort] = {}  # network id -> its gateway port
@@ -101,11 +113,12 @@ class FlowModel:
         self._remotes_on: dict[str, set[str]] = {}  # host -> its endpoints
         self._hosts_in: dict[str, Counter[str]] = {}  # network id -> host -> endpoints
         self._groups_of: dict[str, set[str]] = {}  # network id -> its groups
+        self._services_of: dict[str, set[str]] = {}  # network id -> its services
         self._members: dict[str, set[Unit]] = {}  # group id -> the units naming it
         static = frozenset(static_flows())
         self._units: dict[Unit, frozenset[Flow]] = {STATIC: static}
         self._count: Counter[Flow] = Counter(static)
-        self._by_identity: dict[tuple[int, int, Match], Flow] = {f.identity: f for f in static}
+        self._by_identity: dict[Identity, Flow] = {f.identity: f for f in static}
         self.last_units = 0  # how many units the last change recompiled
 
     # -- reading
@@ -124,6 +137,7 @@ class FlowModel:
             uplink_port=self.uplink,
             arp_mode=self.arp_mode,
             groups=list(self.groups.values()),
+            services=list(self.services.values()),
         )
 
     def change_to(self, state: DesiredState) -> Change:
@@ -133,6 +147,7 @@ class FlowModel:
         remotes = by_key(state.remote_endpoints, lambda r: r.id, "endpoint {} is listed twice")
         tunnels = by_key(state.tunnels, lambda t: t.host, "host {} has two tunnels")
         groups = by_key(state.groups, lambda g: g.id, "group {} is listed twice")
+        services = by_key(state.services, lambda s: s.id, "service {} is listed twice")
         return Change(
             networks=changes(self.networks, networks),
             endpoints=changes(self.endpoints, endpoints),
@@ -141,6 +156,7 @@ class FlowModel:
             uplink=state.uplink_port,
             arp_mode=state.arp_mode,
             groups=changes(self.groups, groups),
+            services=changes(self.services, services),
         )
 
     # -- changing
@@ -171,7 +187,14 @@ class FlowModel:
         rems = {k: v for k, v in change.remotes.items() if self.remotes.get(k) != v}
         tuns = {k: v for k, v in change.tunnels.items() if self.tunnels.get(k) != v}
         grps = {k: v for k, v in change.groups.items() if self.groups.get(k) != v}
-        for key, value in (*nets.items(), *eps.items(), *rems.items(), *grps.items()):
+        svcs = {k: v for k, v in change.services.items() if self.services.get(k) != v}
+        for key, value in (
+            *nets.items(),
+            *eps.items(),
+            *rems.items(),
+            *grps.items(),
+            *svcs.items(),
+        ):
             if value is not None and value.id != key:
                 raise ValueError(f"{key}: the object put there is {value.id}")
         uplink = change.uplink if not isinstance(change.uplink, Keep) else self.uplink
@@ -188,15 +211,18 @@ class FlowModel:
         local = set(eps)
         remote = set(rems)
         groups = set(grps)
+        services = set(svcs)
         for n in nets:
             local |= self._eps_of.get(n, set())
             remote |= self._remotes_of.get(n, set())
             groups |= self._groups_of.get(n, set())
+            services |= self._services_of.get(n, set())
         objects = [
             *(("net", n) for n in nets),
             *(("ep", e) for e in sorted(local)),
             *(("remote", r) for r in sorted(remote)),
             *(("group", g) for g in sorted(groups)),
+            *(("svc", v) for v in sorted(services)),
             *(("tunnel", h) for h in tuns),
             *([("uplink", "")] if uplink != self.uplink else []),
         ]
@@ -205,6 +231,8 @@ class FlowModel:
         for n, net in nets.items():
             journal.put(self.networks, n, net)
             dirty.add(("net", n))
+            if self._services_of.get(n) or ("svcnet", n) in self._units:
+                dirty.add(("svcnet", n))
         for e, ep in eps.items():
             old = self.endpoints.get(e)
             journal.put(self.endpoints, e, ep)
@@ -224,6 +252,13 @@ class FlowModel:
                     self._reindex(journal, self._groups_of, version.network_id, g, add)
             if _tagging(old_group) != _tagging(grp):  # what its members' tag flows say
                 dirty.update(self._members.get(g, ()))
+        for v, svc in svcs.items():
+            old_svc = self.services.get(v)
+            journal.put(self.services, v, svc)
+            for version, add in ((old_svc, False), (svc, True)):
+                if version is not None:
+                    self._reindex(journal, self._services_of, version.network_id, v, add)
+                    dirty.add(("svcnet", version.network_id))
         for h, ofport in tuns.items():
             journal.put(self.tunnels, h, ofport)
             for rid in self._remotes_on.get(h, ()):
@@ -312,6 +347,9 @@ class FlowModel:
         elif kind == "group":
             if key in self.groups:
                 claims = group_claims(self.groups[key], self.networks)
+        elif kind == "svc":
+            if key in self.services:
+                claims = service_claims(self.services[key], self.networks)
         elif kind == "tunnel":
             if key in self.tunnels:
                 claims = tunnel_claims(TunnelState(key, self.tunnels[key]))
@@ -345,7 +383,8 @@ class FlowModel:
             port = self._ports[key]
             net = self.networks[self.endpoints[key].network_id]
             tags = endpoint_tags(net, port.mac, port.group, self.groups, True)
-            flows = [*port_flows(port, self.arp_mode), *tags]
+            qos = endpoint_qos(port, net, self.groups)
+            flows = [*port_flows(port, self.arp_mode, qos), *tags]
         elif kind == "remote" and key in self._remote_ports:
             remote = self._remote_ports[key]
             net, host = remote.network, remote.host
@@ -358,6 +397,9 @@ class FlowModel:
         elif kind == "group" and key in self.groups:
             group = self.groups[key]
             flows = group_flows(group, self.networks.get(group.network_id))
+        elif kind == "svcnet" and key in self.networks:
+            on_net = sorted(self._services_of.get(key, ()))
+            flows = network_services(self.networks[key], [self.services[v] for v in on_net])
         elif kind == "static":
             return self._units[STATIC]
         result = frozenset(flows)
@@ -376,7 +418,7 @@ class FlowModel:
         count = self._count
         gone = {f for f, n in leaving.items() if count[f] - n + entering[f] == 0}
         added = {f for f, n in entering.items() if count[f] == 0 and n > leaving[f]}
-        added_ids: dict[tuple[int, int, Match], Flow] = {}
+        added_ids: dict[Identity, Flow] = {}
         for f in added:
             other = added_ids.setdefault(f.identity, f)
             held = self._by_identity.get(f.identity)
@@ -406,6 +448,6 @@ class FlowModel:
             self._by_identity[f.identity] = f
 
 
-def _tagging(group: GroupState | None) -> tuple[int, str] | None:
-    """What a group's members' tag flows depend on."""
-    return None if group is None else (group.tag, group.network_id)
+def _tagging(group: GroupState | None) -> tuple[object, ...] | None:
+    """What a group's members' flows depend on: its tag flows and netprofile."""
+    return None if group is None else (group.tag, group.network_id, group.qos)

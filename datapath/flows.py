@@ -17,15 +17,15 @@ dropped (as OVS reports it): reg0..reg15 are 32-bit fields like any other. Actio
     ("write_metadata", value, mask)    ("goto", table)              always last, in this order
 No actions means drop; ("drop",) is accepted and dropped from the tuple.
 
-Meters and groups. A flow names a meter (netprofiles: one per endpoint, on its classify flow
-for what it sends and its forward flow for what it receives) or a group (services: one
-select group per service, whose buckets ct(commit, nat) to a provider). The entries they
-name will be values like Flow, keyed by meter or group id and compiled beside the flows,
-and reconciled by the same kind of diff: read back (meter config and group desc stats),
-add what is missing, MODIFY what changed in place (a group keeps its established
-connections), delete what is stale. They are written before the flows that name them and
-deleted after the flows that named them: OVS refuses a flow naming a missing meter or
-group, and deleting a meter or group deletes the flows that use it.
+Meters and groups. A flow names a meter (netprofiles: one per endpoint, on its classify
+flow, limiting what it sends) or a group (services: one select group per service port,
+whose buckets ct(commit, nat) to a provider). They are entries like Flow: values with an
+identity (("meter", id), ("group", id)), compiled beside the flows and reconciled by the
+same diff: read back (meter config and group desc stats), ADD what is missing, MODIFY what
+changed in place (a group keeps its established connections), DELETE what is stale. They
+are written before the flows that name them and deleted after the flows that named them:
+OVS refuses a flow naming a missing meter or group, and deleting a meter or group deletes
+the flows that use it. An Entry is any of the three.
 """
 
 from __future__ import annotations
@@ -373,16 +373,94 @@ def flow(
     return Flow(table, priority, canonical_match(match), acts, cookie)
 
 
+@dataclass(frozen=True)
+class Meter:
+    """An OpenFlow 1.3 meter with one drop band: packets above ``rate_kbps`` (kbit/s), after a
+    burst of ``burst_kbit``, are dropped. ``unsupported``: a meter read back that netplugin
+    would not write (never equal to a desired one, so reconcile rewrites it)."""
+
+    id: int
+    rate_kbps: int
+    burst_kbit: int
+    unsupported: str = ""
+
+    @property
+    def identity(self) -> tuple[str, int]:
+        return ("meter", self.id)
+
+    def __str__(self) -> str:
+        extra = f" ({self.unsupported})" if self.unsupported else ""
+        return (
+            f"meter={self.id},kbps,burst,band=type=drop,rate={self.rate_kbps},"
+            f"burst_size={self.burst_kbit}{extra}"
+        )
+
+
+def meter(meter_id: int, rate_kbps: int, burst_kbit: int) -> Meter:
+    """A canonical Meter; refuses what a meter band cannot hold (32-bit rate and burst)."""
+    mid = _entry_id("meter", meter_id)
+    for what, value in (("rate", rate_kbps), ("burst", burst_kbit)):
+        if not 1 <= int(value) <= 0xFFFF_FFFF:
+            raise ValueError(f"meter {mid}: {what} {value} is out of 1-{0xFFFF_FFFF}")
+    return Meter(mid, int(rate_kbps), int(burst_kbit))
+
+
+@dataclass(frozen=True)
+class Group:
+    """An OpenFlow 1.3 select group: each new flow of packets takes one bucket (equal
+    weights), whose apply-actions act on it. ``unsupported`` as for Meter."""
+
+    id: int
+    buckets: tuple[tuple[Action, ...], ...]
+    unsupported: str = ""
+
+    @property
+    def identity(self) -> tuple[str, int]:
+        return ("group", self.id)
+
+    def __str__(self) -> str:
+        buckets = ",".join(
+            "bucket=" + (",".join(":".join(_fmt(p) for p in a) for a in b) or "drop")
+            for b in self.buckets
+        )
+        extra = f" ({self.unsupported})" if self.unsupported else ""
+        return f"group_id={self.id},type=select,{buckets}{extra}"
+
+
+BUCKET_WEIGHT = 100  # every bucket's: providers share a service evenly
+
+
+def group(group_id: int, buckets: Iterable[Iterable[Action]]) -> Group:
+    """A canonical select Group; a bucket holds apply-actions only (no meter, goto or
+    write_metadata: those are instructions of flows)."""
+    gid = _entry_id("group", group_id)
+    out = []
+    for b in buckets:
+        actions = canonical_actions(b)
+        bad = [a[0] for a in actions if a[0] in ("meter", *_TRAILING)]
+        if bad:
+            raise ValueError(f"group {gid}: a bucket cannot {', '.join(bad)}")
+        out.append(actions)
+    return Group(gid, tuple(out))
+
+
+Entry = Flow | Meter | Group
+
+
 class FlowDiff(NamedTuple):
-    """What to send so that the switch holds exactly the desired flows."""
+    """What to send so that the switch holds exactly the desired entries (flows, meters and
+    groups)."""
 
-    to_add: frozenset[Flow]
-    to_delete: frozenset[Flow]
+    to_add: frozenset[Entry]
+    to_delete: frozenset[Entry]
 
 
-def index_by_identity(flows: Iterable[Flow]) -> dict[tuple[int, int, Match], Flow]:
-    """Flows by identity; two different flows with one identity are a bug upstream."""
-    index: dict[tuple[int, int, Match], Flow] = {}
+Identity = tuple[Any, ...]  # (table, priority, match) of a flow, ("meter"|"group", id)
+
+
+def index_by_identity(flows: Iterable[Entry]) -> dict[Identity, Entry]:
+    """Entries by identity; two different entries with one identity are a bug upstream."""
+    index: dict[Identity, Entry] = {}
     for f in flows:
         other = index.setdefault(f.identity, f)
         if other != f:
@@ -390,7 +468,7 @@ def index_by_identity(flows: Iterable[Flow]) -> dict[tuple[int, int, Match], Flo
     return index
 
 
-def diff(desired: Iterable[Flow], actual: Iterable[Flow]) -> FlowDiff:
+def diff(desired: Iterable[Entry], actual: Iterable[Entry]) -> FlowDiff:
     """Flows to add (missing or changed) and to delete (identity no longer desired).
 
     A changed flow appears only in to_add: an OpenFlow ADD over the same identity replaces
@@ -406,7 +484,7 @@ def diff(desired: Iterable[Flow], actual: Iterable[Flow]) -> FlowDiff:
     return FlowDiff(to_add, to_delete)
 
 
-def replaced(flow_diff: FlowDiff, actual: Iterable[Flow]) -> frozenset[Flow]:
-    """The flows of to_add that overwrite an existing flow of the same identity."""
+def replaced(flow_diff: FlowDiff, actual: Iterable[Entry]) -> frozenset[Entry]:
+    """The entries of to_add that overwrite an existing one of the same identity."""
     have = {f.identity for f in actual}
     return frozenset(f for f in flow_diff.to_add if f.identity in have)

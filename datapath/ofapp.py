@@ -223,7 +223,7 @@ class FlowController:
         if dp is None:
             return None
         try:
-            return desired, self._wire.read_flows(dp), generation
+            return desired, self._wire.read_entries(dp), generation
         except Disconnected:
             return None
 
@@ -369,7 +369,7 @@ class FlowController:
         self, dp: Any, connection: int, desired: frozenset[Flow], generation: int
     ) -> ReconcileStats:
         started = time.monotonic()
-        actual = self._wire.read_flows(dp)
+        actual = self._wire.read_entries(dp)
         flow_diff = diff(desired, actual)
         changed = replaced(flow_diff, actual)
         n_replaced = len(changed)
@@ -377,7 +377,8 @@ class FlowController:
             have = {f.identity: f for f in actual}
             for f in changed:
                 log.debug("replacing flow\n  switch: %s\n  wanted: %s", have[f.identity], f)
-        errors = self._wire.send_plan(dp, write_plan(flow_diff, PIPELINE))
+        present = {e.identity for e in actual}
+        errors = self._wire.send_plan(dp, write_plan(flow_diff, PIPELINE, present))
         stats = ReconcileStats(
             connection=connection,
             dpid=dp.id,
@@ -407,7 +408,7 @@ class FlowController:
         started = time.monotonic()
         errors: tuple[str, ...] = ()
         if job.delta.to_add or job.delta.to_delete:
-            errors = self._wire.send_plan(dp, write_plan(job.delta, PIPELINE))
+            errors = self._wire.send_plan(dp, write_plan(job.delta, PIPELINE, job.present))
         stats = ReconcileStats(
             connection=connection,
             dpid=dp.id,

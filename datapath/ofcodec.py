@@ -15,7 +15,15 @@ from os_ken.ofproto import nicira_ext
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from datapath.flows import Action, Flow, canonical_actions, canonical_match
+from datapath.flows import (
+    BUCKET_WEIGHT,
+    Action,
+    Flow,
+    Group,
+    Meter,
+    canonical_actions,
+    canonical_match,
+)
 
 _ALL_BITS = (1 << 64) - 1
 _INSTRUCTIONS = ("meter", "write_metadata", "goto")
@@ -204,3 +212,63 @@ def from_ofp_flow(table_id: int, priority: int, cookie: int, match: Any, instruc
     return Flow(
         table_id, priority, canonical_match(match.items()), canonical_actions(actions), cookie
     )
+
+
+# --- meters and groups ---
+
+_METER_FLAGS = ofp.OFPMF_KBPS | ofp.OFPMF_BURST
+
+
+def meter_mod(datapath: Any, m: Meter, command: int = ofp.OFPMC_ADD) -> parser.OFPMeterMod:
+    """An OFPMeterMod that adds, modifies or (OFPMC_DELETE) deletes meter ``m``."""
+    bands = (
+        []
+        if command == ofp.OFPMC_DELETE
+        else [parser.OFPMeterBandDrop(rate=m.rate_kbps, burst_size=m.burst_kbit)]
+    )
+    return parser.OFPMeterMod(
+        datapath, command=command, flags=_METER_FLAGS, meter_id=m.id, bands=bands
+    )
+
+
+def from_ofp_meter(stat: Any) -> Meter:
+    """A Meter from an OFPMeterConfigStats; one netplugin would not write is unsupported."""
+    bands = list(stat.bands)
+    if stat.flags & ~ofp.OFPMF_STATS != _METER_FLAGS or len(bands) != 1:
+        return Meter(
+            stat.meter_id, 0, 0, unsupported=f"flags {stat.flags:#x}, {len(bands)} band(s)"
+        )
+    band = bands[0]
+    if not isinstance(band, parser.OFPMeterBandDrop):
+        return Meter(stat.meter_id, 0, 0, unsupported=type(band).__name__)
+    return Meter(stat.meter_id, band.rate, band.burst_size)
+
+
+def group_mod(datapath: Any, g: Group, command: int = ofp.OFPGC_ADD) -> parser.OFPGroupMod:
+    """An OFPGroupMod that adds, modifies or (OFPGC_DELETE) deletes select group ``g``."""
+    buckets = (
+        []
+        if command == ofp.OFPGC_DELETE
+        else [
+            parser.OFPBucket(
+                weight=BUCKET_WEIGHT,
+                watch_port=ofp.OFPP_ANY,
+                watch_group=ofp.OFPG_ANY,
+                actions=[_ofp_action(a) for a in bucket],
+            )
+            for bucket in g.buckets
+        ]
+    )
+    return parser.OFPGroupMod(datapath, command, ofp.OFPGT_SELECT, g.id, buckets)
+
+
+def from_ofp_group(stat: Any) -> Group:
+    """A Group from an OFPGroupDescStats; one netplugin would not write is unsupported."""
+    if stat.type != ofp.OFPGT_SELECT:
+        return Group(stat.group_id, (), unsupported=f"type {stat.type}")
+    buckets = []
+    for b in stat.buckets:
+        if b.weight != BUCKET_WEIGHT:
+            return Group(stat.group_id, (), unsupported=f"bucket weight {b.weight}")
+        buckets.append(canonical_actions(_from_ofp_action(a) for a in b.actions))
+    return Group(stat.group_id, tuple(buckets))

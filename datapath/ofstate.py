@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from datapath.flows import Flow, FlowDiff, Match, diff, index_by_identity, replaced
+from datapath.flows import Entry, FlowDiff, Identity, diff, index_by_identity, replaced
 
-Identity = tuple[int, int, Match]
+Flow = Entry  # a flow, meter or group: each kept by its identity
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class Job:
     replaced: int = 0
     found: int = 0  # the model's size before the delta
     desired: int = 0  # how many flows are desired in all, for a delta's stats
+    present: frozenset[Identity] = frozenset()  # touched identities the switch holds
 
 
 class SwitchBook:
@@ -122,6 +123,7 @@ class SwitchBook:
             replaced=len(replaced(delta, have)),
             found=len(model),
             desired=len(self.desired),
+            present=frozenset(e.identity for e in have),
         )
 
     def done(self, job: Job, connection: int, clean: bool) -> None:

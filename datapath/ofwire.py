@@ -16,8 +16,15 @@ from typing import Any
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from datapath.flows import COOKIE, COOKIE_MASK, Flow
-from datapath.ofcodec import flow_mod, from_ofp_flow
+from datapath.flows import COOKIE, COOKIE_MASK, Entry, Flow, Group, Meter
+from datapath.ofcodec import (
+    flow_mod,
+    from_ofp_flow,
+    from_ofp_group,
+    from_ofp_meter,
+    group_mod,
+    meter_mod,
+)
 from datapath.tables import WritePlan
 
 
@@ -52,7 +59,7 @@ class SwitchWire:
         self.reply_timeout = reply_timeout
         self._current = current
         self._pending: dict[int, _Pending] = {}
-        self._flow_mods: dict[int, tuple[str, Flow]] = {}  # xid -> what it did, to which flow
+        self._flow_mods: dict[int, tuple[str, Entry]] = {}  # xid -> what it did, to what
         self._flow_mod_errors: list[str] = []
 
     def on_reply(self, msg: Any) -> None:
@@ -108,8 +115,18 @@ class SwitchWire:
                 )
         return flows
 
+    def read_entries(self, dp: Any) -> set[Entry]:
+        """Our flows, and the bridge's meters and groups (the bridge is netplugin's: every
+        meter and group on it is ours)."""
+        found: set[Entry] = set(self.read_flows(dp))
+        for reply in self.request(dp, parser.OFPMeterConfigStatsRequest(dp, 0, ofp.OFPM_ALL)):
+            found.update(from_ofp_meter(stat) for stat in reply.body)
+        for reply in self.request(dp, parser.OFPGroupDescStatsRequest(dp, 0)):
+            found.update(from_ofp_group(stat) for stat in reply.body)
+        return found
+
     def send_plan(self, dp: Any, plan: WritePlan) -> tuple[str, ...]:
-        """Send a plan's flow-mods in its order, then a barrier; the switch's error replies
+        """Send a plan's messages in its order, then a barrier; the switch's error replies
         to them (they arrive before the barrier's reply)."""
         with self._lock:
             self._flow_mods.clear()
@@ -117,10 +134,14 @@ class SwitchWire:
         try:
             for f in plan.delete_first:
                 self._send_flow_mod(dp, f, ofp.OFPFC_DELETE_STRICT)
+            for e in plan.entries:
+                self._send_entry(dp, e, "modify" if plan.modifies(e) else "add")
             for f in plan.add:
                 self._send_flow_mod(dp, f, ofp.OFPFC_ADD)
             for f in plan.delete_last:
                 self._send_flow_mod(dp, f, ofp.OFPFC_DELETE_STRICT)
+            for e in plan.delete_entries:
+                self._send_entry(dp, e, "delete")
             self.request(dp, parser.OFPBarrierRequest(dp))
         finally:
             with self._lock:
@@ -129,13 +150,24 @@ class SwitchWire:
         return errors
 
     def _send_flow_mod(self, dp: Any, flow: Flow, command: int) -> None:
-        msg = flow_mod(dp, flow, command)
-        dp.set_xid(msg)
         verb = "delete" if command == ofp.OFPFC_DELETE_STRICT else "add"
+        self._send(dp, flow_mod(dp, flow, command), verb, flow)
+
+    def _send(self, dp: Any, msg: Any, verb: str, entry: Entry) -> None:
+        dp.set_xid(msg)
         with self._lock:
-            self._flow_mods[msg.xid] = (verb, flow)
+            self._flow_mods[msg.xid] = (verb, entry)
         if not dp.send_msg(msg):
             raise Disconnected
+
+    def _send_entry(self, dp: Any, entry: Meter | Group, verb: str) -> None:
+        if isinstance(entry, Meter):
+            command = {"add": ofp.OFPMC_ADD, "modify": ofp.OFPMC_MODIFY}.get(verb, ofp.OFPMC_DELETE)
+            msg = meter_mod(dp, entry, command)
+        else:
+            command = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY}.get(verb, ofp.OFPGC_DELETE)
+            msg = group_mod(dp, entry, command)
+        self._send(dp, msg, verb, entry)
 
     def request(self, dp: Any, msg: Any) -> list[Any]:
         """Send a request and wait for its whole reply."""

@@ -75,6 +75,14 @@ class NetpluginOFApp(app_manager.OSKenApp):
     def _flow_stats_reply(self, ev: Any) -> None:
         self.controller._on_reply(ev.msg)
 
+    @set_ev_cls(ofp_event.EventOFPMeterConfigStatsReply, MAIN_DISPATCHER)
+    def _meter_config_reply(self, ev: Any) -> None:
+        self.controller._on_reply(ev.msg)
+
+    @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, MAIN_DISPATCHER)
+    def _group_desc_reply(self, ev: Any) -> None:
+        self.controller._on_reply(ev.msg)
+
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def _barrier_reply(self, ev: Any) -> None:
         self.controller._on_reply(ev.msg)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from datapath import policy
+from datapath import policy, services
 from datapath.desired import (
     ArpMode,
     DesiredState,
@@ -38,8 +38,10 @@ from datapath.desired import (
     ct_zone,
     validate,
 )
-from datapath.flows import Action, Flow, flow
+from datapath.flows import Action, Entry, Flow, flow
 from datapath.policy import GroupState, ct_flows, default_allow_flows, rule_flows, tag_flows
+from datapath.qos import QosState, classify_flows
+from datapath.services import ServiceState, by_network, service_flows
 from datapath.tables import (
     ARP,
     CLASSIFY,
@@ -154,16 +156,10 @@ def _origin(port: SegmentPort) -> int:
     return FROM_GATEWAY if port.is_gateway else 0
 
 
-def _classify(port: SegmentPort) -> Iterable[Flow]:
-    yield flow(
-        CLASSIFY.id,
-        PRIO_RULE,
-        [
-            ("write_metadata", port.segment | _origin(port), SEGMENT_AND_ORIGIN),
-            CLASSIFY.goto(INGRESS),
-        ],
-        in_port=port.ofport,
-    )
+def _classify(port: SegmentPort, qos: QosState | None) -> Iterable[Entry]:
+    """A port's classify flows; an endpoint's netprofile adds its meter and DSCP marking."""
+    mark = ("write_metadata", port.segment | _origin(port), SEGMENT_AND_ORIGIN)
+    yield from classify_flows(port.ofport, mark, CLASSIFY.goto(INGRESS), qos)
 
 
 def _classify_remote(net: NetworkState, uplink: int | None) -> Iterable[Flow]:
@@ -305,9 +301,10 @@ def _flood(segment: int, ports: list[SegmentPort], out: tuple[Action, ...]) -> I
             )
 
 
-def port_flows(port: SegmentPort, mode: ArpMode) -> Iterable[Flow]:
-    """The flows of one local port (an endpoint or a gateway): they depend on it alone."""
-    yield from _classify(port)
+def port_flows(port: SegmentPort, mode: ArpMode, qos: QosState | None = None) -> Iterable[Entry]:
+    """The flows of one local port (an endpoint or a gateway), and its meter: they depend on
+    it and its group's netprofile (``qos``) alone."""
+    yield from _classify(port, None if port.is_gateway else qos)
     yield from _ingress(port)
     yield from _arp(port, mode)
     yield from _forward(port)
@@ -348,6 +345,19 @@ def endpoint_tags(
     return tag_flows(net.segment, mac, group.tag, local)
 
 
+def endpoint_qos(
+    port: SegmentPort, net: NetworkState, groups: Mapping[str, GroupState]
+) -> QosState | None:
+    """The netprofile of a local endpoint's group, if the group is known and of its network."""
+    group = groups.get(port.group) if port.group is not None else None
+    return group.qos if group is not None and group.network_id == net.id else None
+
+
+def network_services(net: NetworkState, services: Iterable[ServiceState]) -> list[Entry]:
+    """The flows and groups of a network's services (``services``: those on it)."""
+    return service_flows(net.segment, ct_zone(net), list(services))
+
+
 def group_flows(group: GroupState, net: NetworkState | None) -> list[Flow]:
     """A group's rule flows, if its network is on this host and tracked."""
     zone = ct_zone(net) if net is not None else None
@@ -357,25 +367,31 @@ def group_flows(group: GroupState, net: NetworkState | None) -> list[Flow]:
 def static_flows() -> list[Flow]:
     """The flows that depend on nothing: each table's miss, the conntrack gate and the ND
     bypass."""
-    return [*(PIPELINE.miss_flow(spec) for spec in PIPELINE), *policy.static_flows()]
+    return [
+        *(PIPELINE.miss_flow(spec) for spec in PIPELINE),
+        *policy.static_flows(),
+        *services.static_flows(),
+    ]
 
 
-def compile_flows(state: DesiredState) -> set[Flow]:
-    """All flows of the bridge for this state; raises ValueError naming a bad object, or
-    a flow its table's declaration does not allow."""
+def compile_flows(state: DesiredState) -> set[Entry]:
+    """All flows (and meters and groups) of the bridge for this state; raises ValueError
+    naming a bad object, or a flow its table's declaration does not allow."""
     world = validate(state)
     tunnels, uplink = world.tunnels, world.uplink_port
-    flows: set[Flow] = set(static_flows())
+    flows: set[Entry] = set(static_flows())
     for net in world.networks.values():
         out = flood_out(net, world.hosts_of.get(net.segment, ()), tunnels, uplink)
         flows.update(network_flows(net, world.ports_of(net.segment), out, uplink))
     by_segment = {net.segment: net for net in world.networks.values()}
     groups = world.groups
     for port in world.ports:
-        flows.update(port_flows(port, world.arp_mode))
-        if not port.is_gateway:
-            net = by_segment[port.segment]
-            flows.update(endpoint_tags(net, port.mac, port.group, groups, True))
+        if port.is_gateway:
+            flows.update(port_flows(port, world.arp_mode))
+            continue
+        net = by_segment[port.segment]
+        flows.update(port_flows(port, world.arp_mode, endpoint_qos(port, net, groups)))
+        flows.update(endpoint_tags(net, port.mac, port.group, groups, True))
     for remote in world.remotes:
         to = to_host(remote.network, remote.host, tunnels, uplink)
         flows.update(remote_flows(remote, to, world.arp_mode))
@@ -383,5 +399,7 @@ def compile_flows(state: DesiredState) -> set[Flow]:
         flows.update(tags)
     for group in groups.values():
         flows.update(group_flows(group, world.networks.get(group.network_id)))
+    for net_id, on_net in by_network(world.services.values()).items():
+        flows.update(network_services(world.networks[net_id], on_net))
     PIPELINE.check_all(flows)
     return flows

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from datapath.flows import Action, Flow, flow
+from datapath.qos import QosState, check_qos
 from datapath.tables import (
     CONNTRACK,
     DST_GROUP,
@@ -98,12 +99,14 @@ class RuleState:
 
 @dataclass(frozen=True)
 class GroupState:
-    """An endpoint group of a network of this host, with the rules of its policies."""
+    """An endpoint group of a network of this host, with the rules of its policies and its
+    netprofile (what its endpoints may send, their DSCP)."""
 
     id: str  # "TENANT:GROUP"
     network_id: str  # NetworkState.id of the group's network
     tag: int  # 1..2**31-1; 0: not tagged yet (its endpoints get no tag, its rules no flows)
     rules: tuple[RuleState, ...] = ()  # sorted, deduplicated
+    qos: QosState | None = None
 
 
 def _rule_key(rule: RuleState) -> tuple[Any, ...]:
@@ -172,18 +175,24 @@ def check_group(group: GroupState) -> None:
         if not isinstance(rule, RuleState):
             raise ValueError(f"{owner}: {rule!r} is not a RuleState")
         check_rule(f"{owner}: {rule.direction} rule at priority {rule.priority}", rule)
+    if group.qos is not None:
+        check_qos(f"{owner}: netprofile", group.qos)
 
 
 # ---------------------------------------------------------------- conntrack
 
 
+PLAIN_NAT = ("nat", "", None, None, None, None, ())
+
+
 def ct_flows(segment: int, zone: int) -> list[Flow]:
-    """A tracked network's IP goes through conntrack in its zone and resumes in service."""
+    """A tracked network's IP goes through conntrack in its zone and resumes in service;
+    with NAT, so a service's connections are DNATed and their replies un-DNATed."""
     return [
         flow(
             CONNTRACK.id,
             PRIO_RULE,
-            [("ct", False, zone, SERVICE.id, ())],
+            [("ct", False, zone, SERVICE.id, (PLAIN_NAT,))],
             metadata=(segment, SEGMENT_MASK),
             eth_type=eth_type,
         )

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .flows import Flow, diff, replaced
+from .flows import Entry, Flow, Meter, diff, replaced
 from .local import LocalEndpoint, LocalNetwork
 from .tables import PIPELINE
 
@@ -68,25 +68,33 @@ def table_name(table: int) -> str:
     return f"table{table}"
 
 
+def _slot(e: Entry) -> tuple[int, str]:
+    """Where an entry is counted: its table, or the bridge's meters or groups (after them)."""
+    if isinstance(e, Flow):
+        return e.table, table_name(e.table)
+    return (1000, "meters") if isinstance(e, Meter) else (1001, "groups")
+
+
 def flow_report(
-    desired: Iterable[Flow], actual: Iterable[Flow], cap: int = DEFAULT_CAP
+    desired: Iterable[Entry], actual: Iterable[Entry], cap: int = DEFAULT_CAP
 ) -> dict[str, Any]:
-    """Per table, how many flows are desired and how many of ours the switch holds; and
-    the differences the next full reconcile would repair: missing (no flow of that
-    identity on the switch), changed (same identity, other actions) and extra (an identity
-    no longer desired), each listed up to ``cap`` flows."""
+    """Per table (and for the meters and the groups), how many entries are desired and how
+    many of ours the switch holds; and the differences the next full reconcile would
+    repair: missing (nothing of that identity on the switch), changed (same identity, other
+    actions) and extra (an identity no longer desired), each listed up to ``cap``."""
     want, have = frozenset(desired), frozenset(actual)
     d = diff(want, have)
     changed = replaced(d, have)
     missing = d.to_add - changed
-    tables: dict[int, dict[str, Any]] = {}
+    tables: dict[tuple[int, str], dict[str, Any]] = {}
 
-    def row(table: int) -> dict[str, Any]:
+    def row(e: Entry) -> dict[str, Any]:
+        slot = _slot(e)
         return tables.setdefault(
-            table,
+            slot,
             {
-                "table": table,
-                "name": table_name(table),
+                "table": slot[0] if slot[0] < 1000 else None,
+                "name": slot[1],
                 "expected": 0,
                 "onSwitch": 0,
                 "missing": 0,
@@ -96,15 +104,18 @@ def flow_report(
         )
 
     for f in want:
-        row(f.table)["expected"] += 1
+        row(f)["expected"] += 1
     for f in have:
-        row(f.table)["onSwitch"] += 1
+        row(f)["onSwitch"] += 1
     for kind, flows in (("missing", missing), ("changed", changed), ("extra", d.to_delete)):
         for f in flows:
-            row(f.table)[kind] += 1
+            row(f)[kind] += 1
 
-    def listed(flows: frozenset[Flow]) -> list[str]:
-        return [str(f) for f in sorted(flows, key=lambda f: (f.table, -f.priority, str(f)))[:cap]]
+    def order(e: Entry) -> tuple[int, int, str]:
+        return (_slot(e)[0], -e.priority if isinstance(e, Flow) else e.id, str(e))
+
+    def listed(flows: frozenset[Entry]) -> list[str]:
+        return [str(f) for f in sorted(flows, key=order)[:cap]]
 
     return {
         "expected": len(want),

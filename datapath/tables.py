@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from datapath.flows import Action, Flow, FlowDiff, flow
+from datapath.flows import Action, Entry, Flow, FlowDiff, Group, Identity, Meter, flow
 
 DROP = "drop"
 
@@ -157,10 +157,28 @@ class Pipeline:
             elif kind == "group" and not spec.groups:
                 raise refuse("groups are not declared for it")
 
-    def check_all(self, flows: Iterable[Flow]) -> None:
-        """check() every flow."""
+    def check_all(self, flows: Iterable[Entry]) -> None:
+        """check() every flow, and every group's buckets against the tables that may send
+        packets to groups."""
         for f in flows:
-            self.check(f)
+            if isinstance(f, Flow):
+                self.check(f)
+            elif isinstance(f, Group):
+                self.check_group(f)
+
+    def check_group(self, g: Group) -> None:
+        """A bucket may recirculate only where a table that uses groups declares it."""
+        allowed = {
+            self._by_name[name].id for t in self.tables if t.groups for name in t.recirculate
+        }
+        for bucket in g.buckets:
+            for action in bucket:
+                if action[0] == "goto":
+                    raise ValueError(f"group {g.id}: a bucket cannot goto: {g}")
+                if action[0] == "ct" and action[3] is not None and action[3] not in allowed:
+                    raise ValueError(
+                        f"group {g.id}: ct recirculation to {action[3]} is not declared"
+                    )
 
 
 def _name(spec: TableSpec | None, table_id: int) -> str:
@@ -174,9 +192,10 @@ def _name(spec: TableSpec | None, table_id: int) -> str:
 CLASSIFY = TableSpec(
     "classify",
     0,
-    "port, VNI or VLAN -> segment and origin; an endpoint's meter limits what it sends",
+    "port, VNI or VLAN -> segment and origin; an endpoint's meter limits what it sends and "
+    "its netprofile's DSCP marks its IP packets",
     next_tables=("ingress", "arp"),  # what other hosts send skips ingress
-    match=frozenset({"in_port", "tunnel_id", "vlan_vid"}),
+    match=frozenset({"in_port", "tunnel_id", "vlan_vid", "eth_type"}),
     meters=True,
 )
 INGRESS = TableSpec(
@@ -199,17 +218,21 @@ ARP = TableSpec(
 CONNTRACK = TableSpec(
     "conntrack",
     30,
-    "IP of a tracked network through conntrack in its zone, resuming in service; neighbour "
+    "IP of a tracked network through conntrack (and NAT) in its zone, resuming in service; "
+    "a local packet to a VIP meets the hairpin zone first, resuming here; neighbour "
     "discovery and untracked networks pass untracked",
     miss="service",
     next_tables=("service",),
-    recirculate=("service",),
-    match=frozenset({"metadata", "eth_type", "ip_proto", "icmpv6_type"}),
+    recirculate=("service", "conntrack"),
+    match=frozenset(
+        {"metadata", "eth_type", "ip_proto", "icmpv6_type", "ct_state", "ct_zone", "ipv4_dst"}
+    ),
 )
 SERVICE = TableSpec(
     "service",
     40,
-    "a new connection to a service address -> its select group (none yet: passes all)",
+    "a new connection to a VIP:port -> its select group, whose bucket DNATs it to a provider; "
+    "a DNATed packet gets its provider's MAC, a reply from a VIP the VIP's",
     miss="policy",
     next_tables=("policy",),
     recirculate=("policy",),  # the group's buckets: ct(commit, nat, table=policy)
@@ -277,8 +300,9 @@ POLICY_IN = TableSpec(
 FORWARD = TableSpec(
     "forward",
     60,
-    "known eth_dst -> port or host; else flood; an endpoint's meter limits what it receives",
-    match=frozenset({"metadata", "eth_dst"}),
+    "known eth_dst -> port or host; else flood; a provider's connection to itself through a "
+    "VIP (hairpin) goes back out of its port, SNATed",
+    match=frozenset({"metadata", "eth_dst", "reg7", "eth_type", "ipv4_src", "ipv4_dst"}),
     meters=True,
 )
 
@@ -312,22 +336,47 @@ def removal_order(flows: Iterable[Flow]) -> list[Flow]:
 
 @dataclass(frozen=True)
 class WritePlan:
-    """The flow-mods of one reconcile, in the order they are sent."""
+    """The messages of one reconcile, in the order they are sent: stale flows of the
+    pipeline's tables, then meters and groups (ADD, or MODIFY of the ones in ``present``),
+    then the flows to add, then stale flows of tables the pipeline no longer has, and last
+    the stale meters and groups (deleting one deletes the flows that name it)."""
 
     delete_first: tuple[Flow, ...]
     add: tuple[Flow, ...]
     delete_last: tuple[Flow, ...]
+    entries: tuple[Meter | Group, ...] = ()
+    delete_entries: tuple[Meter | Group, ...] = ()
+    present: frozenset[Identity] = frozenset()  # identities of entries the switch holds
+
+    def modifies(self, entry: Meter | Group) -> bool:
+        """Whether ``entry`` replaces one the switch holds (MODIFY rather than ADD)."""
+        return entry.identity in self.present
 
 
-def write_plan(flow_diff: FlowDiff, pipeline: Pipeline) -> WritePlan:
+def _entries(items: Iterable[Entry]) -> tuple[Meter | Group, ...]:
+    """The meters and groups among ``items``, in a fixed order (meters first, by id)."""
+    found = [e for e in items if not isinstance(e, Flow)]
+    return tuple(sorted(found, key=lambda e: (isinstance(e, Group), e.id)))
+
+
+def write_plan(
+    flow_diff: FlowDiff, pipeline: Pipeline, present: Iterable[Identity] = ()
+) -> WritePlan:
     """Stale flows of the pipeline's tables go first (entry points before their paths), then
     the adds (last table first); flows in tables the pipeline no longer has (an older
     layout's) go last, once the replaced classify flows no longer lead to them. So an
-    upgrade that renumbers the tables moves each port to the new path in one flow-mod."""
-    current = [f for f in flow_diff.to_delete if f.table in pipeline]
-    leftover = [f for f in flow_diff.to_delete if f.table not in pipeline]
+    upgrade that renumbers the tables moves each port to the new path in one flow-mod.
+    Meters and groups are written before every flow add and deleted after every flow
+    delete; ``present``: the identities of those the switch holds now."""
+    stale = [f for f in flow_diff.to_delete if isinstance(f, Flow)]
+    current = [f for f in stale if f.table in pipeline]
+    leftover = [f for f in stale if f.table not in pipeline]
+    adds = [f for f in flow_diff.to_add if isinstance(f, Flow)]
     return WritePlan(
         tuple(removal_order(current)),
-        tuple(install_order(flow_diff.to_add)),
+        tuple(install_order(adds)),
         tuple(removal_order(leftover)),
+        _entries(flow_diff.to_add),
+        _entries(flow_diff.to_delete),
+        frozenset(present),
     )

@@ -278,3 +278,42 @@ def test_conntrack_and_registers_round_trip_and_survive_recirculation(
     ):
         assert walk(flows, packet, conntrack=ct).outputs == [port]
     assert walk(flows, {**reply, "ipv4_src": "10.77.0.9"}, conntrack=ct).outputs == []
+
+
+def test_meters_and_select_groups_round_trip_and_change_in_place(
+    lab: CtLab, tmp_path: Path
+) -> None:
+    """A meter and a select group whose buckets set a MAC and ct(commit, nat) to a provider,
+    and flows naming them, written through the controller: a second controller reads them
+    back equal and changes nothing; a third, wanting another band and another bucket,
+    modifies both in place (the flows naming them stay, their counters too)."""
+    from datapath.flows import group, meter
+
+    p1 = lab.k1.ofport
+    nat = ("nat", "dst", "10.77.0.2", None, 8080, None, ())
+    bucket = [("set_field", "eth_dst", lab.k2.mac), ("ct", True, 5, 20, [nat])]
+    entries = {
+        meter(7, 10_000, 3_000),
+        group(33, [bucket]),
+        flow(0, 200, [("meter", 7), ("goto", 10)], in_port=p1, eth_type=0x0800, ip_proto=6),
+        flow(10, 200, [("group", 33)], eth_type=0x0800, ip_proto=6, ipv4_dst="10.77.0.100"),
+    }
+    first = reconcile_once(lab, entries, tmp_path)
+    assert (first["added"], first["errors"]) == (4, []), first["log"][-4000:]
+    again = reconcile_once(lab, entries, tmp_path)
+    changed = (again["added"], again["replaced"], again["deleted"])
+    assert (again["found"], *changed) == (4, 0, 0, 0), again["log"][-6000:]
+    assert "rate=10000" in lab.ovs.ofctl("dump-meters", BRIDGE)
+    other = [("set_field", "eth_dst", lab.k1.mac), ("ct", True, 5, 20, [nat])]
+    moved = {
+        *(e for e in entries if not hasattr(e, "buckets") and not hasattr(e, "rate_kbps")),
+        meter(7, 20_000, 6_000),
+        group(33, [bucket, other]),
+    }
+    third = reconcile_once(lab, moved, tmp_path)
+    assert (third["added"], third["replaced"], third["deleted"]) == (2, 2, 0), third["log"][-4000:]
+    groups = lab.ovs.ofctl("dump-groups", BRIDGE)
+    assert groups.count("bucket=") == 2, groups
+    assert reconcile_once(lab, set(), tmp_path)["deleted"] == 4
+    assert "meter=7" not in lab.ovs.ofctl("dump-meters", BRIDGE)
+    assert "group_id=33" not in lab.ovs.ofctl("dump-groups", BRIDGE)

@@ -16,17 +16,22 @@ read 0 until set.
 ct_state comes from the caller (walk's ct_state: the state of every connection), or, given
 a FakeConntrack, from its table of committed connections: a packet can then be played as
 the SYN, the reply and the next packet of one connection, with the table kept in between.
+The FakeConntrack also does NAT: ct(commit, nat(dst|src=...)) binds a new connection, and
+a ct() with nat translates the packets of a bound connection (un-NATs its replies), with
++dnat/+snat set, as OVS does. A group action takes one bucket of a select group (chosen
+by the packet's 5-tuple, or by walk's ``choose``) and runs it on a copy of the packet.
 Anything else raises, so a test never passes by silently ignoring an action.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+import zlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from datapath.flows import OFPP_MAX, REGISTERS, Action, Flow
+from datapath.flows import OFPP_MAX, REGISTERS, Action, Entry, Flow, Group
 
 OFPP_IN_PORT = 0xFFFFFFF8
 OFPVID_PRESENT = 0x1000
@@ -39,6 +44,8 @@ CT_RELATED = 0x04
 CT_REPLY = 0x08
 CT_INVALID = 0x10
 CT_TRACKED = 0x20
+CT_SNAT = 0x40
+CT_DNAT = 0x80
 
 _MAC_FIELDS = frozenset({"eth_src", "eth_dst", "arp_sha", "arp_tha", "ipv6_nd_sll", "ipv6_nd_tll"})
 _IP_FIELDS = frozenset(
@@ -85,25 +92,36 @@ FiveTuple = tuple[int, int, int, int, int]  # source, destination, protocol, por
 
 @dataclass
 class Connection:
-    """A committed connection: what ct(commit, set_field ...) left on it."""
+    """A committed connection: what ct(commit, ...) left on it. ``reply``: the 5-tuple its
+    replies have (after NAT); ``nat``: (kind, address, port) it was bound with, if any."""
 
+    original: FiveTuple = (0, 0, 0, 0, 0)
+    reply: FiveTuple = (0, 0, 0, 0, 0)
+    nat: tuple[str, int, int | None] | None = None
     mark: int = 0
     label: int = 0
     replied: bool = False  # a packet of the other direction has been through ct
 
 
+def _reverse(t: FiveTuple) -> FiveTuple:
+    src, dst, proto, sport, dport = t
+    return (dst, src, proto, dport, sport)
+
+
 @dataclass
 class FakeConntrack:
-    """Conntrack as netplugin's flows see it: committed connections by (zone, 5-tuple).
+    """Conntrack as netplugin's flows see it: committed connections by (zone, 5-tuple), each
+    found by its original tuple or its (NATed) reply tuple.
 
     A packet that is no connection's is +trk+new; one of a committed connection is
     +trk+est, or +trk+new while it goes the first packet's way and nothing has come back
     yet (as OVS's conntrack keeps a retransmitted SYN +new); one going the other way is
     +trk+est+rpl. Not IP: +trk+inv. ct(commit) commits (once per connection, with its
-    nested set_field ct_mark/ct_label); nat is modelled only as un-NAT of nothing.
+    nested set_field ct_mark/ct_label and its nat binding).
     """
 
     connections: dict[tuple[int, FiveTuple], Connection] = field(default_factory=dict)
+    replies: dict[tuple[int, FiveTuple], Connection] = field(default_factory=dict)
 
     @staticmethod
     def five_tuple(headers: Mapping[str, Any]) -> FiveTuple | None:
@@ -119,15 +137,19 @@ class FakeConntrack:
         return (as_int(f"{family}_src", src), as_int(f"{family}_dst", dst), proto, sport, dport)
 
     def find(self, zone: int, headers: Mapping[str, Any]) -> tuple[Connection, bool] | None:
-        """The packet's connection and whether the packet is a reply, or None."""
+        """The packet's connection and whether the packet is a reply, or None. A packet that
+        met its connection in this zone earlier in its walk (its ct_conn) is that
+        connection's, translated or not, as OVS keeps the connection with the packet."""
         key = self.five_tuple(headers)
         if key is None:
             return None
+        seen = headers.get("ct_conn")
+        if seen is not None and seen[0] == zone:
+            return seen[1], seen[2]
         if (zone, key) in self.connections:
             return self.connections[(zone, key)], False
-        src, dst, proto, sport, dport = key
-        reverse = self.connections.get((zone, (dst, src, proto, dport, sport)))
-        return None if reverse is None else (reverse, True)
+        found = self.replies.get((zone, key))
+        return None if found is None else (found, True)
 
     def track(self, zone: int, headers: Mapping[str, Any]) -> tuple[int, Connection | None]:
         """What ct() sees: the packet's ct_state and its connection, if committed."""
@@ -142,15 +164,51 @@ class FakeConntrack:
             return CT_TRACKED | CT_ESTABLISHED | CT_REPLY, conn
         return CT_TRACKED | (CT_ESTABLISHED if conn.replied else CT_NEW), conn
 
-    def commit(self, zone: int, headers: Mapping[str, Any]) -> Connection | None:
-        """Commit the packet's connection (a no-op if it is one already); None if not IP."""
+    def commit(
+        self, zone: int, headers: Mapping[str, Any], nat: Action | None = None
+    ) -> Connection | None:
+        """Commit the packet's connection (a no-op if it is one already), bound by ``nat``
+        (a ("nat", kind, address, ...) with arguments) if given; None if not IP."""
         found = self.find(zone, headers)
         if found is not None:
             return found[0]
         key = self.five_tuple(headers)
         if key is None:
             return None
-        return self.connections.setdefault((zone, key), Connection())
+        binding = None
+        reply = _reverse(key)
+        if nat is not None and nat[1]:
+            _, kind, addr, _, port, _, _ = nat
+            binding = (kind, as_int("ipv4_src", addr), port)
+            src, dst, proto, sport, dport = key
+            if kind == "dst":
+                reply = _reverse((src, binding[1], proto, sport, port or dport))
+            else:
+                reply = _reverse((binding[1], dst, proto, port or sport, dport))
+        conn = Connection(key, reply, binding)
+        self.connections[(zone, key)] = conn
+        self.replies[(zone, reply)] = conn
+        return conn
+
+    @staticmethod
+    def translate(conn: Connection, reply: bool, headers: dict[str, Any]) -> int:
+        """Apply the connection's binding to a packet of it (its reply un-NATed); the
+        ct_state bits that says so."""
+        if conn.nat is None:
+            return 0
+        family = "ipv4" if headers.get("eth_type") == 0x0800 else "ipv6"
+        l4 = {6: "tcp", 17: "udp"}.get(int(headers.get("ip_proto", 0)))
+        src, dst, _, sport, dport = _reverse(conn.reply) if not reply else conn.original
+        if not reply:  # the original direction, translated
+            values = {"src": src, "dst": dst, "sport": sport, "dport": dport}
+        else:  # a reply: addressed as the original's reverse
+            values = {"src": dst, "dst": src, "sport": dport, "dport": sport}
+        headers[f"{family}_src"] = str(ipaddress.ip_address(values["src"]))
+        headers[f"{family}_dst"] = str(ipaddress.ip_address(values["dst"]))
+        if l4:
+            headers[f"{l4}_src"], headers[f"{l4}_dst"] = values["sport"], values["dport"]
+        dnat = conn.nat[0] == "dst"
+        return CT_DNAT if dnat != reply else CT_SNAT
 
 
 @dataclass
@@ -187,13 +245,27 @@ class _Packet:
     table: int
 
 
-class FakeOFTable:
-    """The flows of one bridge, indexed by table, ready to walk packets through."""
+Chooser = Callable[[Group, Mapping[str, Any]], int]
 
-    def __init__(self, flows: Iterable[Flow]) -> None:
+
+def by_five_tuple(g: Group, headers: Mapping[str, Any]) -> int:
+    """The default bucket choice: a hash of the packet's 5-tuple (like OVS's dp_hash)."""
+    key = FakeConntrack.five_tuple(headers)
+    return zlib.crc32(repr(key).encode()) % len(g.buckets)
+
+
+class FakeOFTable:
+    """The flows (and meters and groups) of one bridge, indexed by table, ready to walk
+    packets through."""
+
+    def __init__(self, flows: Iterable[Entry]) -> None:
         self.tables: dict[int, list[Flow]] = {}
+        self.groups: dict[int, Group] = {}
         for f in flows:
-            self.tables.setdefault(f.table, []).append(f)
+            if isinstance(f, Flow):
+                self.tables.setdefault(f.table, []).append(f)
+            elif isinstance(f, Group):
+                self.groups[f.id] = f
 
     def lookup(self, table: int, headers: Mapping[str, Any]) -> Flow | None:
         """The flow a packet with these headers (metadata included) hits in ``table``."""
@@ -215,9 +287,12 @@ class FakeOFTable:
         packet: Mapping[str, Any],
         ct_state: int = CT_TRACKED | CT_NEW,
         conntrack: FakeConntrack | None = None,
+        choose: Chooser = by_five_tuple,
     ) -> Walk:
         """Send ``packet`` from table 0. After a ct(), the packet's ct_state is what
-        ``conntrack`` says, or without one ``ct_state``."""
+        ``conntrack`` says, or without one ``ct_state``; a select group takes the bucket
+        ``choose`` picks."""
+        self.choose = choose
         result = Walk()
         headers = {"tunnel_id": 0, **packet}
         if "in_port" not in headers:
@@ -249,44 +324,78 @@ class FakeOFTable:
                 result.dropped_in.append(table)
                 break
             result.path.append(hit)
-            for action in hit.actions:
-                kind = action[0]
-                if kind == "output":
-                    port = in_port if action[1] == OFPP_IN_PORT else action[1]
-                    if action[1] != OFPP_IN_PORT and action[1] >= OFPP_MAX:
-                        raise NotModelled(f"output to reserved port {action[1]:#x}")
-                    if action[1] != in_port:
-                        result.outputs.append(port)
-                        result.packets.append({k: v for k, v in headers.items() if k != "metadata"})
-                elif kind == "set_field":
-                    if action[1] == "vlan_vid" and "vlan_vid" not in headers:
-                        raise NotModelled(f"{hit}: set_field vlan_vid on an untagged packet")
-                    headers[action[1]] = action[2]
-                elif kind == "move":
-                    headers[action[2]] = header(headers, action[1])
-                elif kind == "push_vlan":
-                    if "vlan_vid" in headers:
-                        raise NotModelled(f"{hit}: a second VLAN tag")
-                    headers["vlan_vid"] = OFPVID_PRESENT
-                elif kind == "pop_vlan":
-                    if "vlan_vid" not in headers:
-                        raise NotModelled(f"{hit}: pop_vlan on an untagged packet")
-                    del headers["vlan_vid"]
-                elif kind == "meter":
-                    result.meters.append(action[1])
-                elif kind == "ct":
-                    copy = _conntrack(action, headers, result, ct_state, conntrack)
-                    if copy is not None:
-                        recirculated.append(_Packet(copy, metadata, action[3]))
-                elif kind == "write_metadata":
-                    metadata = (metadata & ~action[2]) | (action[1] & action[2])
-                elif kind == "goto":
-                    if action[1] <= table:
-                        raise NotModelled(f"{hit}: goto must go forward")
-                    current = action[1]
-                else:
-                    raise NotModelled(f"the walker does not model {action}")
+            current = self._actions(
+                hit, hit.actions, headers, in_port, result, ct_state, conntrack, recirculated
+            )
+            metadata = headers.pop("_metadata", metadata)
         return recirculated
+
+    def _actions(
+        self,
+        hit: Flow,
+        actions: Iterable[Action],
+        headers: dict[str, Any],
+        in_port: int,
+        result: Walk,
+        ct_state: int,
+        conntrack: FakeConntrack | None,
+        recirculated: list[_Packet],
+    ) -> int | None:
+        """Run a flow's (or a bucket's) actions on ``headers``; the table it goes to next."""
+        table = hit.table
+        metadata = headers["metadata"]
+        current: int | None = None
+        for action in actions:
+            kind = action[0]
+            if kind == "output":
+                port = in_port if action[1] == OFPP_IN_PORT else action[1]
+                if action[1] != OFPP_IN_PORT and action[1] >= OFPP_MAX:
+                    raise NotModelled(f"output to reserved port {action[1]:#x}")
+                if action[1] != in_port:
+                    result.outputs.append(port)
+                    result.packets.append(
+                        {k: v for k, v in headers.items() if k not in ("metadata", "ct_conn")}
+                    )
+            elif kind == "set_field":
+                if action[1] == "vlan_vid" and "vlan_vid" not in headers:
+                    raise NotModelled(f"{hit}: set_field vlan_vid on an untagged packet")
+                headers[action[1]] = action[2]
+            elif kind == "move":
+                headers[action[2]] = header(headers, action[1])
+            elif kind == "push_vlan":
+                if "vlan_vid" in headers:
+                    raise NotModelled(f"{hit}: a second VLAN tag")
+                headers["vlan_vid"] = OFPVID_PRESENT
+            elif kind == "pop_vlan":
+                if "vlan_vid" not in headers:
+                    raise NotModelled(f"{hit}: pop_vlan on an untagged packet")
+                del headers["vlan_vid"]
+            elif kind == "meter":
+                result.meters.append(action[1])
+            elif kind == "ct":
+                copy = _conntrack(action, headers, result, ct_state, conntrack)
+                if copy is not None:
+                    recirculated.append(_Packet(copy, metadata, action[3]))
+            elif kind == "group":
+                g = self.groups.get(action[1])
+                if g is None:
+                    raise NotModelled(f"{hit}: group {action[1]} does not exist")
+                if g.buckets:
+                    bucket = g.buckets[self.choose(g, headers)]
+                    copy = {**headers}
+                    self._actions(
+                        hit, bucket, copy, in_port, result, ct_state, conntrack, recirculated
+                    )
+            elif kind == "write_metadata":
+                metadata = (metadata & ~action[2]) | (action[1] & action[2])
+            elif kind == "goto":
+                if action[1] <= table:
+                    raise NotModelled(f"{hit}: goto must go forward")
+                current = action[1]
+            else:
+                raise NotModelled(f"the walker does not model {action}")
+        headers["_metadata"] = metadata
+        return current
 
 
 def _conntrack(
@@ -302,16 +411,25 @@ def _conntrack(
         _, reg, ofs, nbits = zone
         zone = (header(headers, reg) >> ofs) & ((1 << nbits) - 1)
     conn: Connection | None = None
+    reply = False
+    nats = [sub for sub in nested if sub[0] == "nat"]
     if conntrack is not None:
         ct_state, conn = conntrack.track(zone, headers)
+        reply = bool(ct_state & CT_REPLY)
     if commit:
         result.committed.append(zone)
         if conntrack is not None:
-            conn = conntrack.commit(zone, headers)
+            conn = conntrack.commit(zone, headers, nats[0] if nats and nats[0][1] else None)
+    elif nats and nats[0] != _PLAIN_NAT:
+        raise NotModelled(f"{action}: nat with arguments needs commit")
+    if conn is not None:
+        headers["ct_conn"] = (zone, conn, reply)
+    if nats and conn is not None and conntrack is not None:
+        ct_state |= conntrack.translate(conn, reply, headers)
     ct_fields = {"ct_mark": conn.mark, "ct_label": conn.label} if conn else {}
     for sub in nested:
-        if sub == _PLAIN_NAT:
-            continue  # un-NAT: no connection here was NATed
+        if sub[0] == "nat":
+            continue
         if sub[0] != "set_field":
             raise NotModelled(f"the walker does not model {sub} in ct()")
         ct_fields[sub[1]] = sub[2]
@@ -323,10 +441,11 @@ def _conntrack(
 
 
 def walk(
-    flows: Iterable[Flow],
+    flows: Iterable[Entry],
     packet: Mapping[str, Any],
     ct_state: int = CT_TRACKED | CT_NEW,
     conntrack: FakeConntrack | None = None,
+    choose: Chooser = by_five_tuple,
 ) -> Walk:
     """Where ``packet`` goes through ``flows``: see FakeOFTable.walk."""
-    return FakeOFTable(flows).walk(packet, ct_state, conntrack)
+    return FakeOFTable(flows).walk(packet, ct_state, conntrack, choose)

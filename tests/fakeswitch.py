@@ -1,6 +1,8 @@
-"""A fake switch for FlowController: it answers flow stats, flow-mods and barriers at once,
-in the caller's thread, without os-ken's server (which would leave non-daemon threads in
-the pytest process)."""
+"""A fake switch for FlowController: it answers flow, meter and group stats, their mods and
+barriers at once, in the caller's thread, without os-ken's server (which would leave
+non-daemon threads in the pytest process). Meters and groups behave as OVS's do: ADD of
+one that exists and MODIFY of one that does not are errors, and deleting one deletes the
+flows that name it."""
 
 from __future__ import annotations
 
@@ -10,9 +12,17 @@ from typing import Any
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
 
-from datapath.flows import Flow
+from datapath.flows import Entry, Flow, Group, Meter
 from datapath.ofapp import FlowController, ReconcileStats
-from datapath.ofcodec import from_ofp_flow, to_ofp_instructions, to_ofp_match
+from datapath.ofcodec import (
+    from_ofp_flow,
+    from_ofp_group,
+    from_ofp_meter,
+    group_mod,
+    meter_mod,
+    to_ofp_instructions,
+    to_ofp_match,
+)
 
 
 class FakeSwitch:
@@ -21,11 +31,11 @@ class FakeSwitch:
     def __init__(
         self,
         controller: FlowController,
-        flows: Iterable[Flow] = (),
-        after_flow_mod: Callable[[set[Flow]], None] | None = None,
+        flows: Iterable[Entry] = (),
+        after_flow_mod: Callable[[set[Entry]], None] | None = None,
     ) -> None:
         self.controller = controller
-        self.table: dict[tuple[Any, ...], Flow] = {f.identity: f for f in flows}
+        self.table: dict[tuple[Any, ...], Entry] = {f.identity: f for f in flows}
         self.flow_mods: list[Any] = []
         self.stats_requests = 0  # flow-stats reads: a full reconcile makes one
         self.barriers = 0
@@ -37,12 +47,12 @@ class FakeSwitch:
         self._xid = 0
 
     @property
-    def flows(self) -> set[Flow]:
-        """The flow table (one flow per identity, as on a switch)."""
+    def flows(self) -> set[Entry]:
+        """The flow table, meters and groups (one per identity, as on a switch)."""
         return set(self.table.values())
 
     @flows.setter
-    def flows(self, flows: Iterable[Flow]) -> None:
+    def flows(self, flows: Iterable[Entry]) -> None:
         self.table = {f.identity: f for f in flows}
 
     def set_xid(self, msg: Any) -> None:
@@ -54,8 +64,16 @@ class FakeSwitch:
             self.set_xid(msg)
         if isinstance(msg, ofp_parser.OFPFlowStatsRequest):
             self._stats(msg)
+        elif isinstance(msg, ofp_parser.OFPMeterConfigStatsRequest):
+            body = [_meter_stats(m) for m in self.table.values() if isinstance(m, Meter)]
+            self.controller._on_reply(self._reply(msg.xid, body=body))
+        elif isinstance(msg, ofp_parser.OFPGroupDescStatsRequest):
+            body = [_group_stats(g) for g in self.table.values() if isinstance(g, Group)]
+            self.controller._on_reply(self._reply(msg.xid, body=body))
         elif isinstance(msg, ofp_parser.OFPFlowMod):
             self._flow_mod(msg)
+        elif isinstance(msg, ofp_parser.OFPMeterMod | ofp_parser.OFPGroupMod):
+            self._entry_mod(msg)
         elif isinstance(msg, ofp_parser.OFPBarrierRequest):
             self.barriers += 1
             self.controller._on_reply(self._reply(msg.xid))
@@ -70,7 +88,8 @@ class FakeSwitch:
             (
                 f
                 for f in self.table.values()
-                if f.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask
+                if isinstance(f, Flow)
+                and f.cookie & msg.cookie_mask == msg.cookie & msg.cookie_mask
             ),
             key=str,
         )
@@ -105,6 +124,38 @@ class FakeSwitch:
                 del self.table[f.identity]
         if self.after_flow_mod is not None:
             self.after_flow_mod(self.flows)
+
+    def _entry_mod(self, msg: Any) -> None:
+        self.flow_mods.append(msg)
+        meter = isinstance(msg, ofp_parser.OFPMeterMod)
+        ident = ("meter", msg.meter_id) if meter else ("group", msg.group_id)
+        add, modify = (
+            (ofp.OFPMC_ADD, ofp.OFPMC_MODIFY) if meter else (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY)
+        )
+        if msg.command in (add, modify):
+            if (msg.command == add) == (ident in self.table):
+                error = ofp.OFPET_METER_MOD_FAILED if meter else ofp.OFPET_GROUP_MOD_FAILED
+                self.controller._on_error(self._reply(msg.xid, type=error, code=0))
+                return
+            self.table[ident] = from_ofp_meter(msg) if meter else from_ofp_group(msg)
+        else:
+            self.table.pop(ident, None)
+            kind = "meter" if meter else "group"
+            for f in list(self.table.values()):
+                if isinstance(f, Flow) and any(a[:2] == (kind, ident[1]) for a in f.actions):
+                    del self.table[f.identity]
+        if self.after_flow_mod is not None:
+            self.after_flow_mod(self.flows)
+
+
+def _meter_stats(m: Meter) -> Any:
+    mod = meter_mod(None, m)
+    return ofp_parser.OFPMeterConfigStats(flags=mod.flags, meter_id=m.id, bands=mod.bands)
+
+
+def _group_stats(g: Group) -> Any:
+    mod = group_mod(None, g)
+    return ofp_parser.OFPGroupDescStats(type_=mod.type, group_id=g.id, buckets=mod.buckets)
 
 
 def reconcile(switch: FakeSwitch, desired: set[Flow]) -> ReconcileStats:

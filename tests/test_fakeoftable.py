@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 from fakeoftable import (
+    CT_DNAT,
     CT_ESTABLISHED,
     CT_INVALID,
     CT_NEW,
     CT_REPLY,
+    CT_SNAT,
     CT_TRACKED,
     OFPP_IN_PORT,
     OFPVID_PRESENT,
@@ -16,7 +18,7 @@ from fakeoftable import (
     walk,
 )
 
-from datapath.flows import Flow, flow
+from datapath.flows import Flow, flow, group
 
 MAC_1, MAC_2 = "02:00:00:00:00:01", "02:00:00:00:00:02"
 PKT = {"in_port": 1, "eth_src": MAC_1, "eth_dst": MAC_2, "eth_type": 0x0800}
@@ -221,10 +223,41 @@ def test_registers_read_zero_until_set_and_move_like_fields() -> None:
     assert walk(flows, {**PKT, "reg5": 0x8000_0001}).outputs == [3]
 
 
-def test_nat_beyond_un_nat_is_not_modelled() -> None:
-    dnat = ("nat", "dst", "10.77.0.3", None, 8080, None, ())
-    with pytest.raises(NotModelled, match="nat"):
-        walk({flow(0, 1, [("ct", True, 1, None, [dnat]), ("output", 2)], eth_type=0x0800)}, SYN)
+def test_nat_binds_at_commit_and_translates_both_directions() -> None:
+    vip, provider = "10.77.0.100", "10.77.0.3"
+    dnat = ("nat", "dst", provider, None, 8080, None, ())
     unnat = ("nat", "", None, None, None, None, ())
-    flows = {flow(0, 1, [("ct", False, 1, None, [unnat]), ("output", 2)], eth_type=0x0800)}
-    assert walk(flows, SYN).outputs == [2]
+    to_vip = {**SYN, "ipv4_dst": vip}
+    flows = {
+        # New connections to the VIP are bound; everything else meets ct(nat) first.
+        flow(0, 10, [("ct", False, 1, 1, [unnat])], eth_type=0x0800),
+        flow(
+            1,
+            10,
+            [("ct", True, 1, None, [dnat]), ("output", 3)],
+            ct_state=(0x21, 0x21),
+            ipv4_dst=vip,
+            eth_type=0x0800,
+        ),
+        flow(1, 5, [("output", 3)], ct_state=(0x20, 0x28)),
+        flow(1, 6, [("output", 1)], ct_state=(0x28, 0x28)),
+    }
+    ct = FakeConntrack()
+    first = walk(flows, to_vip, conntrack=ct)
+    assert first.sent(3)["ipv4_dst"] == provider and first.sent(3)["tcp_dst"] == 8080
+    reply = {**REPLY, "ipv4_src": provider, "tcp_src": 8080}
+    back = walk(flows, reply, conntrack=ct)
+    sent = back.sent(1)
+    assert (sent["ipv4_src"], sent["tcp_src"], sent["ct_state"] & CT_SNAT) == (vip, 80, CT_SNAT)
+    again = walk(flows, to_vip, conntrack=ct)  # established: DNATed by the plain ct(nat)
+    assert again.sent(3)["ipv4_dst"] == provider and again.sent(3)["ct_state"] & CT_DNAT
+
+
+def test_a_select_group_runs_one_bucket_on_a_copy() -> None:
+    g = group(7, [[("output", 2)], [("output", 3)]])
+    flows = {g, flow(0, 1, [("group", 7)])}
+    assert walk(flows, PKT, choose=lambda _g, _h: 1).outputs == [3]
+    assert walk(flows, PKT, choose=lambda _g, _h: 0).outputs == [2]
+    assert walk({group(7, []), flow(0, 1, [("group", 7)])}, PKT).outputs == []
+    with pytest.raises(NotModelled, match="group 8 does not exist"):
+        walk({flow(0, 1, [("group", 8)])}, PKT)

@@ -45,6 +45,8 @@ from datapath.pipeline import (
 from datapath.policy import GroupState, RuleState
 from datapath.tables import DST_GROUP, POLICY_IN, POLICY_OUT, SRC_GROUP
 
+UNNAT = ("nat", "", None, None, None, None, ())
+
 
 @pytest.fixture(scope="module")
 def flows() -> set[Flow]:
@@ -214,7 +216,7 @@ def test_each_tracked_network_has_ct_and_a_default_allow_in_its_zone() -> None:
     flows = compile_flows(cluster())  # only net A has a gateway port: a zone
     ct = {f for f in flows if f.table == CONNTRACK.id and f.priority == PRIO_RULE}
     assert ct == {
-        flow(CONNTRACK.id, PRIO_RULE, [("ct", False, GW_A_PORT, SERVICE.id)], **m)
+        flow(CONNTRACK.id, PRIO_RULE, [("ct", False, GW_A_PORT, SERVICE.id, [UNNAT])], **m)
         for m in ({"metadata": (100, SEGMENT_MASK), "eth_type": e} for e in (0x0800, 0x86DD))
     }
     default = {f for f in flows if f.table == POLICY_IN.id and f.priority > 0}
@@ -222,10 +224,11 @@ def test_each_tracked_network_has_ct_and_a_default_allow_in_its_zone() -> None:
         flow(POLICY_IN.id, 1, [("ct", True, GW_A_PORT, None), ("goto", FORWARD.id)], **m)
         for m in ({"metadata": (100, SEGMENT_MASK), "eth_type": e} for e in (0x0800, 0x86DD))
     }
-    # Per tracked network 4 flows; the misses, the gate (4) and the ND bypass (5) once.
+    # Per tracked network 4 flows; the misses, the gate (4), the ND bypass (5) and the
+    # hairpin's way back (1) once.
     tracking = {f for f in flows if f.table in (CONNTRACK.id, POLICY.id, POLICY_IN.id)}
     assert tracking - set(static_flows()) == ct | default
-    assert len(set(static_flows()) - {PIPELINE.miss_flow(t) for t in PIPELINE}) == 4 + 5
+    assert len(set(static_flows()) - {PIPELINE.miss_flow(t) for t in PIPELINE}) == 4 + 5 + 1
 
 
 @pytest.mark.parametrize(

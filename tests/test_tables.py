@@ -106,7 +106,7 @@ def test_the_compiler_refuses_a_flow_its_table_does_not_declare(
     # A compiler bug that jumps from classify past arp: the declaration catches it.
     import datapath.pipeline as pipeline
 
-    def skip_to_forward(port: object) -> list[Flow]:
+    def skip_to_forward(port: object, qos: object = None) -> list[Flow]:
         return [flow(CLASSIFY.id, 100, [("goto", FORWARD.id)], in_port=1)]
 
     monkeypatch.setattr(pipeline, "_classify", skip_to_forward)
@@ -139,7 +139,7 @@ def test_ip_of_a_tracked_network_goes_through_conntrack_and_every_policy_table()
     sent = result.sent(E2.ofport)
     assert {k: v for k, v in sent.items() if not k.startswith("ct_")} == {**pkt, "tunnel_id": 0}
     assert CONNTRACK.id < SERVICE.id < POLICY.id < SRC_GROUP.id < POLICY_IN.id < FORWARD.id
-    assert CONNTRACK.recirculate == ("service",) and SERVICE.groups
+    assert CONNTRACK.recirculate == ("service", "conntrack") and SERVICE.groups
     assert CLASSIFY.meters and FORWARD.meters
 
 

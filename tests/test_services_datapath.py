@@ -1,0 +1,199 @@
+"""Service LBs and netprofiles in the datapath, with packets walked through the compiled
+flows (the fake table models select groups and conntrack NAT): a connection to a VIP reaches
+a provider on this host or another, its replies come from the VIP, established packets stay
+with their provider, a provider reaches its own VIP (hairpin), policies judge the real
+provider; an endpoint's netprofile meters and marks what it sends. The incremental model
+agrees with the full compile, and a provider joining touches only its network's services."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from datapath_states import E1, E2, GW_A_PORT, NET_A, R1, TUN_H2, VNI_A, arp_request, cluster, ipv4
+from fakeoftable import CT_SNAT, FakeConntrack, walk
+
+from datapath.flowmodel import Change, FlowModel
+from datapath.flows import Group, Meter
+from datapath.pipeline import DesiredState, EndpointState, compile_flows
+from datapath.policy import GroupState, RuleState
+from datapath.qos import QosState
+from datapath.services import (
+    ProviderState,
+    ServicePortState,
+    ServiceState,
+    hairpin_zone,
+    vip_mac,
+)
+
+VIP = "10.1.0.100"
+LOCAL = ProviderState(E2.ipv4 or "", E2.mac)
+REMOTE = ProviderState(R1.ipv4 or "", R1.mac)
+WEB = ServiceState("t:web", NET_A, VIP, 3, (ServicePortState(6, 80, 8080),), (LOCAL, REMOTE))
+GROUP_ID = 3 * 16
+
+
+def with_services(*services: ServiceState, groups: list[GroupState] | None = None) -> DesiredState:
+    state = cluster()
+    state.services = list(services)
+    state.groups = groups or []
+    return state
+
+
+def tcp(src: EndpointState, dst_ip: str, sport: int, dport: int, **over: Any) -> dict[str, Any]:
+    return ipv4(src, over.pop("dst_mac", vip_mac(VIP)), dst_ip, ip_proto=6, tcp_src=sport,
+                tcp_dst=dport, **over)  # fmt: skip
+
+
+def pick(provider: ProviderState) -> Any:
+    """A bucket chooser: the bucket of ``provider``."""
+
+    def choose(g: Group, _headers: Any) -> int:
+        ips = [dict((a[1], a[2]) for a in b if a[0] == "set_field")["eth_dst"] for b in g.buckets]
+        return ips.index(provider.mac)
+
+    return choose
+
+
+def test_the_switch_answers_arp_for_the_vip() -> None:
+    flows = compile_flows(with_services(WEB))
+    answer = walk(flows, arp_request(E1, VIP))
+    sent = answer.sent(E1.ofport)
+    assert (sent["arp_op"], sent["arp_sha"], sent["eth_src"]) == (2, vip_mac(VIP), vip_mac(VIP))
+
+
+def test_a_connection_reaches_a_local_provider_and_its_replies_come_from_the_vip() -> None:
+    flows = compile_flows(with_services(WEB))
+    ct = FakeConntrack()
+    syn = tcp(E1, VIP, 40000, 80)
+    there = walk(flows, syn, conntrack=ct, choose=pick(LOCAL))
+    got = there.sent(E2.ofport)
+    assert (got["ipv4_dst"], got["tcp_dst"], got["eth_dst"]) == (E2.ipv4, 8080, E2.mac)
+    assert GW_A_PORT in there.committed  # the network's zone: bound, then judged and committed
+    reply = tcp(E2, E1.ipv4 or "", 8080, 40000, dst_mac=E1.mac)
+    back = walk(flows, reply, conntrack=ct).sent(E1.ofport)
+    assert (back["ipv4_src"], back["tcp_src"], back["eth_src"]) == (VIP, 80, vip_mac(VIP))
+    assert back["ct_state"] & CT_SNAT
+    # The next packet of the connection is DNATed to the same provider, whatever the group.
+    again = walk(flows, syn, conntrack=ct, choose=pick(REMOTE)).sent(E2.ofport)
+    assert (again["ipv4_dst"], again["eth_dst"]) == (E2.ipv4, E2.mac)
+
+
+def test_a_connection_reaches_a_provider_on_another_host_through_its_tunnel() -> None:
+    flows = compile_flows(with_services(WEB))
+    there = walk(flows, tcp(E1, VIP, 40001, 80), conntrack=FakeConntrack(), choose=pick(REMOTE))
+    got = there.sent(TUN_H2)
+    assert (got["ipv4_dst"], got["tcp_dst"], got["eth_dst"], got["tunnel_id"]) == (
+        R1.ipv4,
+        8080,
+        R1.mac,
+        VNI_A,
+    )
+
+
+def test_connections_spread_over_the_providers() -> None:
+    flows = compile_flows(with_services(WEB))
+    ct = FakeConntrack()
+    where = [
+        frozenset(walk(flows, tcp(E1, VIP, 30000 + i, 80), conntrack=ct).ports) for i in range(200)
+    ]
+    local, remote = where.count(frozenset({E2.ofport})), where.count(frozenset({TUN_H2}))
+    assert local + remote == 200 and min(local, remote) >= 60
+
+
+def test_only_the_services_ports_and_new_connections_meet_the_group() -> None:
+    flows = compile_flows(with_services(WEB))
+    other_port = walk(flows, tcp(E1, VIP, 40000, 81), conntrack=FakeConntrack())
+    assert other_port.outputs == []  # nobody has the VIP: a port it does not serve goes nowhere
+    empty = replace(WEB, providers=())
+    none = walk(compile_flows(with_services(empty)), tcp(E1, VIP, 40000, 80))
+    assert none.outputs == []  # no provider: the group has no bucket
+
+
+def test_hairpin_a_provider_reaches_its_own_vip() -> None:
+    flows = compile_flows(with_services(WEB))
+    ct = FakeConntrack()
+    out = walk(flows, tcp(E2, VIP, 45000, 80), conntrack=ct, choose=pick(LOCAL))
+    got = out.sent(E2.ofport)  # back out of the port it came in on, from the VIP
+    assert (got["ipv4_src"], got["ipv4_dst"], got["tcp_dst"]) == (VIP, E2.ipv4, 8080)
+    assert got["eth_src"] == vip_mac(VIP) and got["eth_dst"] == E2.mac
+    assert hairpin_zone(GW_A_PORT) in out.committed
+    answer = tcp(E2, VIP, 8080, got["tcp_src"], dst_mac=vip_mac(VIP))
+    back = walk(flows, answer, conntrack=ct).sent(E2.ofport)
+    assert (back["ipv4_src"], back["tcp_src"], back["ipv4_dst"], back["tcp_dst"]) == (
+        VIP,
+        80,
+        E2.ipv4,
+        45000,
+    )
+    assert (back["eth_src"], back["eth_dst"]) == (vip_mac(VIP), E2.mac)
+    nxt = walk(flows, tcp(E2, VIP, 45000, 80), conntrack=ct).sent(E2.ofport)
+    assert (nxt["ipv4_src"], nxt["tcp_dst"]) == (VIP, 8080)  # established: the same way
+
+
+def test_policies_judge_the_real_provider_behind_the_vip() -> None:
+    deny = RuleState("in", 10, "deny", protocol=6, port=8080)
+    groups = [GroupState("t:db", NET_A, 7, (deny,)), GroupState("t:app", NET_A, 8)]
+    state = with_services(WEB, groups=groups)
+    state.endpoints = [replace(e, group="t:db") if e.id == E2.id else e for e in state.endpoints]
+    flows = compile_flows(state)
+    blocked = walk(flows, tcp(E1, VIP, 40000, 80), conntrack=FakeConntrack(), choose=pick(LOCAL))
+    assert blocked.outputs == []
+    direct = walk(flows, tcp(E1, E2.ipv4 or "", 40000, 8080, dst_mac=E2.mac))
+    assert direct.outputs == []  # the same rule, without the VIP
+
+
+def test_the_model_agrees_and_a_provider_joining_touches_only_its_networks_services() -> None:
+    model = FlowModel()
+    model.replace(with_services(replace(WEB, providers=(REMOTE,))))
+    assert model.flows() == compile_flows(model.state())
+    joined = replace(WEB, providers=(LOCAL, REMOTE))
+    delta = model.apply(Change(services={WEB.id: joined}))
+    assert model.last_units == 1
+    assert model.flows() == compile_flows(model.state())
+    changed = {e for e in delta.to_add if isinstance(e, Group)}
+    assert [g.id for g in changed] == [GROUP_ID] and len(changed.pop().buckets) == 2
+    model.apply(Change(services={WEB.id: None}))
+    assert not [e for e in model.flows() if isinstance(e, Group)]
+    assert model.flows() == compile_flows(model.state())
+
+
+# --- netprofiles ---
+
+GOLD = QosState(rate_kbps=10_000, burst_kbit=0, dscp=46)
+
+
+def profiled(qos: QosState | None) -> DesiredState:
+    state = cluster()
+    state.groups = [GroupState("t:front", NET_A, 5, qos=qos)]
+    state.endpoints = [replace(e, group="t:front") if e.id == E1.id else e for e in state.endpoints]
+    return state
+
+
+def test_a_netprofile_meters_and_marks_what_its_endpoints_send() -> None:
+    flows = compile_flows(profiled(GOLD))
+    meters = [e for e in flows if isinstance(e, Meter)]
+    assert meters == [Meter(E1.ofport, 10_000, 2_500)]  # a quarter of the rate by default
+    sent = walk(flows, ipv4(E1, E2.mac, E2.ipv4 or ""))
+    assert sent.meters == [E1.ofport] and sent.sent(E2.ofport)["ip_dscp"] == 46
+    v6 = walk(flows, {**ipv4(E1, E2.mac, ""), "eth_type": 0x86DD, "ipv6_src": E1.ipv6,
+                      "ipv6_dst": "fd00::2", "ipv4_src": None, "ipv4_dst": None})  # fmt: skip
+    assert v6.meters == [E1.ofport]
+    arp = walk(flows, arp_request(E1, E2.ipv4 or ""))
+    assert arp.meters == [E1.ofport]  # metered, not marked
+    other = walk(flows, ipv4(E2, E1.mac, E1.ipv4 or ""))
+    assert other.meters == [] and "ip_dscp" not in other.sent(E1.ofport)
+
+
+def test_changing_a_profile_changes_its_members_meters_in_place() -> None:
+    model = FlowModel()
+    model.replace(profiled(GOLD))
+    group = model.groups["t:front"]
+    slower = replace(GOLD, rate_kbps=1_000, burst_kbit=800, dscp=0)
+    delta = model.apply(Change(groups={"t:front": replace(group, qos=slower)}))
+    assert Meter(E1.ofport, 1_000, 800) in delta.to_add
+    assert model.flows() == compile_flows(model.state())
+    delta = model.apply(Change(groups={"t:front": replace(group, qos=None)}))
+    assert Meter(E1.ofport, 1_000, 800) in delta.to_delete
+    assert not [e for e in model.flows() if isinstance(e, Meter)]
+    assert model.flows() == compile_flows(model.state())
