@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
+from .agentstate import AgentState
 from .effects import HostNat, Links, OpenFlow, Ovsdb
-from .flowmodel import Change, FlowModel, by_key, changes
+from .flowmodel import Change, FlowModel, changes
 from .flows import Flow
 from .hostnat import PortMapping
 from .local import (
@@ -32,21 +33,14 @@ from .local import (
     endpoint_state,
     gateway_addresses,
     gateway_mac,
-    network_state,
 )
 from .natsync import HostPortProbe, NatSync
 from .offloads import keeps_offloads, read_switch_tso
 from .ovs import PortInfo
-from .pipeline import (
-    ArpMode,
-    DesiredState,
-    NetworkState,
-    RemoteEndpointState,
-    TunnelState,
-    compile_flows,
-)
+from .pipeline import DesiredState, RemoteEndpointState, compile_flows
 from .policy import GroupState
 from .ports import PortRequest
+from .services import ServiceState
 from .tunnels import EXT_TUNNEL, ensure_tunnels, present_tunnels
 from .veth import NetlinkLinks, veth_names
 
@@ -72,19 +66,6 @@ EXT_NETWORK = "netplugin-network"
 EXT_UPLINK = "netplugin-uplink"
 
 
-@dataclass
-class _State:
-    networks: dict[str, LocalNetwork] = field(default_factory=dict)
-    endpoints: dict[str, LocalEndpoint] = field(default_factory=dict)
-    gateway_ofports: dict[str, int] = field(default_factory=dict)
-    # Other hosts: tunnel ports by host, and their endpoints.
-    tunnels: dict[str, int] = field(default_factory=dict)
-    remote_endpoints: tuple[RemoteEndpointState, ...] = ()
-    groups: tuple[GroupState, ...] = ()  # endpoint groups and their policies' rules
-    uplink_ofport: int | None = None
-    arp_mode: str = "proxy"
-
-
 class DatapathAgent:
     """Decides what the bridge, the kernel and iptables should hold; its effects (links,
     OVSDB, iptables, OpenFlow) act. links defaults to the host's netlink."""
@@ -104,7 +85,7 @@ class DatapathAgent:
         self.iptables = iptables
         self.links: Links = links if links is not None else NetlinkLinks()
         self._lock = threading.RLock()
-        self._state = _State()
+        self._state = AgentState()
         self._model = FlowModel()  # the flows the controller was given, by unit
         self._plugged: dict[str, tuple[int, str]] = {}  # endpoint -> (ofport, container if)
         self._nat = NatSync(iptables, ports)
@@ -147,6 +128,7 @@ class DatapathAgent:
         remote_endpoints: Iterable[RemoteEndpointState] = (),
         arp_mode: str = "proxy",
         groups: Iterable[GroupState] = (),
+        services: Iterable[ServiceState] = (),
     ) -> dict[str, int]:
         """Adopt the desired state after a (re)start; remove what no endpoint owns any more.
 
@@ -158,7 +140,7 @@ class DatapathAgent:
         with self._lock:
             ports = self.ovs.list_ports(self.config.bridge)
             uplink = self._state.uplink_ofport
-            self._state = _State(uplink_ofport=uplink, arp_mode=arp_mode)
+            self._state = AgentState(uplink_ofport=uplink, arp_mode=arp_mode)
             for net in networks:
                 self._ensure_network(net)
             wanted: dict[str, LocalEndpoint] = {}
@@ -182,6 +164,7 @@ class DatapathAgent:
             self._state.endpoints = wanted
             self._state.remote_endpoints = tuple(remote_endpoints)
             self._state.groups = tuple(groups)
+            self._state.services = tuple(services)
             if peers is not None:
                 self._ensure_tunnels(peers, ports)
             else:  # adopt what is there, so the flows keep using it
@@ -215,15 +198,17 @@ class DatapathAgent:
         remote_endpoints: Iterable[RemoteEndpointState],
         arp_mode: str = "proxy",
         groups: Iterable[GroupState] = (),
+        services: Iterable[ServiceState] = (),
     ) -> None:
         """The cluster changed: one VXLAN port per peer VTEP, other hosts' endpoints' flows,
-        and the groups' policies."""
+        the groups' policies and netprofiles, and the service LBs."""
         self._wait_ready()
         with self._lock:
             self._ensure_tunnels(peers, self.ovs.list_ports(self.config.bridge))
             self._state.remote_endpoints = tuple(remote_endpoints)
             self._state.arp_mode = arp_mode
             self._state.groups = tuple(groups)
+            self._state.services = tuple(services)
             self._apply(self._cluster_change())
 
     def _ensure_tunnels(self, peers: Mapping[str, str], ports: Mapping[str, PortInfo]) -> None:
@@ -277,7 +262,7 @@ class DatapathAgent:
         self._wait_ready()
         with self._lock:
             self._ensure_network(net)
-            self._apply(self._cluster_change(networks={net.id: self._network_state(net)}))
+            self._apply(self._cluster_change(networks={net.id: self._state.network_state(net)}))
             self._sync_nat()
 
     def _ensure_network(self, net: LocalNetwork) -> None:
@@ -415,34 +400,7 @@ class DatapathAgent:
     # --- desired state -> switch and kernel ---
 
     def desired(self) -> DesiredState:
-        s = self._state
-        return DesiredState(
-            networks=[self._network_state(n) for n in s.networks.values()],
-            endpoints=[endpoint_state(e) for e in s.endpoints.values()],
-            remote_endpoints=list(self._remote_states().values()),
-            groups=list(self._group_states().values()),
-            tunnels=[TunnelState(h, p) for h, p in sorted(s.tunnels.items())],
-            uplink_port=s.uplink_ofport,
-            arp_mode=self._arp_mode(),
-        )
-
-    def _network_state(self, n: LocalNetwork) -> NetworkState:
-        return network_state(n, self._state.gateway_ofports.get(n.id))
-
-    def _remote_states(self) -> dict[str, RemoteEndpointState]:
-        """Other hosts' endpoints of the networks on this host (only those cost flows)."""
-        s = self._state
-        local = [r for r in s.remote_endpoints if r.network_id in s.networks]
-        return by_key(local, lambda r: r.id, "endpoint {} is listed twice")
-
-    def _group_states(self) -> dict[str, GroupState]:
-        """The groups of the networks on this host (only those cost flows)."""
-        s = self._state
-        local = [g for g in s.groups if g.network_id in s.networks]
-        return by_key(local, lambda g: g.id, "endpoint group {} is listed twice")
-
-    def _arp_mode(self) -> ArpMode:
-        return "flood" if self._state.arp_mode == "flood" else "proxy"
+        return self._state.desired()
 
     def flows(self) -> set[Flow]:
         """Every flow of the desired state, compiled in full."""
@@ -474,14 +432,16 @@ class DatapathAgent:
             return generation
 
     def _cluster_change(self, **change: Any) -> Change:
-        """A Change that also brings the tunnels, other hosts' endpoints and the ARP mode
-        in line with the state (O(other hosts' endpoints): no flow is compiled for it)."""
-        model = self._model
+        """A Change that also brings the tunnels, other hosts' endpoints, the groups, the
+        services and the ARP mode in line with the state (O(the cluster's objects of this
+        host's networks): no flow is compiled for it)."""
+        model, s = self._model, self._state
         return Change(
-            remotes=changes(model.remotes, self._remote_states()),
-            tunnels=changes(model.tunnels, self._state.tunnels),
-            groups=changes(model.groups, self._group_states()),
-            arp_mode=self._arp_mode(),
+            remotes=changes(model.remotes, s.remote_states()),
+            tunnels=changes(model.tunnels, s.tunnels),
+            groups=changes(model.groups, s.group_states()),
+            services=changes(model.services, s.service_states()),
+            arp_mode=s.arp(),
             **change,
         )
 

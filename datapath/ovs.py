@@ -44,6 +44,7 @@ class PortInfo(NamedTuple):
 
     ofport: int | None
     external_ids: dict[str, str]
+    options: dict[str, str] = {}  # a default never mutated
 
 
 def _opt(value: Any) -> Any:
@@ -367,7 +368,9 @@ class Ovs:
                 if port.name == bridge or not port.interfaces:
                     continue
                 iface = port.interfaces[0]
-                ports[port.name] = PortInfo(_opt(iface.ofport), dict(iface.external_ids))
+                ports[port.name] = PortInfo(
+                    _opt(iface.ofport), dict(iface.external_ids), dict(iface.options)
+                )
             return ports
 
         return self._read(read)

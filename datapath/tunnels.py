@@ -1,4 +1,8 @@
-"""The VXLAN ports toward the other hosts: one per peer VTEP, named after its address."""
+"""The VXLAN ports toward the other hosts: one per peer VTEP, named after its address.
+
+Their outer IP header takes the inner packet's DSCP (tos=inherit), so a netprofile's mark
+crosses the underlay too (shared/spec/DATAPATH-FEATURES.md §3: without it the outer header
+is 0). A tunnel made before has its options brought in line, in place."""
 
 from __future__ import annotations
 
@@ -12,6 +16,11 @@ from .ovs import PortInfo
 log = logging.getLogger(__name__)
 
 EXT_TUNNEL = "netplugin-tunnel"  # value: the peer host
+
+
+def tunnel_options(remote_ip: str) -> dict[str, str]:
+    """A tunnel port's options: its peer, the VNI from the flow, the inner DSCP outside."""
+    return {"remote_ip": remote_ip, "key": "flow", "tos": "inherit"}
 
 
 def present_tunnels(ports: Mapping[str, PortInfo]) -> dict[str, int]:
@@ -33,16 +42,18 @@ def ensure_tunnels(
     tunnels: dict[str, int] = {}
     for name, (host, ip) in sorted(wanted.items()):
         info = ports.get(name)
-        if info is not None and info.external_ids.get(EXT_TUNNEL) == host and info.ofport:
+        options = tunnel_options(ip)
+        if (
+            info is not None
+            and info.external_ids.get(EXT_TUNNEL) == host
+            and info.ofport
+            and info.options == options
+        ):
             tunnels[host] = info.ofport
             continue
         try:
             tunnels[host] = ovs.add_port(
-                bridge,
-                name,
-                type="vxlan",
-                options={"remote_ip": ip, "key": "flow"},
-                external_ids={EXT_TUNNEL: host},
+                bridge, name, type="vxlan", options=options, external_ids={EXT_TUNNEL: host}
             )
             log.info("tunnel %s to host %s (%s)", name, host, ip)
         except RuntimeError as e:

@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from common import keys
-from common.models import Endpoint, GlobalSettings, Rule
+from common.models import Endpoint, GlobalSettings, NetProfile, Rule
 from common.records import (
     GroupRecord,
     HostRecord,
     NetworkRecord,
+    ServiceRecord,
     decode,
     decode_config,
     decode_endpoint,
@@ -39,6 +40,10 @@ def decode_rule(value: bytes) -> Rule:
 
 def decode_global(value: bytes) -> GlobalSettings:
     return decode_config(GlobalSettings, value)
+
+
+def decode_profile(value: bytes) -> NetProfile:
+    return decode_config(NetProfile, value)
 
 
 class PrefixMirror(Generic[R]):
@@ -219,6 +224,9 @@ class ClusterView:
         # Policy: groups (with their tags) and the rules of every policy.
         self.groups = PrefixMirror(store, keys.GROUPS, on_change, GroupRecord.decode)
         self.rules = PrefixMirror(store, keys.RULES, on_change, decode_rule)
+        # Netprofiles (what a group's endpoints may send) and service LBs.
+        self.netprofiles = PrefixMirror(store, keys.NETPROFILES, on_change, decode_profile)
+        self.services = PrefixMirror(store, keys.SERVICES, on_change, ServiceRecord.decode)
         self._mirrors: tuple[PrefixMirror[Any], ...] = (
             self.hosts,
             self.vteps,
@@ -227,6 +235,8 @@ class ClusterView:
             self.globals,
             self.groups,
             self.rules,
+            self.netprofiles,
+            self.services,
         )
 
     def start(self) -> ClusterView:

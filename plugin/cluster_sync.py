@@ -14,13 +14,17 @@ from common.records import NetworkRecord
 from datapath.agent import DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.pipeline import RemoteEndpointState
 from datapath.policy import GroupState
+from datapath.services import ServiceState
 
 from .cluster import ClusterView, peers, remote_endpoints
 from .policy_view import Unresolved, group_states
+from .service_view import service_states
 
 log = logging.getLogger("netplugin")
 
-ClusterState = tuple[dict[str, str], list[RemoteEndpointState], str, list[GroupState]]
+ClusterState = tuple[
+    dict[str, str], list[RemoteEndpointState], str, list[GroupState], list[ServiceState]
+]
 
 
 def local_network(record: NetworkRecord) -> LocalNetwork:
@@ -52,7 +56,8 @@ def local_endpoint(ep: Endpoint) -> LocalEndpoint:
 
 class ClusterSync:
     """Applies the cluster view to the datapath (peers, other hosts' endpoints, ARP mode,
-    group policies) whenever it changes, once the agent has resynced."""
+    group policies and netprofiles, service LBs) whenever it changes, once the agent has
+    resynced."""
 
     def __init__(self, view: ClusterView, agent: DatapathAgent, host: str) -> None:
         self.view = view
@@ -60,7 +65,7 @@ class ClusterSync:
         self.host = host
         self._poke = threading.Event()
         self._last: Any = None
-        self._unresolved: set[Unresolved] = set()  # logged already
+        self._unresolved: set[Unresolved | str] = set()  # logged already
         self._thread = threading.Thread(target=self._run, name="cluster-sync", daemon=True)
 
     def start(self) -> ClusterSync:
@@ -81,7 +86,7 @@ class ClusterSync:
                 current, unresolved = cluster_state(
                     self.view, self.host, self.view.endpoints.values()
                 )
-                # Every endpoint change anywhere comes here: a rule left out is logged once.
+                # Every endpoint change anywhere comes here: what is left out is logged once.
                 log_unresolved(set(unresolved) - self._unresolved)
                 self._unresolved = set(unresolved)
                 if current != self._last:
@@ -93,29 +98,38 @@ class ClusterSync:
                 self._poke.set()
 
 
-def log_unresolved(unresolved: Iterable[Unresolved]) -> None:
+def log_unresolved(unresolved: Iterable[Unresolved | str]) -> None:
     for u in unresolved:
-        log.warning("endpoint group %s: rule %s is not enforced: %s", u.group, u.rule, u.reason)
+        if isinstance(u, str):
+            log.warning("%s", u)
+        else:
+            log.warning("endpoint group %s: rule %s is not enforced: %s", u.group, u.rule, u.reason)
 
 
 def cluster_state(
     view: ClusterView, host: str, endpoints: Mapping[str, Endpoint]
-) -> tuple[ClusterState, list[Unresolved]]:
-    """(peers, their endpoints, ARP mode, groups): what the datapath needs of the cluster
-    beyond this host's own endpoints; and the rules it cannot be told of."""
+) -> tuple[ClusterState, list[Unresolved | str]]:
+    """(peers, their endpoints, ARP mode, groups, services): what the datapath needs of the
+    cluster beyond this host's own endpoints; and what it cannot be told of."""
     eps = list(endpoints.values())
+    networks = view.networks.values()
     groups, unresolved = group_states(
         view.groups.values().values(),
         view.rules.values().values(),
-        view.networks.values().values(),
+        networks.values(),
+        view.netprofiles.values().values(),
+    )
+    services, skipped = service_states(
+        view.services.values().values(), eps, {n.id: n for n in networks.values()}
     )
     state = (
         peers(host, view.hosts.values(), view.vteps.values(), eps),
         remote_endpoints(host, eps),
         view.arp_mode(),
         groups,
+        services,
     )
-    return state, unresolved
+    return state, [*unresolved, *skipped]
 
 
 def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]:
@@ -124,7 +138,9 @@ def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]
     endpoints = view.endpoints.values()
     local_eps = [local_endpoint(e) for e in endpoints.values() if e.host == host]
     used = {e.network_id for e in local_eps}
-    (peer_vteps, remotes, arp_mode, groups), unresolved = cluster_state(view, host, endpoints)
+    (peer_vteps, remotes, arp_mode, groups, services), unresolved = cluster_state(
+        view, host, endpoints
+    )
     log_unresolved(unresolved)
     return agent.resync(
         [n for nid, n in nets.items() if nid in used],
@@ -133,4 +149,5 @@ def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]
         remote_endpoints=remotes,
         arp_mode=arp_mode,
         groups=groups,
+        services=services,
     )

@@ -34,6 +34,7 @@ from .app import create_app
 from .cli import TOKEN_ENV
 from .cluster import ClusterView, HostRegistration
 from .cluster_sync import ClusterSync, local_network, resync
+from .containers import ContainerReporter
 from .docker_sync import ClusterNetwork, DockerSync, cluster_networks_in
 from .driver import Driver
 from .inspect_api import AgentStatus, Window, create_inspect_app, parse_listen, serve_tcp
@@ -281,13 +282,24 @@ def run(args: Any) -> None:
         driver=DriverName(args.plugin_name, args.managed, docker.plugins),
     )
     cluster_sync: ClusterSync | None = None
+    reporter: ContainerReporter | None = None
 
     def changed() -> None:
         if cluster_sync is not None:
             cluster_sync.poke()
+        if reporter is not None:
+            reporter.poke()
         docker_sync.poke()
 
     view = ClusterView(store, changed)
+    # The containers of this host's endpoints (their labels are what services select).
+    reporter = ContainerReporter(
+        args.host,
+        view.endpoints.values,
+        lambda: list(docker.client().api.containers(all=True)),
+        master.set_endpoint_container,
+        events=docker.new_client,
+    )
     cluster_sync = ClusterSync(view, agent, args.host)
     registration = HostRegistration(
         store,
@@ -328,6 +340,7 @@ def run(args: Any) -> None:
     registration.start()
     cluster_sync.start()
     docker_sync.start()
+    reporter.start()
 
     def resync_forever() -> None:
         # The store may be unreachable at first: the mirrors retry until they have read it.
@@ -394,6 +407,7 @@ def run(args: Any) -> None:
                 os.unlink(path)
         stopping.set()
         docker_sync.stop()
+        reporter.stop()
         registration.stop()
         view.stop()
         controller.stop()

@@ -24,6 +24,7 @@ from common.models import (
     AddressRelease,
     AddressRequest,
     Endpoint,
+    EndpointContainer,
     EndpointGroup,
     EndpointRequest,
     Network,
@@ -156,6 +157,11 @@ class MasterClient:
 
     def delete_endpoint(self, endpoint_id: str) -> Endpoint:
         got = self._call("DELETE", f"/alloc/endpoints/{_part(endpoint_id)}")
+        return _answer(Endpoint, got, f"endpoint {endpoint_id}")
+
+    def set_endpoint_container(self, endpoint_id: str, info: EndpointContainer) -> Endpoint:
+        """Record the container (ID, name, labels) an endpoint belongs to."""
+        got = self._call("PUT", f"/alloc/endpoints/{_part(endpoint_id)}/container", info)
         return _answer(Endpoint, got, f"endpoint {endpoint_id}")
 
     def list_endpoints(self) -> list[Endpoint]:

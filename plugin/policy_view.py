@@ -1,5 +1,6 @@
-"""From the cluster's groups, policies and rules (names) to what the datapath compiles
-(tags, CIDRs and protocol numbers): pure, so every agent resolves them the same way.
+"""From the cluster's groups, policies, rules and netprofiles (names) to what the datapath
+compiles (tags, CIDRs, protocol numbers, rates): pure, so every agent resolves them the
+same way.
 
 A rule belongs to a policy; a group attaches policies. For each group with a tag, its
 rules are resolved against the group's own tenant:
@@ -15,9 +16,11 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from common.models import Network, Rule
+from common.models import NetProfile, Network, Rule
+from common.profiles import bandwidth_kbps
 from common.records import GroupRecord, NetworkRecord
 from datapath.policy import TAG_MAX, GroupState, RuleState, check_rule, sorted_rules
+from datapath.qos import QosState, check_qos
 
 PROTOCOLS = {"tcp": 6, "udp": 17, "icmp": 1}
 
@@ -112,12 +115,29 @@ def _resolve(
     )
 
 
+def qos_of(profile: NetProfile | None) -> QosState | None:
+    """What a netprofile asks of the datapath (None: nothing, or a profile it cannot use:
+    the master refuses those, so only one written by hand)."""
+    if profile is None:
+        return None
+    try:
+        kbps = bandwidth_kbps(profile.bandwidth)
+        q = QosState(kbps, profile.burst * 8 if kbps else 0, profile.DSCP)
+        check_qos(f"netprofile {profile.id}", q)
+    except ValueError:
+        return None
+    return q if q != QosState() else None
+
+
 def group_states(
     groups: Iterable[GroupRecord],
     rules: Iterable[Rule],
     networks: Iterable[NetworkRecord],
+    profiles: Iterable[NetProfile] = (),
 ) -> tuple[list[GroupState], list[Unresolved]]:
-    """Every tagged group with the resolved rules of the policies it attaches."""
+    """Every tagged group with the resolved rules of the policies it attaches and its
+    netprofile."""
+    qos = {(p.tenantName, p.profileName): qos_of(p) for p in profiles}
     by_tenant: dict[str, dict[str, GroupRecord]] = {}
     for g in groups:
         by_tenant.setdefault(g.config.tenantName, {})[g.config.groupName] = g
@@ -150,6 +170,7 @@ def group_states(
                     network_id=tenant_nets[g.config.networkName].id,
                     tag=g.tag,
                     rules=sorted_rules(resolved),
+                    qos=qos.get((tenant, g.config.netProfile)) if g.config.netProfile else None,
                 )
             )
     return out, skipped

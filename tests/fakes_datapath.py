@@ -43,7 +43,10 @@ class FakeOvs:
             raise RuntimeError(self.add_port_error)
         if name not in self.ports:
             self.next_ofport += 1
-            self.ports[name] = PortInfo(self.next_ofport, dict(external_ids or {}))
+            ofport: int | None = self.next_ofport
+        else:  # kept, its settings brought in line (as datapath.ovs does)
+            ofport = self.ports[name].ofport
+        self.ports[name] = PortInfo(ofport, dict(external_ids or {}), dict(options or {}))
         return self.ports[name].ofport or 0
 
     def del_port(self, bridge: str, name: str, if_exists: bool = True) -> bool:

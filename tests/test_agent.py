@@ -265,6 +265,18 @@ def test_tunnels_follow_the_peers(world: dict[str, Any]) -> None:
     assert [r.id for r in desired.remote_endpoints] == ["r1"]
 
 
+def test_a_tunnel_made_before_takes_the_inner_dscp_outside_in_place(
+    world: dict[str, Any],
+) -> None:
+    agent, ovs = world["agent"], world["ovs"]
+    old = {"remote_ip": "192.168.50.2", "key": "flow"}  # an older netplugin's tunnel
+    ovs.ports["vxc0a83202"] = PortInfo(40, {"netplugin-tunnel": "h2"}, old)
+    agent.resync([NET], [], peers={"h2": "192.168.50.2"})
+    assert ovs.ports["vxc0a83202"] == PortInfo(
+        40, {"netplugin-tunnel": "h2"}, {**old, "tos": "inherit"}
+    )
+
+
 def test_restart_before_the_cluster_is_known_keeps_tunnels(world: dict[str, Any]) -> None:
     agent, ovs = world["agent"], world["ovs"]
     ovs.ports["vxc0a83202"] = PortInfo(40, {"netplugin-tunnel": "h2"})

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from common.models import Endpoint, ServiceLB
+from common.profiles import bandwidth_kbps, spell_kbps
 from common.services import group_ids, matches, parse_port, parse_selector, providers
-from master.decisions.netprofiles import bandwidth_kbps, spell_kbps
 
 
 @pytest.mark.parametrize(
