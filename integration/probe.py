@@ -147,3 +147,53 @@ def echoes(s: socket.socket, payload: bytes = b"still here") -> bool:
         return got == payload
     except OSError:
         return False
+
+
+class NameServer:
+    """Answers every TCP connection on ``port`` in a container with its name, then echoes
+    what the connection sends until it closes: who a connection to a VIP reached, and
+    whether it is still open."""
+
+    def __init__(self, net: ContainerNet, port: int, name: str) -> None:
+        self.name = name.encode()
+        self.tcp = net.socket(socket.SOCK_STREAM)
+        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.tcp.bind(("0.0.0.0", port))
+        self.tcp.listen(256)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.tcp.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.sendall(self.name)
+            EchoServer._echo(conn)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.tcp.shutdown(socket.SHUT_RDWR)
+        self.tcp.close()
+
+
+def who_answers(
+    net: NamespaceNet, ip: str, port: int, n: int, timeout: float = 2.0
+) -> dict[str, int]:
+    """n new TCP connections from a namespace to ip:port, one after another: how often each
+    NameServer answered ("error" for a connection that did not open or say a name)."""
+    got: dict[str, int] = {}
+    for _ in range(n):
+        with contextlib.closing(net.socket(socket.SOCK_STREAM)) as s:
+            s.settimeout(timeout)
+            try:
+                s.connect((ip, port))
+                who = s.recv(64).decode() or "error"
+            except OSError:
+                who = "error"
+        got[who] = got.get(who, 0) + 1
+    return got
