@@ -223,3 +223,58 @@ def test_bad_services_are_refused_and_book_nothing(lab: Lab) -> None:
     after = json.loads(lab.netctl("--json", "net", "inspect", lab.network).stdout)["Oper"]
     assert after.get("allocatedAddresses", []) == allocated
     assert lab.netctl("--json", "service", "ls").stdout.strip() in ("[]", "")
+
+
+def test_a_plugin_restart_keeps_groups_meters_flows_and_connections(
+    lab: Lab, stack: tuple[MasterProcess, PluginProcess]
+) -> None:
+    from .test_policy_single_host import RESYNCED, flow_table
+
+    _, plugin = stack
+    profile = f"{lab.prefix}gold"
+    lab.netctl("netprofile", "create", "-b", "50mbps", "-d", "10", profile)
+    group = f"{lab.prefix}web"
+    lab.netctl("group", "create", "-n", profile, lab.network, group)
+    lab.groups.append(group)
+    wait_for(
+        lambda: sh("docker", "network", "inspect", group, check=False).returncode == 0,
+        SETTLE,
+        f"docker network {group} appears",
+    )
+    web1, web2 = lab.container(group, "app=web"), lab.container(group, "app=web")
+    svc = lab.service("rs", "-l", "app=web", "-p", "80:8080:TCP")
+    vip = lab.inspect(svc)["serviceVip"]
+    net = lab.nets[lab.container(lab.network, serve=None)]
+    wait_for(lambda: lab.providers(svc) == {web1, web2}, SETTLE, "both provide")
+    wait_for(lambda: who_answers(net, vip, 80, 4).get("error") is None, SETTLE, "VIP answers")
+
+    def switch(what: str) -> str:
+        return sh("ovs-ofctl", "-O", "OpenFlow13", what, "netplugin").stdout
+
+    groups, meters, flows = switch("dump-groups"), switch("dump-meters"), flow_table()
+    assert "type=select" in groups and "rate=50000" in meters
+    try:
+        with tcp_session(net, vip, 80) as session:
+            who = session.recv(64)
+            resyncs = plugin.log.read_text().count(RESYNCED)
+            plugin.stop()
+            assert echoes(session)  # the switch keeps forwarding while the agent is down
+            plugin.start()
+            wait_for(
+                lambda: plugin.log.read_text().count(RESYNCED) > resyncs,
+                SETTLE,
+                "the plugin resynced",
+            )
+            assert echoes(session) and who in (web1.encode(), web2.encode())
+        assert switch("dump-groups") == groups and switch("dump-meters") == meters
+        after = flow_table()
+        assert set(after) == set(flows) and all(after[f] >= flows[f] for f in flows)
+        got = who_answers(net, vip, 80, 40)
+        assert got.get("error") is None and got.get(web1, 0) and got.get(web2, 0), got
+    finally:
+        lab.netctl("service", "rm", svc, check=False)
+        lab.services.remove(svc)
+        for c in (web1, web2):
+            sh("docker", "rm", "-f", c, check=False)
+        lab.netctl("group", "rm", group, check=False)
+        lab.netctl("netprofile", "rm", profile, check=False)
