@@ -7,7 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import control_plane, datapath, kvxlan, leader, multihost, policy, sections
+from bench import control_plane, datapath, kvxlan, leader, multihost, policy, sections, services
 from bench.machine import describe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -432,6 +432,7 @@ def main() -> int:
         *datapath_section(dp),
         *multihost_section(mh, ld),
         *policy.section(dp["policy"], dp["policy_costs"]),
+        *services.section(dp["services"]),
         *designs_section(kv, dp, mh),
         *goals_section(cp, dp, mh),
     ]

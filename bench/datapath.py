@@ -371,9 +371,10 @@ def run(workdir: Path) -> dict[str, Any]:
         assert plugin.proc is not None
         scale = scaling(calls, plugin.proc.pid)
         np_gbps, br_gbps = iperf_gbps(ours), iperf_gbps(bridge)
-        from bench import policy
+        from bench import policy, services
 
         policy_live = policy.live(master.url)
+        services_live = services.live(master.url)
         return {
             "docker_run": {
                 "netplugin": statistics.median(np_runs),
@@ -388,6 +389,7 @@ def run(workdir: Path) -> dict[str, Any]:
             "reconcile": reconcile_round_trip(workdir),
             "churn": endpoint_churn(),
             "policy": policy_live,
+            "services": services_live,
             "policy_costs": policy.compile_costs(),
             "datapath_type": _sh(
                 "ovs-vsctl", "get", "bridge", "netplugin", "datapath_type"

@@ -68,10 +68,13 @@ class _Lab:
             self.netctl("policy", "rule-add", policy, *r)
         return policy
 
-    def container(self, group: str, image: str, *cmd: str) -> tuple[str, str]:
+    def container(
+        self, group: str, image: str, *cmd: str, labels: tuple[str, ...] = ()
+    ) -> tuple[str, str]:
         name = f"{self.prefix}c{len(self.containers)}"
+        extra = [f for label in labels for f in ("--label", label)]
         _sh("docker", "run", "-d", "--label", TEST_LABEL, "--name", name, "--net", group,
-            image, *cmd)  # fmt: skip
+            *extra, image, *cmd)  # fmt: skip
         self.containers.append(name)
         nets = json.loads(
             _sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", name)

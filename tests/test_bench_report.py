@@ -72,3 +72,21 @@ def test_the_fuzz_section_has_the_counts() -> None:
         line for line in text.splitlines() if line.startswith("| API") or line.startswith("|---")
     )
     assert header.count("|") == rule.count("|")
+
+
+def test_the_service_and_netprofile_section_reports_ratios_of_one_run() -> None:
+    from bench import services
+
+    r = {
+        "conns": {"direct": [800.0, 820.0, 810.0], "vip": [700.0, 690.0, 710.0], "n": 500},
+        "iperf": {"direct": [4000.0], "vip": [3800.0], "seconds": 4},
+        "meter": [{"set": 10, "tcp": 9.9, "udp": 10.1}],
+        "profile_apply_s": 0.3,
+        "profile_apply_max_s": 0.4,
+        "rounds": 3,
+    }
+    text = "\n".join(services.section(r))
+    assert "| connections/s | 810 | 700 | 0.86 |" in text
+    assert "| iperf3 Mbit/s | 4000 | 3800 | 0.95 |" in text
+    assert "| 10 Mbit/s | 9.90 | 0.990 | 10.10 | 1.010 |" in text
+    assert "median 300 ms, at most 400 ms" in text.replace("\n", " ")

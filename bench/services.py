@@ -1,0 +1,178 @@
+"""Service LB and netprofile benchmarks, on the single-host stack: connections per second and
+iperf3 through a VIP against straight to its provider, and a netprofile's meter: the rate
+set against the rate measured (TCP and UDP), and how long a profile change takes to reach
+the switch."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import time
+from typing import Any
+
+from bench.policy import IMAGE, IPERF, _Lab, _sh
+from integration.probe import ContainerNet, NameServer, who_answers
+from integration.wait import wait_for
+
+RATES_MBPS = (1, 10, 100, 300)
+
+
+def _conns_per_s(net: ContainerNet, ip: str, port: int, n: int) -> float:
+    t0 = time.perf_counter()
+    got = who_answers(net, ip, port, n)
+    seconds = time.perf_counter() - t0
+    assert "error" not in got, got
+    return n / seconds
+
+
+def _iperf(container: str, ip: str, seconds: int, udp_mbps: int = 0) -> float:
+    """Mbit/s the server counted."""
+    extra = ["-u", "-b", f"{udp_mbps}M"] if udp_mbps else []
+    out = _sh("docker", "exec", container, "iperf3", "-J", "-c", ip, "-t", str(seconds), *extra)
+    return float(json.loads(out)["end"]["sum_received"]["bits_per_second"]) / 1e6
+
+
+def _meter_rate(name_kbps: int) -> bool:
+    """Whether the switch holds a meter of this rate."""
+    out = subprocess.run(
+        ["ovs-ofctl", "-O", "OpenFlow13", "dump-meters", "netplugin"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    return f"rate={name_kbps} " in out or out.rstrip().endswith(f"rate={name_kbps}")
+
+
+def live(master_url: str, rounds: int = 3, conns: int = 500, seconds: int = 4) -> dict[str, Any]:
+    lab = _Lab(master_url, "10.153.0.0/24")
+    profile = f"{lab.prefix}meter"
+    services: list[str] = []
+    try:
+        # --- connections/s and iperf3, through a VIP and straight to its one provider
+        web, web_ip = lab.container(lab.network, IMAGE, "sleep", "3600", labels=("app=bw",))
+        _, server_ip = lab.container(lab.network, IPERF, "iperf3", "-s", labels=("app=bi",))
+        client, _ = lab.container(lab.network, IPERF, "sleep", "3600")
+        for name, label, port in (("web", "app=bw", "80:8080:TCP"), ("ip", "app=bi", "5201:5201")):
+            svc = f"{lab.prefix}{name}"
+            lab.netctl("service", "create", "-s", lab.network, "-l", label, "-p", port, svc)
+            services.append(svc)
+        shown = [
+            json.loads(_sh(*lab.netctl_cmd, "--json", "service", "inspect", s))["Oper"]
+            for s in services
+        ]
+        web_vip, ip_vip = (o["serviceVip"] for o in shown)
+        wnet, cnet = ContainerNet(web), ContainerNet(client)
+        names = NameServer(wnet, 8080, web)
+        try:
+            wait_for(lambda: who_answers(cnet, web_vip, 80, 1) == {web: 1}, 20, "the VIP answers")
+            wait_for(
+                lambda: (
+                    subprocess.run(
+                        ["docker", "exec", client, "iperf3", "-c", ip_vip, "-t", "1"],
+                        capture_output=True,
+                    ).returncode
+                    == 0
+                ),
+                20,
+                "iperf3 through its VIP",
+            )
+            direct_c, vip_c, direct_i, vip_i = [], [], [], []
+            for i in range(rounds):  # in turn, each first every other round
+                for via_vip in (True, False) if i % 2 == 0 else (False, True):
+                    if via_vip:
+                        vip_c.append(_conns_per_s(cnet, web_vip, 80, conns))
+                        vip_i.append(_iperf(client, ip_vip, seconds))
+                    else:
+                        direct_c.append(_conns_per_s(cnet, web_ip, 8080, conns))
+                        direct_i.append(_iperf(client, server_ip, seconds))
+        finally:
+            names.close()
+            wnet.close()
+            cnet.close()
+
+        # --- a netprofile's meter: set against measured, and a change's way to the switch
+        lab.netctl("netprofile", "create", "-b", f"{RATES_MBPS[0]}mbps", profile)
+        group = f"{lab.prefix}lim"
+        lab.netctl("group", "create", "-n", profile, lab.network, group)
+        lab.groups.append(group)
+        wait_for(
+            lambda: subprocess.run(["docker", "network", "inspect", group], capture_output=True)
+            .returncode == 0,
+            20,
+            f"docker network {group}",
+        )  # fmt: skip
+        sender, _ = lab.container(group, IPERF, "sleep", "3600")
+        rates, apply_s = [], []
+        for mbps in RATES_MBPS:
+            t0 = time.perf_counter()
+            lab.netctl("netprofile", "create", "-b", f"{mbps}mbps", profile)
+            wait_for(lambda m=mbps: _meter_rate(m * 1000), 10, f"{mbps} Mbit/s meter", interval=0)
+            apply_s.append(time.perf_counter() - t0)
+            tcp = _iperf(sender, server_ip, seconds)
+            udp = _iperf(sender, server_ip, seconds, udp_mbps=int(mbps * 1.5))
+            rates.append({"set": mbps, "tcp": tcp, "udp": udp})
+        return {
+            "conns": {"direct": direct_c, "vip": vip_c, "n": conns},
+            "iperf": {"direct": direct_i, "vip": vip_i, "seconds": seconds},
+            "meter": rates,
+            "profile_apply_s": statistics.median(apply_s),
+            "profile_apply_max_s": max(apply_s),
+            "rounds": rounds,
+        }
+    finally:
+        for s in services:
+            subprocess.run([*lab.netctl_cmd, "service", "rm", s], capture_output=True)
+        for c in lab.containers:
+            subprocess.run(["docker", "rm", "-f", c], capture_output=True)
+        lab.containers.clear()
+        for g in lab.groups:
+            subprocess.run([*lab.netctl_cmd, "group", "rm", g], capture_output=True)
+        lab.groups.clear()
+        subprocess.run([*lab.netctl_cmd, "netprofile", "rm", profile], capture_output=True)
+        lab.close()
+
+
+def section(r: dict[str, Any]) -> list[str]:
+    """docs/BENCHMARKS.md's netprofile and service LB section."""
+    med = statistics.median
+    c, ip = r["conns"], r["iperf"]
+    conn_ratio = med(c["vip"]) / med(c["direct"])
+    ip_ratio = med(ip["vip"]) / med(ip["direct"])
+    out = [
+        "## Netprofiles and service load balancing (issue 12)",
+        "",
+        "Method: the single-host stack above. A service's provider is one container; the",
+        "client is another container of the same network. Connections: "
+        f"{c['n']} sequential TCP connections (connect, read the server's name, close), made",
+        "by this Python process inside the client's network namespace against a Python",
+        "server in the provider's, so the figure bounds the path, not the server. iperf3:",
+        f"one TCP stream, {ip['seconds']} s, from the client container. Through the VIP and",
+        f"straight to the provider in turn, {r['rounds']} rounds each; medians.",
+        "",
+        "| figure | straight to the provider | through the VIP | ratio |",
+        "|---|---:|---:|---:|",
+        f"| connections/s | {med(c['direct']):.0f} | {med(c['vip']):.0f} | {conn_ratio:.2f} |",
+        f"| iperf3 Mbit/s | {med(ip['direct']):.0f} | {med(ip['vip']):.0f} | {ip_ratio:.2f} |",
+        "",
+        "A netprofile's meter: a container of a group whose profile is set to each rate in",
+        f"turn (the burst left to its default, a quarter of the rate), iperf3 {ip['seconds']} s",
+        "to a container of the same host; UDP offered at 1.5 x the rate. The receiver's",
+        "count.",
+        "",
+        "| profile | TCP measured | TCP / set | UDP measured | UDP / set |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for m in r["meter"]:
+        out.append(
+            f"| {m['set']} Mbit/s | {m['tcp']:.2f} | {m['tcp'] / m['set']:.3f} "
+            f"| {m['udp']:.2f} | {m['udp'] / m['set']:.3f} |"
+        )
+    out += [
+        "",
+        "A profile change (`netctl netprofile create` of a new rate) to the switch holding",
+        f"the meter at that rate: median {r['profile_apply_s'] * 1000:.0f} ms, at most",
+        f"{r['profile_apply_max_s'] * 1000:.0f} ms over {len(r['meter'])} changes (goal 1 s;",
+        "netctl's own start is about 0.2 s of it).",
+        "",
+    ]
+    return out
