@@ -7,91 +7,25 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
-import sys
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
-from integration.host import TEST_LABEL
+from integration.lab import NetctlLab, ip_of
 from integration.probe import ContainerNet, EchoServer, tcp_opens
 from integration.wait import wait_for
 
-IMAGE = "netplugin-test/busybox"
 IPERF = "netplugin-test/iperf"
-BIN = Path(sys.executable).parent
 
 
 def _sh(*cmd: str) -> str:
     return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120).stdout
 
 
-class _Lab:
-    """A netctl network with groups, as docker networks, and the containers made on them."""
-
-    def __init__(self, master_url: str, subnet: str) -> None:
-        self.netctl_cmd = [str(BIN / "netctl"), "--netmaster", master_url]
-        self.prefix = f"bp{uuid.uuid4().hex[:4]}"
-        self.network = f"{self.prefix}net"
-        self.groups: list[str] = []
-        self.policies: list[str] = []
-        self.containers: list[str] = []
-        self.netctl("net", "create", "-s", subnet, self.network)
-
-    def netctl(self, *args: str) -> float:
-        """Run netctl; the seconds it took."""
-        t0 = time.perf_counter()
-        _sh(*self.netctl_cmd, *args)
-        return time.perf_counter() - t0
-
-    def group(self, name: str) -> str:
-        group = f"{self.prefix}{name}"
-        self.netctl("group", "create", self.network, group)
-        self.groups.append(group)
-        wait_for(
-            lambda: (
-                subprocess.run(
-                    ["docker", "network", "inspect", group], capture_output=True
-                ).returncode
-                == 0
-            ),
-            20,
-            f"docker network {group}",
-        )
-        return group
-
-    def policy(self, name: str, *rules: tuple[str, ...]) -> str:
-        policy = f"{self.prefix}{name}"
-        self.netctl("policy", "create", policy)
-        self.policies.append(policy)
-        for r in rules:
-            self.netctl("policy", "rule-add", policy, *r)
-        return policy
-
-    def container(
-        self, group: str, image: str, *cmd: str, labels: tuple[str, ...] = ()
-    ) -> tuple[str, str]:
-        name = f"{self.prefix}c{len(self.containers)}"
-        extra = [f for label in labels for f in ("--label", label)]
-        _sh("docker", "run", "-d", "--label", TEST_LABEL, "--name", name, "--net", group,
-            *extra, image, *cmd)  # fmt: skip
-        self.containers.append(name)
-        nets = json.loads(
-            _sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", name)
-        )
-        return name, next(iter(nets.values()))["IPAddress"]
-
-    def close(self) -> None:
-        for c in self.containers:
-            subprocess.run(["docker", "rm", "-f", c], capture_output=True)
-        for g in self.groups:
-            subprocess.run([*self.netctl_cmd, "group", "update", "--no-policy", g],
-                           capture_output=True)  # fmt: skip
-        for p in self.policies:
-            subprocess.run([*self.netctl_cmd, "policy", "rm", p], capture_output=True)
-        for g in self.groups:
-            subprocess.run([*self.netctl_cmd, "group", "rm", g], capture_output=True)
-        subprocess.run([*self.netctl_cmd, "net", "rm", self.network], capture_output=True)
+def timed(call: Any) -> float:
+    """Run ``call()``; the seconds it took."""
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
 
 
 def _iperf(client_group: str, server_ip: str, seconds: int) -> float:
@@ -102,8 +36,7 @@ def _iperf(client_group: str, server_ip: str, seconds: int) -> float:
 
 def live(master_url: str, rounds: int = 6, seconds: int = 5, samples: int = 20) -> dict[str, Any]:
     """Throughput through an allow rule against no policy, and rule-add to enforcement."""
-    lab = _Lab(master_url, "10.152.0.0/24")
-    try:
+    with NetctlLab(master_url, "10.152.0.0/24") as lab:
         app, open_, web = lab.group("app"), lab.group("open"), lab.group("web")
         # web: every new TCP connection is judged: deny all TCP, allow iperf's port from app.
         p = lab.policy(
@@ -111,10 +44,10 @@ def live(master_url: str, rounds: int = 6, seconds: int = 5, samples: int = 20) 
             ("1", "-d", "in", "-l", "tcp", "-j", "deny"),
             ("2", "-d", "in", "-g", app, "-l", "tcp", "-P", "5201", "-p", "10"),
         )
-        iperf_server, web_ip = lab.container(web, IPERF, "iperf3", "-s")
-        client, _ = lab.container(app, IMAGE, "sleep", "3600")
-        server, server_ip = lab.container(open_, IMAGE, "sleep", "3600")
-        cnet, snet, inet = ContainerNet(client), ContainerNet(server), ContainerNet(iperf_server)
+        iperf_server = lab.container(web, "iperf3", "-s", image=IPERF)
+        client, server = lab.container(app), lab.container(open_)
+        web_ip, server_ip = ip_of(iperf_server), ip_of(server)
+        cnet, snet, inet = lab.net(client), lab.net(server), ContainerNet(iperf_server)
         echo, probe = EchoServer(snet, 7000), EchoServer(inet, 7001)  # 7001: denied by p
         # The same server with and without the policy, in turn (each first every other
         # round), so the ratio compares paths, not containers or drift.
@@ -139,7 +72,9 @@ def live(master_url: str, rounds: int = 6, seconds: int = 5, samples: int = 20) 
             for i in range(samples):
                 t0 = time.perf_counter()
                 deny = ("-d", "in", "-l", "tcp", "-P", "7000", "-j", "deny")
-                netctl_s.append(lab.netctl("policy", "rule-add", q, f"r{i}", *deny))
+                netctl_s.append(
+                    timed(lambda d=deny, i=i: lab.netctl("policy", "rule-add", q, f"r{i}", *d))
+                )
                 wait_for(lambda: not tcp_opens(cnet, server_ip, 7000, 0.05), 10, "denied",
                          interval=0.0)  # fmt: skip
                 to_deny.append(time.perf_counter() - t0)
@@ -150,8 +85,6 @@ def live(master_url: str, rounds: int = 6, seconds: int = 5, samples: int = 20) 
                 to_allow.append(time.perf_counter() - t0)
         finally:
             echo.close()
-            cnet.close()
-            snet.close()
         return {
             "iperf": {"plain": plain, "through": through, "seconds": seconds},
             "rule_add_s": statistics.median(to_deny),
@@ -160,8 +93,6 @@ def live(master_url: str, rounds: int = 6, seconds: int = 5, samples: int = 20) 
             "netctl_s": statistics.median(netctl_s),
             "samples": samples,
         }
-    finally:
-        lab.close()
 
 
 def scale_state(endpoints: int = 500, rules: int = 100, networks: int = 10) -> Any:

@@ -11,8 +11,9 @@ import subprocess
 import time
 from typing import Any
 
-from bench.policy import IMAGE, IPERF, _Lab, _sh
-from integration.probe import ContainerNet, NameServer, who_answers
+from bench.policy import IPERF, _sh
+from integration.lab import NetctlLab, ip_of
+from integration.probe import ContainerNet, who_answers
 from integration.wait import wait_for
 
 RATES_MBPS = (1, 10, 100, 300)
@@ -44,68 +45,46 @@ def _meter_rate(name_kbps: int) -> bool:
 
 
 def live(master_url: str, rounds: int = 3, conns: int = 500, seconds: int = 4) -> dict[str, Any]:
-    lab = _Lab(master_url, "10.153.0.0/24")
-    profile = f"{lab.prefix}meter"
-    services: list[str] = []
-    try:
+    with NetctlLab(master_url, "10.153.0.0/24") as lab:
         # --- connections/s and iperf3, through a VIP and straight to its one provider
-        web, web_ip = lab.container(lab.network, IMAGE, "sleep", "3600", labels=("app=bw",))
-        _, server_ip = lab.container(lab.network, IPERF, "iperf3", "-s", labels=("app=bi",))
-        client, _ = lab.container(lab.network, IPERF, "sleep", "3600")
-        for name, label, port in (("web", "app=bw", "80:8080:TCP"), ("ip", "app=bi", "5201:5201")):
-            svc = f"{lab.prefix}{name}"
-            lab.netctl("service", "create", "-s", lab.network, "-l", label, "-p", port, svc)
-            services.append(svc)
-        shown = [
-            json.loads(_sh(*lab.netctl_cmd, "--json", "service", "inspect", s))["Oper"]
-            for s in services
-        ]
-        web_vip, ip_vip = (o["serviceVip"] for o in shown)
-        wnet, cnet = ContainerNet(web), ContainerNet(client)
-        names = NameServer(wnet, 8080, web)
-        try:
-            wait_for(lambda: who_answers(cnet, web_vip, 80, 1) == {web: 1}, 20, "the VIP answers")
-            wait_for(
-                lambda: (
-                    subprocess.run(
-                        ["docker", "exec", client, "iperf3", "-c", ip_vip, "-t", "1"],
-                        capture_output=True,
-                    ).returncode
-                    == 0
-                ),
-                20,
-                "iperf3 through its VIP",
-            )
-            direct_c, vip_c, direct_i, vip_i = [], [], [], []
-            for i in range(rounds):  # in turn, each first every other round
-                for via_vip in (True, False) if i % 2 == 0 else (False, True):
-                    if via_vip:
-                        vip_c.append(_conns_per_s(cnet, web_vip, 80, conns))
-                        vip_i.append(_iperf(client, ip_vip, seconds))
-                    else:
-                        direct_c.append(_conns_per_s(cnet, web_ip, 8080, conns))
-                        direct_i.append(_iperf(client, server_ip, seconds))
-        finally:
-            names.close()
-            wnet.close()
-            cnet.close()
+        web = lab.container(lab.network, labels=("app=bw",))
+        server = lab.container(lab.network, "iperf3", "-s", image=IPERF, labels=("app=bi",))
+        client = lab.container(lab.network, image=IPERF)
+        web_ip, server_ip = ip_of(web), ip_of(server)
+        web_svc = lab.service("web", "-l", "app=bw", "-p", "80:8080:TCP")
+        ip_svc = lab.service("ip", "-l", "app=bi", "-p", "5201:5201")
+        web_vip, ip_vip = (lab.inspect("service", s)["serviceVip"] for s in (web_svc, ip_svc))
+        lab.names(web, 8080)
+        cnet = lab.net(client)
+        wait_for(lambda: who_answers(cnet, web_vip, 80, 1) == {web: 1}, 20, "the VIP answers")
+        wait_for(
+            lambda: (
+                subprocess.run(
+                    ["docker", "exec", client, "iperf3", "-c", ip_vip, "-t", "1"],
+                    capture_output=True,
+                ).returncode
+                == 0
+            ),
+            20,
+            "iperf3 through its VIP",
+        )
+        direct_c, vip_c, direct_i, vip_i = [], [], [], []
+        for i in range(rounds):  # in turn, each first every other round
+            for via_vip in (True, False) if i % 2 == 0 else (False, True):
+                if via_vip:
+                    vip_c.append(_conns_per_s(cnet, web_vip, 80, conns))
+                    vip_i.append(_iperf(client, ip_vip, seconds))
+                else:
+                    direct_c.append(_conns_per_s(cnet, web_ip, 8080, conns))
+                    direct_i.append(_iperf(client, server_ip, seconds))
 
         # --- a netprofile's meter: set against measured, and a change's way to the switch
-        lab.netctl("netprofile", "create", "-b", f"{RATES_MBPS[0]}mbps", profile)
-        group = f"{lab.prefix}lim"
-        lab.netctl("group", "create", "-n", profile, lab.network, group)
-        lab.groups.append(group)
-        wait_for(
-            lambda: subprocess.run(["docker", "network", "inspect", group], capture_output=True)
-            .returncode == 0,
-            20,
-            f"docker network {group}",
-        )  # fmt: skip
-        sender, _ = lab.container(group, IPERF, "sleep", "3600")
+        profile = lab.profile("meter", "-b", f"{RATES_MBPS[0]}mbps")
+        sender = lab.container(lab.group("lim", "-n", profile), image=IPERF)
         rates, apply_s = [], []
         for mbps in RATES_MBPS:
             t0 = time.perf_counter()
-            lab.netctl("netprofile", "create", "-b", f"{mbps}mbps", profile)
+            lab.profile("meter", "-b", f"{mbps}mbps")
             wait_for(lambda m=mbps: _meter_rate(m * 1000), 10, f"{mbps} Mbit/s meter", interval=0)
             apply_s.append(time.perf_counter() - t0)
             tcp = _iperf(sender, server_ip, seconds)
@@ -119,17 +98,6 @@ def live(master_url: str, rounds: int = 3, conns: int = 500, seconds: int = 4) -
             "profile_apply_max_s": max(apply_s),
             "rounds": rounds,
         }
-    finally:
-        for s in services:
-            subprocess.run([*lab.netctl_cmd, "service", "rm", s], capture_output=True)
-        for c in lab.containers:
-            subprocess.run(["docker", "rm", "-f", c], capture_output=True)
-        lab.containers.clear()
-        for g in lab.groups:
-            subprocess.run([*lab.netctl_cmd, "group", "rm", g], capture_output=True)
-        lab.groups.clear()
-        subprocess.run([*lab.netctl_cmd, "netprofile", "rm", profile], capture_output=True)
-        lab.close()
 
 
 def section(r: dict[str, Any]) -> list[str]:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from datapath import policy, services
+from datapath.arp import ARP_REQUEST, OFPP_IN_PORT, responder
 from datapath.desired import (
     ArpMode,
     DesiredState,
@@ -111,10 +112,7 @@ ETH_TYPE_IPV4 = 0x0800
 ETH_TYPE_ARP = 0x0806
 ETH_TYPE_IPV6 = 0x86DD
 ETH_TYPE_VLAN = 0x8100
-ARP_REQUEST = 1
-ARP_REPLY = 2
 OFPVID_PRESENT = 0x1000
-OFPP_IN_PORT = 0xFFFFFFF8  # output back where the packet came from
 
 
 def to_host(
@@ -204,20 +202,6 @@ def _ingress(port: SegmentPort) -> Iterable[Flow]:
             yield flow(INGRESS.id, PRIO_RULE, goto, **own, eth_type=ETH_TYPE_IPV6, ipv6_src=src)
 
 
-def _responder(mac: str, ip: str) -> list[Action]:
-    """Turn an ARP request into the reply of ``mac``/``ip`` and send it back."""
-    return [
-        ("move", "eth_src", "eth_dst", 48),
-        ("set_field", "eth_src", mac),
-        ("set_field", "arp_op", ARP_REPLY),
-        ("move", "arp_sha", "arp_tha", 48),
-        ("move", "arp_spa", "arp_tpa", 32),
-        ("set_field", "arp_sha", mac),
-        ("set_field", "arp_spa", ip),
-        ("output", OFPP_IN_PORT),
-    ]
-
-
 def _arp_request(segment: int, origin_mask: int, tpa: str) -> dict[str, Any]:
     return {
         "metadata": (segment, SEGMENT_MASK | origin_mask),
@@ -244,7 +228,7 @@ def _arp(port: SegmentPort, mode: ArpMode) -> Iterable[Flow]:
         yield flow(
             ARP.id,
             PRIO_RULE,
-            _responder(port.mac or "", port.ipv4),
+            responder(port.mac or "", port.ipv4),
             **_arp_request(port.segment, FROM_REMOTE, port.ipv4),
         )
     if not port.is_gateway:
@@ -257,7 +241,7 @@ def _arp_remote(remote: RemotePort, to_host: tuple[Action, ...], mode: ArpMode) 
     """ARP from a local endpoint for another host's endpoint: answered here or sent there."""
     if not remote.ipv4:
         return
-    actions = _responder(remote.mac, remote.ipv4) if mode == "proxy" else list(to_host)
+    actions = responder(remote.mac, remote.ipv4) if mode == "proxy" else list(to_host)
     request = _arp_request(remote.network.segment, ORIGIN_MASK, remote.ipv4)
     yield flow(ARP.id, PRIO_RULE, actions, **request)
 

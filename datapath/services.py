@@ -33,6 +33,7 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from datapath.arp import ARP_REQUEST, OFPP_IN_PORT, responder
 from datapath.flows import Action, Entry, Flow, flow, group
 from datapath.tables import (
     ARP,
@@ -55,7 +56,6 @@ HAIRPIN_ZONE_BIT = 0x8000  # hairpin zone = the network's zone | this (zones bel
 HAIRPIN_REG = "reg7"
 HAIRPIN = 1
 PRIO_HAIRPIN = PRIO_EXCEPTION + 10
-OFPP_IN_PORT = 0xFFFFFFF8
 PLAIN_NAT: Action = ("nat", "", None, None, None, None, ())
 
 # ct_state bits (Nicira)
@@ -144,19 +144,6 @@ def _state(*bits: int, unset: int = 0) -> tuple[int, int]:
     return (value, value | unset)
 
 
-def _responder(mac: str, ip: str) -> list[Action]:
-    return [
-        ("move", "eth_src", "eth_dst", 48),
-        ("set_field", "eth_src", mac),
-        ("set_field", "arp_op", 2),
-        ("move", "arp_sha", "arp_tha", 48),
-        ("move", "arp_spa", "arp_tpa", 32),
-        ("set_field", "arp_sha", mac),
-        ("set_field", "arp_spa", ip),
-        ("output", OFPP_IN_PORT),
-    ]
-
-
 def _service(s: ServiceState, segment: int, zone: int, hzone: int) -> list[Entry]:
     """The flows and groups of one service."""
     vmac = vip_mac(s.vip)
@@ -165,10 +152,10 @@ def _service(s: ServiceState, segment: int, zone: int, hzone: int) -> list[Entry
         flow(
             ARP.id,
             PRIO_RULE,
-            _responder(vmac, s.vip),
+            responder(vmac, s.vip),
             metadata=_local(segment),
             eth_type=ETH_TYPE_ARP,
-            arp_op=1,
+            arp_op=ARP_REQUEST,
             arp_tpa=s.vip,
         ),
         # A local packet to the VIP meets zone H first: a hairpin reply is un-SNATed there.

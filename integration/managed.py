@@ -135,9 +135,12 @@ def private_dockerd(timeout: float = 60) -> Iterator[str]:
     root = Path(tempfile.mkdtemp(prefix="npdk-", dir="/tmp"))
     url = f"unix://{root}/docker.sock"
     log = (root / "dockerd.log").open("w")
+    # A bridge of its own: with --bridge=none dockerd deletes the host's docker0 at start.
+    bridge = f"npdk{os.getpid() % 100000}"
+    subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True)
     proc = subprocess.Popen(
         ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "x"),
-         "--pidfile", str(root / "dockerd.pid"), "-H", url, "--bridge=none",
+         "--pidfile", str(root / "dockerd.pid"), "-H", url, "--bridge", bridge,
          "--iptables=false", "--ip-masq=false", "--ip-forward=false"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -159,4 +162,5 @@ def private_dockerd(timeout: float = 60) -> Iterator[str]:
         log.close()
         subprocess.run(["umount", "-R", "-l", str(root / "x")], capture_output=True)
         subprocess.run(["umount", "-R", "-l", str(root / "data")], capture_output=True)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)

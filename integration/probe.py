@@ -47,19 +47,21 @@ class ContainerNet(NamespaceNet):
 
 
 class EchoServer:
-    """Echoes on TCP and UDP ``port`` in a container, in daemon threads, until closed."""
+    """Echoes on TCP and UDP ``port`` in a container, in daemon threads, until closed. With
+    ``greeting``, each TCP connection first gets it (and there is no UDP)."""
 
-    def __init__(self, net: ContainerNet, port: int) -> None:
+    def __init__(self, net: ContainerNet, port: int, greeting: bytes = b"") -> None:
+        self.greeting = greeting
         self.tcp = net.socket(socket.SOCK_STREAM)
-        self.udp = net.socket(socket.SOCK_DGRAM)
+        self.udp = None if greeting else net.socket(socket.SOCK_DGRAM)
         for s in (self.tcp, self.udp):
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("0.0.0.0", port))
-        self.tcp.listen(64)
-        self._threads = [
-            threading.Thread(target=self._accept, daemon=True),
-            threading.Thread(target=self._datagrams, daemon=True),
-        ]
+            if s is not None:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("0.0.0.0", port))
+        self.tcp.listen(256)
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        if self.udp is not None:
+            self._threads.append(threading.Thread(target=self._datagrams, daemon=True))
         for t in self._threads:
             t.start()
 
@@ -69,7 +71,13 @@ class EchoServer:
                 conn, _ = self.tcp.accept()
             except OSError:
                 return
-            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            if self.greeting:
+                conn.sendall(self.greeting)
+        self._echo(conn)
 
     @staticmethod
     def _echo(conn: socket.socket) -> None:
@@ -84,6 +92,7 @@ class EchoServer:
                 conn.sendall(data)
 
     def _datagrams(self) -> None:
+        assert self.udp is not None
         while True:
             try:
                 data, peer = self.udp.recvfrom(4096)
@@ -95,6 +104,8 @@ class EchoServer:
 
     def close(self) -> None:
         for s in (self.tcp, self.udp):
+            if s is None:
+                continue
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
             s.close()
@@ -149,36 +160,13 @@ def echoes(s: socket.socket, payload: bytes = b"still here") -> bool:
         return False
 
 
-class NameServer:
+class NameServer(EchoServer):
     """Answers every TCP connection on ``port`` in a container with its name, then echoes
     what the connection sends until it closes: who a connection to a VIP reached, and
     whether it is still open."""
 
     def __init__(self, net: ContainerNet, port: int, name: str) -> None:
-        self.name = name.encode()
-        self.tcp = net.socket(socket.SOCK_STREAM)
-        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.tcp.bind(("0.0.0.0", port))
-        self.tcp.listen(256)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.tcp.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn, contextlib.suppress(OSError):
-            conn.sendall(self.name)
-            EchoServer._echo(conn)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.tcp.shutdown(socket.SHUT_RDWR)
-        self.tcp.close()
+        super().__init__(net, port, greeting=name.encode())
 
 
 def who_answers(

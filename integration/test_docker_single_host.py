@@ -25,6 +25,7 @@ from .host import (
     restart_ovs_vswitchd,
     sweep_test_leftovers,
 )
+from .lab import ip_of
 from .master import MasterProcess
 from .ovs import stop_pid
 from .plugin import SOCKET, PluginProcess, serving
@@ -125,13 +126,6 @@ def run(names: list[str], net: str, *extra: str) -> str:
     name = unique(names, "c")
     sh(*RUN, "--name", name, "--net", net, *extra, IMAGE, "sleep", "600")
     return name
-
-
-def ip_of(container: str) -> str:
-    nets = json.loads(
-        sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", container).stdout
-    )
-    return next(iter(nets.values()))["IPAddress"]
 
 
 def listening(container: str, port: int) -> bool:

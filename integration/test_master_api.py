@@ -82,6 +82,7 @@ def test_lifecycle(master: MasterProcess) -> None:
     assert insp["Oper"]["dockerName"] == "web/blue"
 
     ok(m.api("POST", "policys/blue:p1", json={}))
+    ok(m.api("POST", "netprofiles/blue:gold", json={"bandwidth": "100mbps", "DSCP": 10}))
     ok(
         m.api(
             "POST",
@@ -121,6 +122,7 @@ def test_lifecycle(master: MasterProcess) -> None:
     refused(m.api("GET", "endpoints/ep1"), 404, "endpoint ep1")
     ok(m.api("DELETE", "endpointGroups/blue:front"))
     ok(m.api("DELETE", "policys/blue:p1"))
+    ok(m.api("DELETE", "netprofiles/blue:gold"))
     ok(m.api("DELETE", "networks/blue:web"))
     ok(m.api("DELETE", "networks/default:dual"))
     ok(m.api("DELETE", "tenants/blue"))

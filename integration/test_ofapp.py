@@ -240,7 +240,8 @@ def test_bridge_and_ports_are_never_recreated(lab: Lab) -> None:
         lab.db.del_port(BRIDGE, "np-missing", if_exists=False)
     try:
         ofport = lab.db.add_port(BRIDGE, "np-tmp", type="internal", external_ids={"k": "v"})
-        assert lab.db.list_ports(BRIDGE)["np-tmp"] == (ofport, {"k": "v"})
+        info = lab.db.list_ports(BRIDGE)["np-tmp"]
+        assert (info.ofport, info.external_ids) == (ofport, {"k": "v"})
         assert lab.db.del_port(BRIDGE, "np-tmp") is True
         assert "np-tmp" not in lab.db.list_ports(BRIDGE)
     finally:

@@ -5,18 +5,15 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pytest
 
+from .lab import NetctlLab
 from .master import MasterProcess
 from .plugin import PluginProcess
 from .probe import (
     ContainerNet,
-    EchoServer,
     NamespaceNet,
     echoes,
     tcp_opens,
@@ -24,9 +21,6 @@ from .probe import (
     udp_answers,
 )
 from .test_docker_single_host import (
-    BIN,
-    IMAGE,
-    RUN,
     ip_of,
     outside_namespace,
     ping,
@@ -45,66 +39,13 @@ OUTSIDE_HOST, OUTSIDE_CLIENT, PUBLISHED = "198.51.100.1", "198.51.100.2", 18090
 SETTLE = 10.0
 
 
-@dataclass
-class PolicyLab:
-    master: MasterProcess
-    prefix: str
-    subnet: str
-    network: str = ""
-    containers: list[str] = field(default_factory=list)
-    nets: dict[str, ContainerNet] = field(default_factory=dict)
-    servers: list[EchoServer] = field(default_factory=list)
-    policies: list[str] = field(default_factory=list)
-    groups: list[str] = field(default_factory=list)
-
-    def netctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return sh(str(BIN / "netctl"), "--netmaster", self.master.url, *args, check=check)
-
-    def group(self, name: str, *opts: str) -> str:
-        group = f"{self.prefix}{name}"
-        self.netctl("group", "create", *opts, self.network, group)
-        self.groups.append(group)
-        wait_for(lambda: docker_has_network(group), SETTLE, f"docker network {group} appears")
-        return group
-
-    def container(self, group: str, port: int | None = 80, *extra: str) -> tuple[str, ContainerNet]:
+class PolicyLab(NetctlLab):
+    def member(self, group: str, port: int | None = 80, *extra: str) -> tuple[str, ContainerNet]:
         """A container of ``group``, serving TCP and UDP echo on ``port``; its name and net."""
-        name = f"{self.prefix}c{len(self.containers)}"
-        sh(*RUN, "--name", name, "--net", group, *extra, IMAGE, "sleep", "600")
-        self.containers.append(name)
-        net = self.nets[name] = ContainerNet(name)
+        name = self.container(group, docker_args=extra)
         if port is not None:
-            self.serve(name, port)
-        return name, net
-
-    def serve(self, container: str, port: int) -> None:
-        self.servers.append(EchoServer(self.nets[container], port))
-
-    def policy(self, name: str) -> str:
-        policy = f"{self.prefix}{name}"
-        self.netctl("policy", "create", policy)
-        self.policies.append(policy)
-        return policy
-
-    def close(self) -> None:
-        for s in self.servers:
-            s.close()
-        for n in self.nets.values():
-            n.close()
-        for c in self.containers:
-            sh("docker", "rm", "-f", c, check=False)
-        for g in self.groups:
-            self.netctl("group", "update", "--no-policy", g, check=False)
-        for p in self.policies:
-            self.netctl("policy", "rm", p, check=False)
-        for g in reversed(self.groups):
-            self.netctl("group", "rm", g, check=False)
-        if self.network:
-            self.netctl("net", "rm", self.network, check=False)
-
-
-def docker_has_network(name: str) -> bool:
-    return sh("docker", "network", "inspect", name, check=False).returncode == 0
+            self.echo(name, port)
+        return name, self.net(name)
 
 
 @pytest.fixture(scope="module")
@@ -129,23 +70,16 @@ _SUBNETS = iter(range(100, 200))
 
 @pytest.fixture
 def lab(stack: tuple[MasterProcess, PluginProcess]) -> Iterator[PolicyLab]:
-    master, _ = stack
-    prefix = f"p{uuid.uuid4().hex[:4]}"
-    lab = PolicyLab(master, prefix, f"10.243.{next(_SUBNETS)}.0/24")
-    try:
-        lab.network = f"{prefix}net"
-        lab.netctl("net", "create", "-s", lab.subnet, lab.network)
+    with PolicyLab(stack[0].url, f"10.243.{next(_SUBNETS)}.0/24") as lab:
         yield lab
-    finally:
-        lab.close()
 
 
 def test_in_rules_by_group_port_and_protocol(lab: PolicyLab) -> None:
     web, app, db = lab.group("web"), lab.group("app"), lab.group("db")
-    w, w_net = lab.container(web)
-    lab.serve(w, 81)
-    a, a_net = lab.container(app)
-    d, d_net = lab.container(db)
+    w, w_net = lab.member(web)
+    lab.echo(w, 81)
+    a, a_net = lab.member(app)
+    d, d_net = lab.member(db)
     wip = ip_of(w)
     # No policy: every group talks to every other (Contiv's default).
     assert tcp_opens(a_net, wip, 81) and tcp_opens(d_net, wip, 80) and udp_answers(a_net, wip, 81)
@@ -176,10 +110,10 @@ def test_in_rules_by_group_port_and_protocol(lab: PolicyLab) -> None:
 
 def test_out_rules_by_address_and_network(lab: PolicyLab) -> None:
     web, app, db = lab.group("web"), lab.group("app"), lab.group("db")
-    w, w_net = lab.container(web)
-    lab.serve(w, 81)
-    a, a_net = lab.container(app)
-    _, d_net = lab.container(db)
+    w, w_net = lab.member(web)
+    lab.echo(w, 81)
+    a, a_net = lab.member(app)
+    _, d_net = lab.member(db)
     wip = ip_of(w)
     p = lab.policy("appout")
     lab.netctl("policy", "rule-add", p, "1", "-d", "out", "-s", wip, "-l", "udp", "-j", "deny")
@@ -198,9 +132,9 @@ def test_established_connections_stay_and_new_containers_are_covered_at_once(
     lab: PolicyLab,
 ) -> None:
     web, app = lab.group("web"), lab.group("app")
-    w, _ = lab.container(web)
-    lab.serve(w, 81)
-    _, a_net = lab.container(app)
+    w, _ = lab.member(web)
+    lab.echo(w, 81)
+    _, a_net = lab.member(app)
     wip = ip_of(w)
     p = lab.policy("deny")
     with tcp_session(a_net, wip, 80) as session:
@@ -217,14 +151,14 @@ def test_established_connections_stay_and_new_containers_are_covered_at_once(
         sh("ovs-appctl", "dpctl/flush-conntrack")
         assert echoes(session)
     # A container started in the group now is covered from its first packet.
-    w2, _ = lab.container(web)
+    w2, _ = lab.member(web)
     assert not tcp_opens(a_net, ip_of(w2), 80)
     assert udp_answers(a_net, ip_of(w2), 80)
 
 
 def test_traffic_from_the_host_is_judged_by_from_address_rules(lab: PolicyLab) -> None:
     web = lab.group("web")
-    w, _ = lab.container(web)
+    w, _ = lab.member(web)
     wip = ip_of(w)
     gateway = lab.subnet.replace(".0/24", ".1")  # the host reaches the network from it
     host = HostNet()
@@ -242,7 +176,7 @@ def test_published_ports_clients_are_judged_by_their_own_address(
     """A client outside the host reaches a published port with its own address as the
     source (DNAT, no SNAT): a `fromIpAddress` rule judges it, and only it."""
     web = lab.group("web")
-    w, _ = lab.container(web, 80, "-p", f"{OUTSIDE_HOST}:{PUBLISHED}:80")
+    w, _ = lab.member(web, 80, "-p", f"{OUTSIDE_HOST}:{PUBLISHED}:80")
     client = NamespaceNet(outside)
     try:
         wait_for(lambda: tcp_opens(client, OUTSIDE_HOST, PUBLISHED), SETTLE, "published port")
@@ -283,9 +217,9 @@ def test_plugin_restart_changes_no_flow_and_keeps_enforcing(
 ) -> None:
     _, plugin = stack
     web, app = lab.group("web"), lab.group("app")
-    w, _ = lab.container(web)
-    lab.serve(w, 81)
-    _, a_net = lab.container(app)
+    w, _ = lab.member(web)
+    lab.echo(w, 81)
+    _, a_net = lab.member(app)
     wip = ip_of(w)
     p = lab.policy("only80")
     lab.netctl("policy", "rule-add", p, "1", "-d", "in", "-l", "tcp", "-j", "deny")
