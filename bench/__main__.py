@@ -7,7 +7,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import control_plane, datapath, kvxlan, leader, multihost, policy, sections, services
+from bench import (
+    cni,
+    control_plane,
+    datapath,
+    kvxlan,
+    leader,
+    multihost,
+    policy,
+    sections,
+    services,
+)
 from bench.machine import describe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -433,6 +443,7 @@ def main() -> int:
         *multihost_section(mh, ld),
         *policy.section(dp["policy"], dp["policy_costs"]),
         *services.section(dp["services"]),
+        *cni.section(dp["cni"]),
         *designs_section(kv, dp, mh),
         *goals_section(cp, dp, mh),
     ]

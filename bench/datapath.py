@@ -371,10 +371,11 @@ def run(workdir: Path) -> dict[str, Any]:
         assert plugin.proc is not None
         scale = scaling(calls, plugin.proc.pid)
         np_gbps, br_gbps = iperf_gbps(ours), iperf_gbps(bridge)
-        from bench import policy, services
+        from bench import cni, policy, services
 
         policy_live = policy.live(master.url)
         services_live = services.live(master.url)
+        cni_live = cni.live(master.url)
         return {
             "docker_run": {
                 "netplugin": statistics.median(np_runs),
@@ -390,6 +391,7 @@ def run(workdir: Path) -> dict[str, Any]:
             "churn": endpoint_churn(),
             "policy": policy_live,
             "services": services_live,
+            "cni": cni_live,
             "policy_costs": policy.compile_costs(),
             "datapath_type": _sh(
                 "ovs-vsctl", "get", "bridge", "netplugin", "datapath_type"

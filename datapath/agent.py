@@ -261,6 +261,19 @@ class DatapathAgent:
     def ensure_network(self, net: LocalNetwork) -> None:
         self._wait_ready()
         with self._lock:
+            # Tags are unique among the cluster's networks, so a network of this host on
+            # the same segment is one the cluster deleted and reused the tag of, before
+            # this host's docker sync dropped it: it goes first (its port, MAC and flows
+            # are the new network's).
+            for old in [n for n in self._state.networks.values() if n.segment == net.segment]:
+                if old.id != net.id:
+                    if any(e.network_id == old.id for e in self._state.endpoints.values()):
+                        raise ValueError(
+                            f"network {net.id}: its tag {net.tag} is network {old.id}'s on "
+                            "this host, which still has endpoints here"
+                        )
+                    log.info("network %s takes tag %d over from %s, gone", net.id, net.tag, old.id)
+                    self._drop_network(old.id)
             self._ensure_network(net)
             self._apply(self._cluster_change(networks={net.id: self._state.network_state(net)}))
             self._sync_nat()
@@ -286,17 +299,20 @@ class DatapathAgent:
     def remove_network(self, network_id: str) -> None:
         self._wait_ready()
         with self._lock:
-            net = self._state.networks.pop(network_id, None)
-            self._state.gateway_ofports.pop(network_id, None)
-            if net is None:
-                return
-            stale = [e for e in self._state.endpoints.values() if e.network_id == network_id]
-            for ep in stale:
-                self._remove_endpoint(ep.id)
-            self.ovs.del_port(self.config.bridge, net.gateway_port)
-            gone = dict.fromkeys(e.id for e in stale)
-            self._apply(self._cluster_change(networks={network_id: None}, endpoints=gone))
-            self._sync_nat()
+            self._drop_network(network_id)
+
+    def _drop_network(self, network_id: str) -> None:
+        net = self._state.networks.pop(network_id, None)
+        self._state.gateway_ofports.pop(network_id, None)
+        if net is None:
+            return
+        stale = [e for e in self._state.endpoints.values() if e.network_id == network_id]
+        for ep in stale:
+            self._remove_endpoint(ep.id)
+        self.ovs.del_port(self.config.bridge, net.gateway_port)
+        gone = dict.fromkeys(e.id for e in stale)
+        self._apply(self._cluster_change(networks={network_id: None}, endpoints=gone))
+        self._sync_nat()
 
     # --- endpoints ---
 

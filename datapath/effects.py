@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from datapath.flows import Flow, FlowDiff
 from datapath.hostnat import GatewayNet, PortMapping
+from datapath.netns import NetnsInterface
 from datapath.ovs import PortInfo
 
 
@@ -112,4 +113,23 @@ class OpenFlow(Protocol):
 
     def wait_reconciled(self, generation: int | None = None, timeout: float = 10.0) -> Any:
         """Wait until the switch holds (at least) ``generation``; None on timeout."""
+        ...
+
+
+class Netns(Protocol):
+    """Interfaces in the network namespaces CNI runtimes make (datapath.netns)."""
+
+    def move_into(
+        self, ifname: str, netns: str, name: str, addresses: Sequence[str], gateways: Sequence[str]
+    ) -> None:
+        """Move this host's ``ifname`` into ``netns`` as ``name``, up, addressed and routed
+        (an interface already there under ``name`` is brought in line)."""
+        ...
+
+    def read(self, netns: str, name: str) -> NetnsInterface | None:
+        """The interface ``name`` in ``netns`` (None if either is missing)."""
+        ...
+
+    def remove(self, netns: str, name: str) -> bool:
+        """Delete ``name`` in ``netns``; False if there was nothing to delete."""
         ...

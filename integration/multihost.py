@@ -205,6 +205,7 @@ class SimHost:
             "--log-level", "info",
             # The simulated hosts share one filesystem: each agent its own inspect API.
             "--api-socket", str(self.workdir / "api.sock"),
+            "--cni-socket", str(self.workdir / "cni.sock"),
             *secured,
             *self.agent_extra,
         ]  # fmt: skip

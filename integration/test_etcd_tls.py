@@ -196,6 +196,7 @@ def agent_command(workdir: Path, host: str, etcd: str, master: str, ovsdb: str) 
         "--ovsdb", ovsdb,
         "--socket", str(workdir / "np.sock"),
         "--api-socket", str(workdir / "api.sock"),
+        "--cni-socket", str(workdir / "cni.sock"),
         "--bridge", "nptls",
         "--of-port", str(free_port()),
         "--docker-host", f"unix://{workdir / 'no-docker.sock'}",

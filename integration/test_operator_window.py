@@ -92,6 +92,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MasterProc
             str(BIN / "netplugin"),
             *("--netmaster", master.url, "--data-dir", str(tmp / "data")),
             *("--socket", str(tmp / "plugin.sock"), "--api-socket", str(tmp / "api.sock")),
+            *("--cni-socket", str(tmp / "cni.sock")),
             *("--api-listen", f"127.0.0.1:{api_port}", "--bridge", bridge),
             *("--of-port", str(free_port()), "--host", f"window-{tag}"),
             *("--docker-host", f"unix://{tmp / 'no-dockerd.sock'}", "--audit-interval", "0"),

@@ -97,6 +97,18 @@ def parser() -> EnvArgumentParser:
         "(netctl host inspect); empty disables it",
     )
     p.add_argument(
+        "--cni-socket",
+        default="/run/netplugin/cni.sock",  # common.cni.DEFAULT_SOCKET
+        help="unix socket (mode 0600) netplugin-cni, the CNI plugin, hands its calls to; "
+        "empty disables CNI",
+    )
+    p.add_argument(
+        "--kubeconfig",
+        default="",
+        help="a kubeconfig: CNI pods' io.contiv.* labels choose their network, and their "
+        "labels are their endpoints' (service selectors)",
+    )
+    p.add_argument(
         "--api-listen",
         default="",
         metavar="HOST:PORT",

@@ -21,6 +21,7 @@ from common.records import HostRecord
 from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint
 from datapath.hostnat import Iptables, PortMapping
 from datapath.hostports import HostPorts
+from datapath.netns import NetlinkNetns
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
 from datapath.ports import PortConflict, PortRequest
@@ -30,10 +31,13 @@ from datapath.veth import NetlinkLinks
 from store import Store, StoreError
 from store.startup import open_store_at_start
 
+from . import kube
 from .app import create_app
 from .cli import TOKEN_ENV
 from .cluster import ClusterView, HostRegistration
 from .cluster_sync import ClusterSync, local_network, resync
+from .cni_api import create_cni_app
+from .cni_service import CniService
 from .containers import ContainerReporter
 from .docker_sync import ClusterNetwork, DockerSync, cluster_networks_in
 from .driver import Driver
@@ -89,6 +93,9 @@ class AgentDatapath:
 
     def remove_network(self, network_id: str) -> None:
         self.agent.remove_network(network_id)
+
+    def has_endpoint(self, endpoint_id: str) -> bool:
+        return self.agent.has_endpoint(endpoint_id)
 
     def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]:
         return self.agent.endpoint_oper(endpoint_id)
@@ -249,8 +256,9 @@ def run(args: Any) -> None:
         except ValueError as e:
             raise SystemExit(f"netplugin: --api-listen: {e}") from None
     _clear_stale_socket(args.socket)
-    if args.api_socket:
-        _clear_stale_socket(args.api_socket)
+    for path in (args.api_socket, args.cni_socket):
+        if path:
+            _clear_stale_socket(path)
     metrics = AgentMetrics()
     status = AgentStatus()
     controller = FlowController(listen_host="127.0.0.1", listen_port=args.of_port)
@@ -331,9 +339,18 @@ def run(args: Any) -> None:
         lambda: counts(agent), lambda: [(m.prefix, m.restarts) for m in view.mirrors()]
     )
     api_servers = []
+    if args.cni_socket:
+        pod_labels = kube.load(args.kubeconfig) if args.kubeconfig else None
+        cni_service = CniService(
+            master, AgentDatapath(agent, master), NetlinkNetns(), args.host, args.mtu, pod_labels
+        )
+        api_servers.append(
+            make_socket_server(args.cni_socket, create_cni_app(cni_service, metrics))
+        )
+        threading.Thread(target=api_servers[-1].serve_forever, name="cni", daemon=True).start()
     if args.api_socket:
         api_servers.append(make_socket_server(args.api_socket, create_inspect_app(window, metrics)))
-        threading.Thread(target=api_servers[0].serve_forever, name="inspect", daemon=True).start()
+        threading.Thread(target=api_servers[-1].serve_forever, name="inspect", daemon=True).start()
     if args.api_listen:
         api_servers.append(serve_tcp(args.api_listen, create_inspect_app(window, metrics, True)))
     view.start()
@@ -402,7 +419,7 @@ def run(args: Any) -> None:
     finally:
         for api in api_servers:
             api.shutdown()
-        for path in filter(None, (args.socket, args.api_socket)):
+        for path in filter(None, (args.socket, args.api_socket, args.cni_socket)):
             with contextlib.suppress(OSError):
                 os.unlink(path)
         stopping.set()

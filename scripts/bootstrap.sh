@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   docker.io openvswitch-switch etcd-server busybox-static iproute2 iptables
   iperf3 iputils-ping tcpdump ethtool procps psmisc curl python3 python3-venv
-  debootstrap docker-registry
+  debootstrap docker-registry containernetworking-plugins podman
 )
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}

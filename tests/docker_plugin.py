@@ -58,6 +58,9 @@ class FakeDatapath:
     def delete_endpoint_port(self, endpoint_id: str) -> None:
         self.ports.pop(endpoint_id, None)
 
+    def has_endpoint(self, endpoint_id: str) -> bool:
+        return endpoint_id in self.ports
+
     def remove_network(self, network_id: str) -> None:
         self.removed_networks.append(network_id)
 

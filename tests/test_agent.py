@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -353,3 +354,20 @@ def test_a_port_plugged_ahead_is_the_one_the_endpoint_gets(world: dict[str, Any]
     assert host not in ovs.ports and world["links"] == set()
     with pytest.raises(ValueError, match="not on this host"):
         agent.plug(EP.id, "default:nope", EP.mac)
+
+
+def test_a_network_taking_a_deleted_networks_tag_replaces_it_here(world: dict[str, Any]) -> None:
+    """The cluster deleted n1 and gave its tag to n2 before this host dropped n1: n2's
+    gateway port, MAC and flows take n1's place."""
+    agent, ovs = world["agent"], world["ovs"]
+    agent.resync([NET], [])
+    successor = replace(NET, id="default:n2", subnet="10.2.0.0/24", gateway="10.2.0.1")
+    agent.ensure_network(successor)
+    assert agent.has_network("default:n2") and not agent.has_network(NET.id)
+    assert ovs.ports[NET.gateway_port].external_ids == {"netplugin-network": "default:n2"}
+    assert {n.id for n in agent.desired().networks} == {"default:n2"}
+    # One with endpoints here is not gone: refused, and nothing changes.
+    agent.create_endpoint_port(replace(EP, network_id="default:n2", ipv4="10.2.0.2"))
+    with pytest.raises(ValueError, match="still has endpoints here"):
+        agent.ensure_network(NET)
+    assert agent.has_network("default:n2")

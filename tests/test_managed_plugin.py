@@ -171,6 +171,7 @@ FIXED_BY_THE_MANIFEST = {
     "--proc-sys": "the proc mount: /host/proc/sys",
     "--managed": "always set in a managed plugin",
     "--api-socket": "in the plugin's socket directory, where netctl host inspect looks",
+    "--cni-socket": "in the plugin's socket directory (netplugin-cni's config names it)",
     "--etcd-endpoints": "",  # settable, but checked below under its own name
 }
 

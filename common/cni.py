@@ -1,0 +1,205 @@
+"""The CNI side of netplugin as both ends read it: the netplugin-cni executable (cni/) and
+the agent that serves it (plugin/cni_service.py). Pure and stdlib only, so the executable a
+runtime starts for every pod stays quick to start.
+
+CNI 1.0.0 (https://www.cni.dev/docs/spec/): the runtime execs the plugin with CNI_COMMAND,
+CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME, CNI_ARGS and CNI_PATH set and the network
+configuration on stdin; the plugin answers a result (ADD) or nothing (DEL, CHECK) on stdout
+and exits 0, or an error {"cniVersion", "code", "msg", "details"} and exits non-zero.
+Results of configurations of 0.3.0, 0.3.1 and 0.4.0 have an IP "version" each; 1.0.0's not.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0")
+COMMANDS = ("ADD", "DEL", "CHECK", "VERSION")
+DEFAULT_SOCKET = "/run/netplugin/cni.sock"  # the agent's (netplugin --cni-socket)
+SOCKET_ENV = "NETPLUGIN_CNI_SOCKET"
+
+# The spec's error codes; 100 and above are the plugin's own.
+INCOMPATIBLE_VERSION = 1
+UNSUPPORTED_FIELD = 2
+UNKNOWN_CONTAINER = 3
+INVALID_ENV = 4
+IO_FAILURE = 5
+DECODE_FAILURE = 6
+INVALID_CONFIG = 7
+TRY_AGAIN_LATER = 11
+UNKNOWN_NETWORK = 100  # the network, tenant or group the configuration names does not exist
+DATAPATH_FAILURE = 101  # the agent could not plug the interface
+CHECK_FAILED = 102  # CHECK found the attachment not as ADD left it
+
+# Per-pod choices of CNI_ARGS (K=V;K=V): they override the network configuration's keys.
+ARG_KEYS = {
+    "NETPLUGIN_TENANT": "tenant",
+    "NETPLUGIN_NETWORK": "network",
+    "NETPLUGIN_GROUP": "group",
+}
+# Contiv's pod labels (read from the kube API when the agent has a kubeconfig): they
+# override everything else.
+POD_LABELS = {
+    "io.contiv.tenant": "tenant",
+    "io.contiv.network": "network",
+    "io.contiv.net-group": "group",
+}
+
+
+class CniError(Exception):
+    """A CNI error result: the spec's code, a message naming what and why, details."""
+
+    def __init__(self, code: int, msg: str, details: str = "") -> None:
+        super().__init__(msg)
+        self.code = code
+        self.msg = msg
+        self.details = details
+
+    def to_json(self, cni_version: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"cniVersion": cni_version, "code": self.code, "msg": self.msg}
+        if self.details:
+            out["details"] = self.details
+        return out
+
+
+def parse_args(text: str) -> dict[str, str]:
+    """CNI_ARGS ("K=V;K2=V2") as a dict; a part without "=" is an error (code 4)."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(";"))):
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise CniError(INVALID_ENV, f"CNI_ARGS: {part!r} is not KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def config_version(config: dict[str, Any]) -> str:
+    """The configuration's cniVersion, if this plugin speaks it (code 1 otherwise)."""
+    version = str(config.get("cniVersion") or "")
+    if version not in SUPPORTED_VERSIONS:
+        raise CniError(
+            INCOMPATIBLE_VERSION,
+            f"cniVersion {version or '(none)'} is not supported",
+            f"supported: {', '.join(SUPPORTED_VERSIONS)}",
+        )
+    return version
+
+
+def version_result(config: dict[str, Any]) -> dict[str, Any]:
+    """VERSION's answer, in the version the caller speaks (the latest if it says none)."""
+    version = str(config.get("cniVersion") or SUPPORTED_VERSIONS[-1])
+    return {"cniVersion": version, "supportedVersions": list(SUPPORTED_VERSIONS)}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One call of the plugin, as the executable hands it to the agent."""
+
+    command: str
+    container_id: str
+    netns: str
+    ifname: str
+    args: dict[str, str] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "containerID": self.container_id,
+            "netns": self.netns,
+            "ifName": self.ifname,
+            "args": self.args,
+            "config": self.config,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Request:
+        if not isinstance(data, dict):
+            raise CniError(DECODE_FAILURE, "the request is not a JSON object")
+        args, config = data.get("args") or {}, data.get("config")
+        if not isinstance(args, dict) or not isinstance(config, dict):
+            raise CniError(DECODE_FAILURE, "the request's args and config must be JSON objects")
+        return cls(
+            command=str(data.get("command") or ""),
+            container_id=str(data.get("containerID") or ""),
+            netns=str(data.get("netns") or ""),
+            ifname=str(data.get("ifName") or ""),
+            args={str(k): str(v) for k, v in args.items()},
+            config=config,
+        )
+
+
+def request_from_env(env: dict[str, str], config: dict[str, Any]) -> Request:
+    """The call the runtime made, checked as the spec asks for each command."""
+    command = env.get("CNI_COMMAND", "")
+    if command not in COMMANDS:
+        raise CniError(INVALID_ENV, f"CNI_COMMAND {command!r} is not one of {', '.join(COMMANDS)}")
+    req = Request(
+        command,
+        env.get("CNI_CONTAINERID", ""),
+        env.get("CNI_NETNS", ""),
+        env.get("CNI_IFNAME", ""),
+        parse_args(env.get("CNI_ARGS", "")),
+        config,
+    )
+    missing = [
+        name
+        for name, value, needed in (
+            ("CNI_CONTAINERID", req.container_id, ("ADD", "DEL", "CHECK")),
+            ("CNI_IFNAME", req.ifname, ("ADD", "DEL", "CHECK")),
+            ("CNI_NETNS", req.netns, ("ADD", "CHECK")),  # DEL: the namespace may be gone
+        )
+        if command in needed and not value
+    ]
+    if missing:
+        raise CniError(INVALID_ENV, f"{command}: {', '.join(missing)} must be set")
+    return req
+
+
+def endpoint_id(container_id: str, ifname: str) -> str:
+    """The endpoint of one interface of one container: the same for every call about it."""
+    import hashlib
+
+    return hashlib.sha256(f"cni:{container_id}:{ifname}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """What ADD made, to report: the interfaces, the addresses with their prefix and
+    gateway, the default routes."""
+
+    host_ifname: str
+    host_mac: str
+    ifname: str
+    mac: str
+    sandbox: str
+    addresses: tuple[tuple[str, str], ...]  # ("10.1.0.5/24", "10.1.0.1" or "")
+    dns: dict[str, Any] = field(default_factory=dict)
+
+
+def result(version: str, a: Attachment) -> dict[str, Any]:
+    """ADD's result in ``version``'s shape (the container's interface is index 1)."""
+    ips = []
+    routes = []
+    for cidr, gateway in a.addresses:
+        family = ipaddress.ip_interface(cidr).version
+        ip: dict[str, Any] = {"address": cidr, "interface": 1}
+        if gateway:
+            ip["gateway"] = gateway
+            routes.append({"dst": "0.0.0.0/0" if family == 4 else "::/0", "gw": gateway})
+        if version != "1.0.0":
+            ip["version"] = str(family)
+        ips.append(ip)
+    out: dict[str, Any] = {
+        "cniVersion": version,
+        "interfaces": [
+            {"name": a.host_ifname, **({"mac": a.host_mac} if a.host_mac else {})},
+            {"name": a.ifname, "mac": a.mac, "sandbox": a.sandbox},
+        ],
+        "ips": ips,
+        "routes": routes,
+        "dns": a.dns,
+    }
+    return out

@@ -1,0 +1,181 @@
+"""An endpoint's interface in a network namespace a CNI runtime made: moved there, named,
+addressed and routed; read back (CHECK); removed (DEL).
+
+Netlink calls inside the namespace run in a thread of their own that joined it (setns: a
+namespace is a property of a thread, and a netlink socket opened there stays there); the
+thread ends with the call, so nothing else ever runs in the pod's namespace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+T = TypeVar("T")
+CLONE_NEWNET = 0x40000000
+IFA_F_NODAD = 0x02  # no duplicate address detection: the address is ours by allocation
+EEXIST = 17
+
+
+@dataclass(frozen=True)
+class NetnsInterface:
+    """An interface in a namespace as CHECK compares it."""
+
+    mac: str
+    mtu: int
+    up: bool
+    addresses: frozenset[str]  # "10.1.0.5/24"
+    gateways: frozenset[str]  # of its default routes
+
+
+def in_netns(path: str, fn: Callable[[], T]) -> T:
+    """Run ``fn`` in the network namespace at ``path`` (a fresh thread that joins it)."""
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"network namespace {path}: {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            box["value"] = fn()
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=body, name="netns", daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def _index(ip: IPRoute, ifname: str) -> int | None:
+    found = ip.link_lookup(ifname=ifname)
+    return found[0] if found else None
+
+
+def move_into(
+    ifname: str,
+    netns: str,
+    name: str,
+    addresses: Sequence[str],
+    gateways: Sequence[str],
+) -> None:
+    """Move this host's ``ifname`` into the namespace at ``netns`` as ``name``, bring it up
+    with ``addresses`` ("10.1.0.5/24") and default routes via ``gateways``. An interface
+    already there under ``name`` (an ADD retried) is brought in line instead."""
+    with IPRoute() as ip:
+        index = _index(ip, ifname)
+        if index is not None:
+            ip.link("set", index=index, net_ns_fd=netns)
+
+    def configure() -> None:
+        with IPRoute() as ip:
+            index = _index(ip, ifname)
+            if index is None:
+                index = _index(ip, name)
+            if index is None:
+                raise OSError(f"interface {ifname} did not arrive in {netns}")
+            ip.link("set", index=index, state="down")
+            ip.link("set", index=index, ifname=name)
+            ip.link("set", index=index, state="up")
+            for cidr in addresses:
+                iface = ipaddress.ip_interface(cidr)
+                try:
+                    ip.addr(
+                        "add",
+                        index=index,
+                        address=str(iface.ip),
+                        prefixlen=iface.network.prefixlen,
+                        flags=IFA_F_NODAD if iface.version == 6 else 0,
+                    )
+                except NetlinkError as e:
+                    if e.code != EEXIST:
+                        raise
+            for gw in gateways:
+                dst = "0.0.0.0/0" if ipaddress.ip_address(gw).version == 4 else "::/0"
+                try:
+                    ip.route("add", dst=dst, gateway=gw, oif=index)
+                except NetlinkError as e:
+                    if e.code != EEXIST:
+                        raise
+
+    in_netns(netns, configure)
+
+
+def read(netns: str, name: str) -> NetnsInterface | None:
+    """The interface ``name`` in the namespace, or None (no such interface or namespace)."""
+
+    def look() -> NetnsInterface | None:
+        with IPRoute() as ip:
+            index = _index(ip, name)
+            if index is None:
+                return None
+            link = ip.get_links(index)[0]
+            addrs = frozenset(
+                f"{a.get('IFA_ADDRESS')}/{a['prefixlen']}"
+                for a in ip.get_addr(index=index)
+                if not str(a.get("IFA_ADDRESS", "")).startswith("fe80:")
+            )
+            gateways = frozenset(
+                str(r.get("RTA_GATEWAY"))
+                for family in (2, 10)
+                for r in ip.get_routes(family=family, oif=index)
+                if r["dst_len"] == 0 and r.get("RTA_GATEWAY")
+            )
+            return NetnsInterface(
+                mac=str(link.get("IFLA_ADDRESS")),
+                mtu=int(link.get("IFLA_MTU")),
+                up=bool(link["flags"] & 1),
+                addresses=addrs,
+                gateways=gateways,
+            )
+
+    if not os.path.exists(netns):
+        return None
+    return in_netns(netns, look)
+
+
+def remove(netns: str, name: str) -> bool:
+    """Delete ``name`` in the namespace (its veth peer on the host goes with it); False if
+    there is no such interface or namespace."""
+
+    def delete() -> bool:
+        with IPRoute() as ip:
+            index = _index(ip, name)
+            if index is None:
+                return False
+            ip.link("del", index=index)
+            return True
+
+    if not netns or not os.path.exists(netns):
+        return False
+    return in_netns(netns, delete)
+
+
+class NetlinkNetns:
+    """The datapath.effects.Netns of this host."""
+
+    def move_into(
+        self, ifname: str, netns: str, name: str, addresses: Sequence[str], gateways: Sequence[str]
+    ) -> None:
+        move_into(ifname, netns, name, addresses, gateways)
+
+    def read(self, netns: str, name: str) -> NetnsInterface | None:
+        return read(netns, name)
+
+    def remove(self, netns: str, name: str) -> bool:
+        return remove(netns, name)

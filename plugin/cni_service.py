@@ -1,0 +1,337 @@
+"""The agent's side of CNI: ADD, DEL and CHECK of an interface in a runtime's network
+namespace, on the same networks, groups, policies, netprofiles and IPAM as Docker's
+containers.
+
+ADD books the endpoint with the master (idempotent by an endpoint ID made of the container
+ID and the interface name), plugs its veth into the switch, moves the container's end into
+CNI_NETNS as CNI_IFNAME with its addresses and default routes, and answers the CNI result.
+A failure part-way undoes what it did. DEL removes whatever there is, and succeeds when
+there is nothing. Which network: ``target`` (pure) reads the configuration, then the
+per-pod choices of runtimeConfig and CNI_ARGS, then, with a kube API, the pod's
+io.contiv.* labels; the pod's labels also become the endpoint's, so services select pods.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from common import cni
+from common.client import MasterError
+from common.models import Endpoint, EndpointContainer, EndpointRequest, Network, group_id
+from datapath.effects import Netns
+from datapath.veth import veth_names
+
+from .options import mac_for
+
+log = logging.getLogger(__name__)
+
+PodLabels = Callable[[str, str], Mapping[str, str]]  # (namespace, name) -> labels
+
+
+class Datapath(Protocol):
+    """What the CNI service needs of the host's datapath (plugin.daemon.AgentDatapath)."""
+
+    def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str: ...
+
+    def create_endpoint_port(
+        self,
+        endpoint_id: str,
+        network: Network,
+        mac: str,
+        ipv4: str,
+        ipv6: str,
+        mtu: int,
+        group: str = "",
+    ) -> str: ...
+
+    def delete_endpoint_port(self, endpoint_id: str) -> None: ...
+
+    def has_endpoint(self, endpoint_id: str) -> bool: ...
+
+
+class Master(Protocol):
+    def get_network(self, tenant: str, name: str) -> Network: ...
+
+    def get_group(self, tenant: str, name: str) -> Any: ...
+
+    def create_endpoint(self, request: EndpointRequest) -> Endpoint: ...
+
+    def get_endpoint(self, endpoint_id: str) -> Endpoint: ...
+
+    def delete_endpoint(self, endpoint_id: str) -> Endpoint: ...
+
+    def set_endpoint_container(self, endpoint_id: str, info: EndpointContainer) -> Endpoint: ...
+
+
+@dataclass(frozen=True)
+class Target:
+    tenant: str
+    network: str  # "" until the group's network is looked up
+    group: str
+    pod: tuple[str, str] | None  # (namespace, name) from CNI_ARGS
+    labels: Mapping[str, str]
+
+
+def target(req: cni.Request, pod_labels: Mapping[str, str] | None = None) -> Target:
+    """Which tenant, network and group the interface is for: the configuration's "tenant",
+    "network" and "group", overridden by runtimeConfig's "netplugin" object, by CNI_ARGS
+    (NETPLUGIN_TENANT, NETPLUGIN_NETWORK, NETPLUGIN_GROUP), and by the pod's io.contiv.*
+    labels. A configuration naming none of network and group is refused (code 7)."""
+    chosen: dict[str, str] = {}
+    for layer in (
+        req.config,
+        (req.config.get("runtimeConfig") or {}).get("netplugin") or {},
+        {v: req.args[k] for k, v in cni.ARG_KEYS.items() if k in req.args},
+        {v: (pod_labels or {})[k] for k, v in cni.POD_LABELS.items() if k in (pod_labels or {})},
+    ):
+        if not isinstance(layer, dict):
+            raise cni.CniError(cni.INVALID_CONFIG, "runtimeConfig.netplugin must be an object")
+        for key in ("tenant", "network", "group"):
+            if layer.get(key):
+                chosen[key] = str(layer[key])
+    if not chosen.get("network") and not chosen.get("group"):
+        raise cni.CniError(
+            cni.INVALID_CONFIG,
+            f"network configuration {req.config.get('name', '')!r}: name a netplugin network "
+            '("network") or endpoint group ("group")',
+        )
+    ns, name = req.args.get("K8S_POD_NAMESPACE", ""), req.args.get("K8S_POD_NAME", "")
+    return Target(
+        tenant=chosen.get("tenant", "default"),
+        network=chosen.get("network", ""),
+        group=chosen.get("group", ""),
+        pod=(ns, name) if ns and name else None,
+        labels=dict(pod_labels or {}),
+    )
+
+
+def _prefix(subnet: str) -> int:
+    return ipaddress.ip_network(subnet, strict=False).prefixlen
+
+
+def attachment(req: cni.Request, net: Network, ep: Endpoint) -> cni.Attachment:
+    """What an ADD made for endpoint ``ep`` on ``net``, to report."""
+    addresses = []
+    if ep.ipAddress:
+        addresses.append((f"{ep.ipAddress}/{_prefix(net.subnet)}", net.gateway))
+    if ep.ipv6Address:
+        addresses.append((f"{ep.ipv6Address}/{_prefix(net.ipv6Subnet)}", net.ipv6Gateway))
+    dns = req.config.get("dns") if isinstance(req.config.get("dns"), dict) else {}
+    host_end, _ = veth_names(ep.endpointID)
+    return cni.Attachment(
+        host_ifname=host_end,
+        host_mac="",
+        ifname=req.ifname,
+        mac=ep.macAddress,
+        sandbox=req.netns,
+        addresses=tuple(addresses),
+        dns=dns or {},
+    )
+
+
+class CniService:
+    def __init__(
+        self,
+        master: Master,
+        datapath: Datapath,
+        netns: Netns,
+        host: str,
+        mtu: int = 0,
+        pod_labels: PodLabels | None = None,
+    ) -> None:
+        self.master = master
+        self.datapath = datapath
+        self.netns = netns
+        self.host = host
+        self.mtu = mtu
+        self.pod_labels = pod_labels
+
+    # --- the three calls
+
+    def add(self, req: cni.Request) -> dict[str, Any]:
+        version = cni.config_version(req.config)
+        eid = cni.endpoint_id(req.container_id, req.ifname)
+        t, net = self._resolve(req)
+        existing = self._existing(eid)
+        if existing is not None and self._in_place(req, existing):
+            return cni.result(version, attachment(req, net, existing))  # an ADD retried
+        mac = mac_for("", "", eid)
+        request = EndpointRequest(
+            endpointID=eid,
+            tenantName=t.tenant,
+            networkName=net.networkName,
+            groupName=t.group,
+            host=self.host,
+            macAddress=mac,
+            containerID=req.container_id,
+            containerName=t.pod[1] if t.pod else req.container_id[:12],
+        )
+        try:
+            self.datapath.plug(eid, net, mac, self.mtu)
+            ep = self._call(lambda: self.master.create_endpoint(request), f"endpoint {eid}")
+            ifname = self.datapath.create_endpoint_port(
+                eid, net, mac, ep.ipAddress, ep.ipv6Address, self.mtu, group_id(t.tenant, t.group)
+            )
+            a = attachment(req, net, ep)
+            self.netns.move_into(
+                ifname,
+                req.netns,
+                req.ifname,
+                [cidr for cidr, _ in a.addresses],
+                [gw for _, gw in a.addresses if gw],
+            )
+        except Exception as e:
+            self._undo(eid, req)
+            if isinstance(e, cni.CniError):
+                raise
+            raise cni.CniError(
+                cni.DATAPATH_FAILURE, f"container {req.container_id[:12]}: {req.ifname}: {e}"
+            ) from e
+        if t.labels or t.pod:
+            self._report(eid, req, t)
+        log.info(
+            "CNI: container %s %s on %s: %s",
+            req.container_id[:12],
+            req.ifname,
+            net.id,
+            ", ".join(cidr for cidr, _ in a.addresses),
+        )
+        return cni.result(version, a)
+
+    def delete(self, req: cni.Request) -> None:
+        """Remove whatever there is of the attachment; nothing is fine."""
+        eid = cni.endpoint_id(req.container_id, req.ifname)
+        self._undo(eid, req)
+
+    def check(self, req: cni.Request) -> None:
+        version = cni.config_version(req.config)
+        if version in ("0.3.0", "0.3.1"):
+            raise cni.CniError(
+                cni.INCOMPATIBLE_VERSION, f"CHECK needs cniVersion 0.4.0 or later, not {version}"
+            )
+        prev = req.config.get("prevResult")
+        if not isinstance(prev, dict):
+            raise cni.CniError(cni.INVALID_CONFIG, "CHECK needs the prevResult of the ADD")
+        eid = cni.endpoint_id(req.container_id, req.ifname)
+        ep = self._existing(eid)
+        if ep is None:
+            raise cni.CniError(
+                cni.UNKNOWN_CONTAINER,
+                f"container {req.container_id[:12]}: no endpoint for {req.ifname}",
+            )
+        _, net = self._resolve(req)
+        want = attachment(req, net, ep)
+        have = self.netns.read(req.netns, req.ifname)
+        problems = []
+        if have is None:
+            problems.append(f"no interface {req.ifname} in {req.netns}")
+        else:
+            if have.mac.lower() != ep.macAddress.lower():
+                problems.append(f"{req.ifname} has MAC {have.mac}, not {ep.macAddress}")
+            missing = {cidr for cidr, _ in want.addresses} - have.addresses
+            if missing:
+                problems.append(f"{req.ifname} lacks {', '.join(sorted(missing))}")
+            gws = {gw for _, gw in want.addresses if gw} - have.gateways
+            if gws:
+                problems.append(f"no default route via {', '.join(sorted(gws))}")
+        if not self.datapath.has_endpoint(eid):
+            problems.append("the switch has no port for it")
+        prev_ips = {ip.get("address") for ip in prev.get("ips", []) if isinstance(ip, dict)}
+        if prev_ips != {cidr for cidr, _ in want.addresses}:
+            problems.append(f"prevResult's addresses {sorted(prev_ips)} are not the endpoint's")
+        if problems:
+            raise cni.CniError(
+                cni.CHECK_FAILED, f"container {req.container_id[:12]}: " + "; ".join(problems)
+            )
+
+    # --- pieces
+
+    def _resolve(self, req: cni.Request) -> tuple[Target, Network]:
+        labels: Mapping[str, str] | None = None
+        pod = (req.args.get("K8S_POD_NAMESPACE", ""), req.args.get("K8S_POD_NAME", ""))
+        if self.pod_labels is not None and all(pod):
+            try:
+                labels = self.pod_labels(*pod)
+            except Exception as e:
+                raise cni.CniError(
+                    cni.TRY_AGAIN_LATER, f"pod {pod[0]}/{pod[1]}: cannot read its labels: {e}"
+                ) from e
+        t = target(req, labels)
+        network = t.network
+        if t.group:
+            g = self._call(
+                lambda: self.master.get_group(t.tenant, t.group),
+                f"endpoint group {t.tenant}:{t.group}",
+            )
+            if network and g.networkName != network:
+                raise cni.CniError(
+                    cni.INVALID_CONFIG,
+                    f"endpoint group {t.tenant}:{t.group} is on network {g.networkName}, "
+                    f"not {network}",
+                )
+            network = g.networkName
+        net = self._call(
+            lambda: self.master.get_network(t.tenant, network), f"network {t.tenant}:{network}"
+        )
+        return Target(t.tenant, network, t.group, t.pod, t.labels), net
+
+    def _call(self, fn: Callable[[], Any], what: str) -> Any:
+        try:
+            return fn()
+        except MasterError as e:
+            if e.status == 404:
+                raise cni.CniError(cni.UNKNOWN_NETWORK, f"{what}: not found", e.message) from None
+            if e.status >= 500:
+                raise cni.CniError(cni.TRY_AGAIN_LATER, f"{what}: {e.message}") from None
+            raise cni.CniError(cni.INVALID_CONFIG, f"{what}: {e.message}") from None
+
+    def _existing(self, eid: str) -> Endpoint | None:
+        try:
+            ep = self.master.get_endpoint(eid)
+        except MasterError as e:
+            if e.status == 404:
+                return None
+            raise cni.CniError(cni.TRY_AGAIN_LATER, f"endpoint {eid}: {e.message}") from None
+        return ep if ep.host == self.host else None
+
+    def _in_place(self, req: cni.Request, ep: Endpoint) -> bool:
+        have = self.netns.read(req.netns, req.ifname)
+        return (
+            have is not None
+            and have.mac.lower() == ep.macAddress.lower()
+            and self.datapath.has_endpoint(ep.endpointID)
+        )
+
+    def _undo(self, eid: str, req: cni.Request) -> None:
+        """Remove the attachment, whatever of it exists (each step is idempotent)."""
+        try:
+            self.datapath.delete_endpoint_port(eid)
+        except Exception:
+            log.exception("CNI: endpoint %s: removing its port failed", eid[:12])
+        try:
+            self.master.delete_endpoint(eid)
+        except MasterError as e:
+            if e.status != 404:
+                raise cni.CniError(cni.TRY_AGAIN_LATER, f"endpoint {eid}: {e.message}") from None
+        if req.netns:
+            try:
+                # Only ours (by its MAC): the name may be another plugin's interface.
+                have = self.netns.read(req.netns, req.ifname)
+                if have is not None and have.mac.lower() == mac_for("", "", eid):
+                    self.netns.remove(req.netns, req.ifname)
+            except OSError as e:
+                log.warning("CNI: %s in %s: %s", req.ifname, req.netns, e)
+
+    def _report(self, eid: str, req: cni.Request, t: Target) -> None:
+        name = t.pod[1] if t.pod else req.container_id[:12]
+        info = EndpointContainer(
+            containerID=req.container_id, containerName=name, labels=dict(t.labels)
+        )
+        try:
+            self.master.set_endpoint_container(eid, info)
+        except MasterError as e:  # the attachment stands; services see the pod later
+            log.warning("CNI: endpoint %s: cannot record its pod's labels: %s", eid[:12], e)

@@ -1,0 +1,291 @@
+"""CNI: the executable's checks and its talk to the agent's socket (common.cni, cni.main),
+and the agent's CNI service against the real control plane (ClusterState on SQLite) with
+a fake datapath and fake namespaces: ADD, DEL, CHECK, which network, rollback, pod labels,
+and the kubeconfig reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from docker_plugin import FakeDatapath
+from real_master import RealMaster, real_master
+
+from cni.main import run
+from common import cni
+from common.models import EndpointGroup, Network
+from datapath.netns import NetnsInterface
+from plugin.cni_api import create_cni_app
+from plugin.cni_service import CniService, target
+from plugin.kube import PodLabels, api_from_kubeconfig
+from plugin.master_client import MasterClient
+from plugin.server import make_socket_server
+
+CONF = {"cniVersion": "1.0.0", "name": "pods", "type": "netplugin-cni", "network": "pn"}
+ENV = {
+    "CNI_COMMAND": "ADD",
+    "CNI_CONTAINERID": "c0ffee" * 10,
+    "CNI_NETNS": "/run/netns/pod1",
+    "CNI_IFNAME": "eth0",
+    "CNI_PATH": "/usr/lib/cni",
+}
+
+
+def req(command: str = "ADD", config: dict[str, Any] | None = None, **env: str) -> cni.Request:
+    return cni.request_from_env(
+        {**ENV, "CNI_COMMAND": command, **env}, dict(config if config is not None else CONF)
+    )
+
+
+# --- the protocol, pure ---
+
+
+def test_version_is_answered_in_the_callers_version() -> None:
+    assert run({"CNI_COMMAND": "VERSION"}, '{"cniVersion": "0.4.0"}') == (
+        0,
+        {"cniVersion": "0.4.0", "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0"]},
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "stdin", "code", "says"),
+    [
+        ({**ENV, "CNI_COMMAND": "ADD"}, "{not json", cni.DECODE_FAILURE, "is not JSON"),
+        ({**ENV, "CNI_COMMAND": "GC"}, json.dumps(CONF), cni.INVALID_ENV, "CNI_COMMAND 'GC'"),
+        ({**ENV, "CNI_NETNS": ""}, json.dumps(CONF), cni.INVALID_ENV, "CNI_NETNS must be set"),
+        ({**ENV, "CNI_ARGS": "broken"}, json.dumps(CONF), cni.INVALID_ENV, "'broken' is not"),
+        (ENV, json.dumps({**CONF, "cniVersion": "0.2.0"}), cni.INCOMPATIBLE_VERSION, "0.2.0"),
+        (ENV, json.dumps(CONF), cni.TRY_AGAIN_LATER, "is not answering on /nonexistent"),
+    ],
+)
+def test_the_executable_refuses_with_a_cni_error_and_a_nonzero_status(
+    env: dict[str, str], stdin: str, code: int, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(cni.SOCKET_ENV, "/nonexistent/cni.sock")
+    status, out = run({**env, cni.SOCKET_ENV: "/nonexistent/cni.sock"}, stdin)
+    assert status == 1 and out is not None
+    assert out["code"] == code and says in out["msg"], out
+    assert set(out) <= {"cniVersion", "code", "msg", "details"}
+
+
+def test_del_needs_no_namespace_and_args_parse() -> None:
+    assert req("DEL", CNI_NETNS="").netns == ""
+    assert cni.parse_args("IgnoreUnknown=1;K8S_POD_NAME=web-0;") == {
+        "IgnoreUnknown": "1",
+        "K8S_POD_NAME": "web-0",
+    }
+
+
+def test_results_take_the_configurations_shape() -> None:
+    a = cni.Attachment(
+        "vp1234", "", "eth0", "02:42:aa:bb:cc:dd", "/run/netns/p",
+        (("10.1.0.5/24", "10.1.0.1"), ("fd00::5/64", "fd00::1")),
+    )  # fmt: skip
+    new = cni.result("1.0.0", a)
+    assert new["interfaces"][1] == {
+        "name": "eth0",
+        "mac": "02:42:aa:bb:cc:dd",
+        "sandbox": "/run/netns/p",
+    }
+    assert new["ips"] == [
+        {"address": "10.1.0.5/24", "gateway": "10.1.0.1", "interface": 1},
+        {"address": "fd00::5/64", "gateway": "fd00::1", "interface": 1},
+    ]
+    assert new["routes"] == [
+        {"dst": "0.0.0.0/0", "gw": "10.1.0.1"},
+        {"dst": "::/0", "gw": "fd00::1"},
+    ]
+    old = cni.result("0.3.1", a)
+    assert [ip["version"] for ip in old["ips"]] == ["4", "6"] and old["cniVersion"] == "0.3.1"
+
+
+def test_which_network_the_layers_choose() -> None:
+    assert target(req()).network == "pn" and target(req()).tenant == "default"
+    runtime = {**CONF, "runtimeConfig": {"netplugin": {"network": "rt", "tenant": "t"}}}
+    assert (target(req(config=runtime)).network, target(req(config=runtime)).tenant) == ("rt", "t")
+    args = "NETPLUGIN_NETWORK=arg;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0"
+    t = target(req(config=runtime, CNI_ARGS=args))
+    assert (t.network, t.tenant, t.pod) == ("arg", "t", ("ns", "web-0"))
+    labels = {"io.contiv.network": "lab", "io.contiv.net-group": "g", "app": "web"}
+    t = target(req(config=runtime, CNI_ARGS=args), labels)
+    assert (t.network, t.group, t.labels["app"]) == ("lab", "g", "web")
+    with pytest.raises(cni.CniError) as e:
+        target(req(config={"cniVersion": "1.0.0", "name": "x", "type": "netplugin-cni"}))
+    assert e.value.code == cni.INVALID_CONFIG
+
+
+# --- the agent's service, against the real master ---
+
+
+class FakeNetns:
+    """Namespaces as dicts of interfaces; move_into "moves" a host interface into one."""
+
+    def __init__(self) -> None:
+        self.spaces: dict[str, dict[str, NetnsInterface]] = {"/run/netns/pod1": {}}
+        self.fail = False
+
+    def move_into(self, ifname: str, netns: str, name: str, addresses: Any, gateways: Any) -> None:
+        if self.fail or netns not in self.spaces:
+            raise OSError(f"network namespace {netns}: No such file or directory")
+        self.spaces[netns][name] = NetnsInterface(
+            mac=self.mac, mtu=1500, up=True, addresses=frozenset(addresses),
+            gateways=frozenset(gateways),
+        )  # fmt: skip
+
+    mac = ""  # the MAC the endpoint's veth has (mac_for of the endpoint ID)
+
+    def read(self, netns: str, name: str) -> NetnsInterface | None:
+        return self.spaces.get(netns, {}).get(name)
+
+    def remove(self, netns: str, name: str) -> bool:
+        return self.spaces.get(netns, {}).pop(name, None) is not None
+
+
+@pytest.fixture
+def master(tmp_path: Path) -> Iterator[RealMaster]:
+    with real_master(tmp_path) as m:
+        m.state.put_network(Network(networkName="pn", subnet="10.9.0.0/24"))
+        m.state.put_group(EndpointGroup(groupName="web", networkName="pn"))
+        yield m
+
+
+@pytest.fixture
+def service(master: RealMaster) -> tuple[CniService, FakeDatapath, FakeNetns]:
+    client = MasterClient(master.url, backoff=0, session=master.session())
+    dp, ns = FakeDatapath(), FakeNetns()
+    from plugin.options import mac_for
+
+    ns.mac = mac_for("", "", cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0"))
+    labels = {("ns", "web-0"): {"app": "web", "io.contiv.net-group": "web"}}
+    svc = CniService(client, dp, ns, "host1", pod_labels=lambda n, p: labels.get((n, p), {}))
+    return svc, dp, ns
+
+
+def test_add_check_del_and_del_again(
+    master: RealMaster, service: tuple[CniService, FakeDatapath, FakeNetns]
+) -> None:
+    svc, dp, ns = service
+    result = svc.add(req())
+    eid = cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0")
+    ep = master.state.get_endpoint(eid)
+    assert (ep.networkName, ep.host, ep.containerID) == ("pn", "host1", ENV["CNI_CONTAINERID"])
+    assert result["ips"] == [
+        {"address": f"{ep.ipAddress}/24", "gateway": "10.9.0.1", "interface": 1}
+    ]
+    assert result["routes"] == [{"dst": "0.0.0.0/0", "gw": "10.9.0.1"}]
+    assert eid in dp.ports and "eth0" in ns.spaces["/run/netns/pod1"]
+    assert svc.add(req()) == result  # retried: the same, nothing new
+    svc.check(req("CHECK", {**CONF, "prevResult": result}))
+    ns.spaces["/run/netns/pod1"].clear()
+    with pytest.raises(cni.CniError) as e:
+        svc.check(req("CHECK", {**CONF, "prevResult": result}))
+    assert e.value.code == cni.CHECK_FAILED and "no interface eth0" in e.value.msg
+    svc.delete(req("DEL"))
+    assert eid not in dp.ports
+    with pytest.raises(Exception, match="not found"):
+        master.state.get_endpoint(eid)
+    svc.delete(req("DEL"))  # again: fine
+    svc.delete(req("DEL", CNI_NETNS="", CNI_CONTAINERID="never-seen"))  # unknown: fine
+
+
+def test_a_failed_add_leaks_nothing(
+    master: RealMaster, service: tuple[CniService, FakeDatapath, FakeNetns]
+) -> None:
+    svc, dp, ns = service
+    before = master.snapshot()
+    ns.fail = True
+    with pytest.raises(cni.CniError) as e:
+        svc.add(req())
+    assert e.value.code == cni.DATAPATH_FAILURE and "No such file" in e.value.msg
+    assert master.snapshot() == before and dp.ports == {}
+    with pytest.raises(cni.CniError) as e:
+        svc.add(req(config={**CONF, "network": "nope"}))
+    assert e.value.code == cni.UNKNOWN_NETWORK and "network default:nope: not found" in e.value.msg
+    assert master.snapshot() == before and dp.ports == {}
+
+
+def test_pod_labels_choose_the_group_and_become_the_endpoints(
+    master: RealMaster, service: tuple[CniService, FakeDatapath, FakeNetns]
+) -> None:
+    svc, _, _ = service
+    svc.add(req(CNI_ARGS="K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0"))
+    ep = master.state.get_endpoint(cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0"))
+    assert (ep.groupName, ep.containerName, ep.labels["app"]) == ("web", "web-0", "web")
+
+
+def test_the_socket_serves_the_executable(
+    master: RealMaster, service: tuple[CniService, FakeDatapath, FakeNetns]
+) -> None:
+    svc, _, _ = service
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        path = os.path.join(d, "cni.sock")
+        server = make_socket_server(path, create_cni_app(svc))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            status, out = run({**ENV, cni.SOCKET_ENV: path}, json.dumps(CONF))
+            assert status == 0 and out is not None and out["cniVersion"] == "1.0.0"
+            bad = {**CONF, "network": "nope"}
+            status, out = run({**ENV, cni.SOCKET_ENV: path}, json.dumps(bad))
+            assert status == 1 and out is not None and out["code"] == cni.UNKNOWN_NETWORK
+            status, out = run({**ENV, "CNI_COMMAND": "DEL", cni.SOCKET_ENV: path}, json.dumps(CONF))
+            assert (status, out) == (0, None)  # DEL says nothing when it succeeds
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(path)  # it is a socket, mode 0600
+            assert os.stat(path).st_mode & 0o777 == 0o600
+        finally:
+            server.shutdown()
+
+
+# --- the kubeconfig reader ---
+
+KUBECONFIG = """
+apiVersion: v1
+kind: Config
+current-context: k
+contexts:
+- name: k
+  context: {cluster: c, user: u}
+clusters:
+- name: c
+  cluster: {server: "https://10.0.0.1:6443/", certificate-authority-data: "Q0E="}
+users:
+- name: u
+  user: {token: abc}
+"""
+
+
+def test_a_kubeconfigs_current_context() -> None:
+    api = api_from_kubeconfig(KUBECONFIG)
+    assert (api.server, api.token) == ("https://10.0.0.1:6443", "abc")
+    assert Path(api.ca_file).read_bytes() == b"CA"
+    with pytest.raises(ValueError, match="no current-context"):
+        api_from_kubeconfig("apiVersion: v1\n")
+
+
+class FakeKubeSession:
+    def __init__(self) -> None:
+        self.headers: dict[str, str] = {}
+        self.urls: list[str] = []
+
+    def get(self, url: str, timeout: float) -> Any:
+        self.urls.append(url)
+        status = 200 if url.endswith("/pods/web-0") else 404
+        body = {"metadata": {"labels": {"io.contiv.network": "pn", "app": "web"}}}
+        return type("R", (), {"status_code": status, "json": lambda self: body,
+                              "raise_for_status": lambda self: None})()  # fmt: skip
+
+
+def test_pod_labels_from_the_api() -> None:
+    session = FakeKubeSession()
+    labels = PodLabels(api_from_kubeconfig(KUBECONFIG), session)  # type: ignore[arg-type]
+    assert labels("ns", "web-0") == {"io.contiv.network": "pn", "app": "web"}
+    assert labels("ns", "gone") == {}
+    assert session.urls[0] == "https://10.0.0.1:6443/api/v1/namespaces/ns/pods/web-0"
+    assert session.headers["Authorization"] == "Bearer abc"
