@@ -9,7 +9,6 @@ standard library and common.cni, so a pod's start does not wait on a heavy impor
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import socket
@@ -21,49 +20,50 @@ from common import cni
 TIMEOUT = 60.0  # an ADD waits for the master and the switch; a runtime's own timeout is longer
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.path)
+def _post(path: str, url: str, body: bytes) -> tuple[int, bytes]:
+    """One HTTP/1.0 POST over the unix socket ``path``: (status, body). Raw, not http.client:
+    its import alone costs a pod's start more than this whole module."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(TIMEOUT)
+        s.connect(path)
+        head = (
+            f"POST {url} HTTP/1.0\r\nHost: netplugin\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        s.sendall(head.encode() + body)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    raw = b"".join(chunks)
+    header, _, payload = raw.partition(b"\r\n\r\n")
+    status_line = header.split(b"\r\n", 1)[0].split()
+    if len(status_line) < 2 or not status_line[1].isdigit():
+        raise OSError(f"not an HTTP answer: {raw[:80]!r}")
+    return int(status_line[1]), payload
 
 
 def call_agent(path: str, req: cni.Request) -> dict[str, Any] | None:
     """POST the call to the agent; its result (None for DEL and CHECK), or CniError."""
-    conn = _UnixConnection(path, TIMEOUT)
     try:
-        conn.request(
-            "POST",
-            f"/cni/{req.command.lower()}",
-            body=json.dumps(req.to_json()),
-            headers={"Content-Type": "application/json"},
+        status, body = _post(
+            path, f"/cni/{req.command.lower()}", json.dumps(req.to_json()).encode()
         )
-        resp = conn.getresponse()
-        body = resp.read()
     except OSError as e:
         raise cni.CniError(
             cni.TRY_AGAIN_LATER,
             f"the netplugin agent is not answering on {path}: {e}",
             "is netplugin running on this host (and its --cni-socket this path)?",
         ) from None
-    finally:
-        conn.close()
     try:
         data = json.loads(body) if body else None
     except ValueError:
-        raise cni.CniError(
-            cni.IO_FAILURE, f"the agent answered {resp.status} without JSON"
-        ) from None
-    if resp.status >= 300:
+        raise cni.CniError(cni.IO_FAILURE, f"the agent answered {status} without JSON") from None
+    if status >= 300:
         if isinstance(data, dict) and "code" in data:
             raise cni.CniError(
                 int(data["code"]), str(data.get("msg", "")), str(data.get("details", ""))
             )
-        raise cni.CniError(cni.IO_FAILURE, f"the agent answered {resp.status}: {data}")
+        raise cni.CniError(cni.IO_FAILURE, f"the agent answered {status}: {data}")
     if req.command in ("DEL", "CHECK"):
         return None  # the spec: nothing on stdout when they succeed
     return data if isinstance(data, dict) else None
