@@ -258,6 +258,7 @@ class EndpointRequest(_Model):
     macAddress: str = ""
     containerID: str = ""
     containerName: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)  # known at creation for CNI pods
     # Docker asks for the address (RequestAddress) before creating the endpoint: with this
     # set, a static address held by a plain IPAM owner is handed over to the endpoint.
     adoptAddress: bool = False

@@ -26,6 +26,8 @@ def bandwidth_kbps(value: str) -> int:
             f"{value!r} is not a rate; write it as Contiv does: 10kbps, 100mbps, 1gbps"
         )
     kbps = int(m.group(1)) * _KBPS[m.group(2).lower()]
+    if kbps != int(kbps):
+        raise ValueError(f"{value!r} is not a whole number of kbps (meters count kbit/s)")
     if kbps < 1:
         raise ValueError(f"{value!r} is below the smallest limit, 1kbps")
     if kbps > MAX_KBPS:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -88,6 +89,7 @@ class DatapathAgent:
         self._state = AgentState()
         self._model = FlowModel()  # the flows the controller was given, by unit
         self._plugged: dict[str, tuple[int, str]] = {}  # endpoint -> (ofport, container if)
+        self._held_since: dict[str, float] = {}  # network -> when this host took it
         self._nat = NatSync(iptables, ports)
         # Until the first resync the local state is partial: pushing it would delete the
         # flows of endpoints we have not re-read yet.
@@ -265,15 +267,9 @@ class DatapathAgent:
             # the same segment is one the cluster deleted and reused the tag of, before
             # this host's docker sync dropped it: it goes first (its port, MAC and flows
             # are the new network's).
-            for old in [n for n in self._state.networks.values() if n.segment == net.segment]:
-                if old.id != net.id:
-                    if any(e.network_id == old.id for e in self._state.endpoints.values()):
-                        raise ValueError(
-                            f"network {net.id}: its tag {net.tag} is network {old.id}'s on "
-                            "this host, which still has endpoints here"
-                        )
-                    log.info("network %s takes tag %d over from %s, gone", net.id, net.tag, old.id)
-                    self._drop_network(old.id)
+            for old in self._state.displaced_by(net):  # raises if one still has endpoints
+                log.info("network %s (tag %d) replaces %s, gone", net.id, net.tag, old.id)
+                self._drop_network(old.id)
             self._ensure_network(net)
             self._apply(self._cluster_change(networks={net.id: self._state.network_state(net)}))
             self._sync_nat()
@@ -289,6 +285,7 @@ class DatapathAgent:
         self._address_gateway(net)
         self._state.networks[net.id] = net
         self._state.gateway_ofports[net.id] = ofport
+        self._held_since.setdefault(net.id, time.monotonic())
 
     def _address_gateway(self, net: LocalNetwork) -> None:
         """Address the network's internal port (vswitchd restarts lose these addresses)."""
@@ -296,12 +293,31 @@ class DatapathAgent:
             net.gateway_port, self.config.mtu_for(net.encap), gateway_addresses(net)
         )
 
+    def network(self, network_id: str) -> LocalNetwork | None:
+        return self._state.networks.get(network_id)
+
+    def drop_networks_gone(
+        self, live: Collection[str], grace: float, now: float | None = None
+    ) -> list[str]:
+        """Drop the networks of this host the cluster no longer has (not in ``live``) and
+        that have no endpoint here; only once held ``grace`` seconds, since the cluster
+        view may lag behind a network just plugged from the master's answer. (Docker's
+        DeleteNetwork drops them on hosts with dockerd; a CNI-only host has only this.)"""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            gone = self._state.gone(live, self._held_since, now - grace)
+            for n in gone:
+                log.info("network %s: gone from the cluster; its gateway port goes", n)
+                self._drop_network(n)
+            return gone
+
     def remove_network(self, network_id: str) -> None:
         self._wait_ready()
         with self._lock:
             self._drop_network(network_id)
 
     def _drop_network(self, network_id: str) -> None:
+        self._held_since.pop(network_id, None)
         net = self._state.networks.pop(network_id, None)
         self._state.gateway_ofports.pop(network_id, None)
         if net is None:

@@ -3,6 +3,7 @@ makes of it: pure views, so agent.py keeps only the decisions and their effects.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from .change import by_key
@@ -42,6 +43,36 @@ class AgentState:
         """The services of the networks on this host: their clients are here."""
         local = [s for s in self.services if s.network_id in self.networks]
         return by_key(local, lambda s: s.id, "service {} is listed twice")
+
+    def displaced_by(self, net: LocalNetwork) -> list[LocalNetwork]:
+        """The networks of this host that ``net`` replaces: one on its segment (tags are
+        unique among the cluster's networks, so that one was deleted and its tag reused) or
+        an older version of it (deleted and made again); ValueError if one of them still has
+        endpoints here."""
+        held = self.networks.get(net.id)
+        stale = [n for n in self.networks.values() if n.segment == net.segment and n != net]
+        if held is not None and held != net and held not in stale:
+            stale.append(held)
+        used = {e.network_id for e in self.endpoints.values()}
+        for old in stale:
+            if old.id in used:
+                raise ValueError(
+                    f"network {net.id}: network {old.id} (tag {old.tag}) is still on this "
+                    "host, with endpoints here"
+                )
+        return stale
+
+    def gone(
+        self, live: Collection[str], held_since: Mapping[str, float], before: float
+    ) -> list[str]:
+        """This host's networks the cluster no longer has (not in ``live``), without
+        endpoints here, held since ``before`` or earlier."""
+        used = {e.network_id for e in self.endpoints.values()}
+        return [
+            n
+            for n in self.networks
+            if n not in live and n not in used and held_since.get(n, before) <= before
+        ]
 
     def arp(self) -> ArpMode:
         return "flood" if self.arp_mode == "flood" else "proxy"

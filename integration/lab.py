@@ -61,6 +61,8 @@ class NetctlLab:
         network = f"{self.prefix}net"
         self.netctl("net", "create", "-s", self.subnet, network)
         self.network = network
+        # The agent's docker sync makes the docker network a moment later.
+        wait_for(lambda: docker_has_network(network), SETTLE, f"docker network {network} appears")
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -298,3 +298,31 @@ def test_podman_runs_a_container_on_a_netplugin_network(lab: NetctlLab, tmp_path
         15,
         "the pod's address is released",
     )
+
+
+def test_a_pod_in_a_group_meets_its_policy_as_a_container_does(
+    lab: NetctlLab, pods: list[str]
+) -> None:
+    from .probe import EchoServer, NamespaceNet, tcp_opens
+
+    group = lab.group("web")
+    policy = lab.policy("in", ("1", "-d", "in", "-l", "tcp", "-P", "8080", "-j", "deny"))
+    lab.netctl("group", "update", "-p", policy, group)
+    name, path = pod(pods)
+    cid = uuid.uuid4().hex
+    status, result = exec_plugin("ADD", cid, path, conf(lab, group=group))
+    assert status == 0 and result is not None, result
+    ip = result["ips"][0]["address"].split("/")[0]
+    pod_net = NamespaceNet(name)
+    servers = [EchoServer(pod_net, 8080), EchoServer(pod_net, 8081)]
+    client = lab.net(lab.container(lab.network))
+    try:
+        wait_for(lambda: tcp_opens(client, ip, 8081), 15, "a container reaches the pod")
+        assert not tcp_opens(client, ip, 8080)  # the group's in rule, enforced on the pod
+        shown = lab.inspect("group", group)
+        assert [e["endpointID"] for e in shown["endpoints"]] == [cni.endpoint_id(cid, "eth0")]
+    finally:
+        for s in servers:
+            s.close()
+        pod_net.close()
+        exec_plugin("DEL", cid, path, conf(lab, group=group))

@@ -148,7 +148,14 @@ def test_docker_calls_show_in_the_window_and_in_both_metrics(
         "NetworkDriver.CreateNetwork",
         {
             "NetworkID": net_id,
-            "Options": {"com.docker.network.generic": {"name": f"win{eid[:6]}"}},
+            # A tag of its own: gateway ports are named by tag alone, and its bridge is not
+            # the one the host's other agents use (a port name is the whole switch's).
+            "Options": {
+                "com.docker.network.generic": {
+                    "name": f"win{eid[:6]}",
+                    "pkt-tag": str(6000 + int(eid[:3], 16) % 3000),
+                }
+            },
             "IPv4Data": [{"AddressSpace": "", "Pool": subnet, "Gateway": gateway}],
             "IPv6Data": [],
         },

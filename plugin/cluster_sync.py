@@ -22,6 +22,10 @@ from .service_view import service_states
 
 log = logging.getLogger("netplugin")
 
+# How long a network this host took from the master's answer may be missing from the
+# cluster view (which lags behind the master by a moment) before it counts as deleted.
+GONE_GRACE = 10.0
+
 ClusterState = tuple[
     dict[str, str], list[RemoteEndpointState], str, list[GroupState], list[ServiceState]
 ]
@@ -77,7 +81,7 @@ class ClusterSync:
 
     def _run(self) -> None:
         while True:
-            self._poke.wait()
+            self._poke.wait(GONE_GRACE)  # also now and then: networks gone meanwhile
             self._poke.clear()
             time.sleep(0.05)  # coalesce a burst of events into one pass
             if not self.agent.ready:
@@ -92,6 +96,9 @@ class ClusterSync:
                 if current != self._last:
                     self.agent.set_cluster(*current)
                     self._last = current
+                live = {rec.id for rec in self.view.networks.values().values()}
+                if self.agent.drop_networks_gone(live, GONE_GRACE):
+                    self._last = None  # what it told the datapath changed under it
             except Exception:
                 log.exception("applying the cluster state to the datapath failed; retrying")
                 time.sleep(1.0)

@@ -13,15 +13,17 @@ io.contiv.* labels; the pod's labels also become the endpoint's, so services sel
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common import cni
 from common.client import MasterError
-from common.models import Endpoint, EndpointContainer, EndpointRequest, Network, group_id
+from common.models import Endpoint, EndpointRequest, Network, group_id
 from datapath.effects import Netns
 from datapath.veth import veth_names
 
@@ -63,8 +65,6 @@ class Master(Protocol):
     def get_endpoint(self, endpoint_id: str) -> Endpoint: ...
 
     def delete_endpoint(self, endpoint_id: str) -> Endpoint: ...
-
-    def set_endpoint_container(self, endpoint_id: str, info: EndpointContainer) -> Endpoint: ...
 
 
 @dataclass(frozen=True)
@@ -149,12 +149,36 @@ class CniService:
         self.host = host
         self.mtu = mtu
         self.pod_labels = pod_labels
+        # One call at a time per attachment: a runtime that gave up on an ADD sends DEL
+        # while the agent may still be doing that ADD.
+        self._guard = threading.Lock()
+        self._busy: dict[str, tuple[threading.Lock, int]] = {}
+
+    @contextlib.contextmanager
+    def _one_at_a_time(self, eid: str) -> Iterator[None]:
+        with self._guard:
+            lock, users = self._busy.get(eid, (threading.Lock(), 0))
+            self._busy[eid] = (lock, users + 1)
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                lock, users = self._busy[eid]
+                if users == 1:
+                    del self._busy[eid]
+                else:
+                    self._busy[eid] = (lock, users - 1)
 
     # --- the three calls
 
     def add(self, req: cni.Request) -> dict[str, Any]:
         version = cni.config_version(req.config)
         eid = cni.endpoint_id(req.container_id, req.ifname)
+        with self._one_at_a_time(eid):
+            return self._add(req, version, eid)
+
+    def _add(self, req: cni.Request, version: str, eid: str) -> dict[str, Any]:
         t, net = self._resolve(req)
         existing = self._existing(eid)
         if existing is not None and self._in_place(req, existing):
@@ -169,6 +193,7 @@ class CniService:
             macAddress=mac,
             containerID=req.container_id,
             containerName=t.pod[1] if t.pod else req.container_id[:12],
+            labels=dict(t.labels),  # written with the endpoint: services select the pod
         )
         try:
             self.datapath.plug(eid, net, mac, self.mtu)
@@ -191,8 +216,6 @@ class CniService:
             raise cni.CniError(
                 cni.DATAPATH_FAILURE, f"container {req.container_id[:12]}: {req.ifname}: {e}"
             ) from e
-        if t.labels or t.pod:
-            self._report(eid, req, t)
         log.info(
             "CNI: container %s %s on %s: %s",
             req.container_id[:12],
@@ -205,7 +228,8 @@ class CniService:
     def delete(self, req: cni.Request) -> None:
         """Remove whatever there is of the attachment; nothing is fine."""
         eid = cni.endpoint_id(req.container_id, req.ifname)
-        self._undo(eid, req)
+        with self._one_at_a_time(eid):
+            self._undo(eid, req)
 
     def check(self, req: cni.Request) -> None:
         version = cni.config_version(req.config)
@@ -325,13 +349,3 @@ class CniService:
                     self.netns.remove(req.netns, req.ifname)
             except OSError as e:
                 log.warning("CNI: %s in %s: %s", req.ifname, req.netns, e)
-
-    def _report(self, eid: str, req: cni.Request, t: Target) -> None:
-        name = t.pod[1] if t.pod else req.container_id[:12]
-        info = EndpointContainer(
-            containerID=req.container_id, containerName=name, labels=dict(t.labels)
-        )
-        try:
-            self.master.set_endpoint_container(eid, info)
-        except MasterError as e:  # the attachment stands; services see the pod later
-            log.warning("CNI: endpoint %s: cannot record its pod's labels: %s", eid[:12], e)

@@ -24,7 +24,7 @@ from common.models import Endpoint, EndpointContainer
 log = logging.getLogger(__name__)
 
 RETRY = 0.5  # seconds between tries while an endpoint's container is not listed yet
-GIVE_UP = 60.0  # an endpoint no container claims for this long is left for the next event
+GIVE_UP = 60.0  # an endpoint pending this long waits for dockerd's next event to be tried
 
 
 def reports(
@@ -75,6 +75,7 @@ class ContainerReporter:
         self._stop = threading.Event()
         self._told: dict[str, EndpointContainer] = {}  # what we told the master last
         self._since: dict[str, float] = {}  # endpoint -> when it was first seen pending
+        self._reset = False
 
     def start(self) -> ContainerReporter:
         threading.Thread(target=self._run, name="container-reporter", daemon=True).start()
@@ -89,9 +90,18 @@ class ContainerReporter:
     def poke(self) -> None:
         self._poke.set()
 
+    def retry_all(self) -> None:
+        """Try every pending endpoint again, those given up on too (a docker event: a
+        container started or joined a network, or the stream came back)."""
+        self._reset = True  # the reporting thread clears _since, as it reads it
+        self._poke.set()
+
     def pending(self) -> dict[str, Endpoint]:
         """This host's endpoints that lack their container (and were not told already)."""
         now = time.monotonic()
+        if self._reset:
+            self._reset = False
+            self._since.clear()
         out = {}
         for e in self.endpoints().values():
             if e.host != self.host or e.containerID:
@@ -153,9 +163,9 @@ class ContainerReporter:
                 )
                 delay = 0.5
                 for _ in stream:
-                    self._poke.set()
+                    self.retry_all()
             except Exception as e:
                 log.debug("dockerd's events: %s; following them again", e)
-            self._poke.set()  # what happened while the stream was down
+            self.retry_all()  # what happened while the stream was down
             self._stop.wait(delay)
             delay = min(delay * 2, 10.0)

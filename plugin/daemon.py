@@ -18,7 +18,7 @@ from common.etcd_tls import EtcdTls
 from common.flags import split_endpoints
 from common.models import Network
 from common.records import HostRecord
-from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint
+from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.hostnat import Iptables, PortMapping
 from datapath.hostports import HostPorts
 from datapath.netns import NetlinkNetns
@@ -65,7 +65,14 @@ class AgentDatapath:
         self.master = master
 
     def _ensure_network(self, net: Network) -> str:
-        if not self.agent.has_network(net.id):
+        held = self.agent.network(net.id)
+        if held is None or _addressing(held) != (
+            net.subnet,
+            net.gateway,
+            net.ipv6Subnet,
+            net.ipv6Gateway,
+            net.encap,
+        ):  # new here, or deleted and made again otherwise: the agent replaces it
             # The config alone lacks the tag the master chose: ask for the whole record.
             record = self.master.inspect_network(net.tenantName, net.networkName)
             self.agent.ensure_network(local_network(record))
@@ -115,6 +122,10 @@ class AgentDatapath:
 
     def published_ports(self, endpoint_id: str) -> list[PortBinding]:
         return [_binding(m) for m in self.agent.published_ports().get(endpoint_id, ())]
+
+
+def _addressing(n: LocalNetwork) -> tuple[str, ...]:
+    return (n.subnet, n.gateway, n.ipv6_subnet, n.ipv6_gateway, n.encap)
 
 
 def _binding(m: PortMapping) -> PortBinding:
@@ -338,21 +349,22 @@ def run(args: Any) -> None:
     metrics.watch_state(
         lambda: counts(agent), lambda: [(m.prefix, m.restarts) for m in view.mirrors()]
     )
+    # The TCP listener first: an operator who sees the unix sockets may use it at once.
     api_servers = []
+    if args.api_listen:
+        api_servers.append(serve_tcp(args.api_listen, create_inspect_app(window, metrics, True)))
     if args.cni_socket:
         pod_labels = kube.load(args.kubeconfig) if args.kubeconfig else None
         cni_service = CniService(
             master, AgentDatapath(agent, master), NetlinkNetns(), args.host, args.mtu, pod_labels
         )
-        api_servers.append(
-            make_socket_server(args.cni_socket, create_cni_app(cni_service, metrics))
-        )
-        threading.Thread(target=api_servers[-1].serve_forever, name="cni", daemon=True).start()
+        cni_server = make_socket_server(args.cni_socket, create_cni_app(cni_service, metrics))
+        api_servers.append(cni_server)
+        threading.Thread(target=cni_server.serve_forever, name="cni", daemon=True).start()
     if args.api_socket:
-        api_servers.append(make_socket_server(args.api_socket, create_inspect_app(window, metrics)))
-        threading.Thread(target=api_servers[-1].serve_forever, name="inspect", daemon=True).start()
-    if args.api_listen:
-        api_servers.append(serve_tcp(args.api_listen, create_inspect_app(window, metrics, True)))
+        inspect = make_socket_server(args.api_socket, create_inspect_app(window, metrics))
+        api_servers.append(inspect)
+        threading.Thread(target=inspect.serve_forever, name="inspect", daemon=True).start()
     view.start()
     registration.start()
     cluster_sync.start()

@@ -368,6 +368,29 @@ def test_a_network_taking_a_deleted_networks_tag_replaces_it_here(world: dict[st
     assert {n.id for n in agent.desired().networks} == {"default:n2"}
     # One with endpoints here is not gone: refused, and nothing changes.
     agent.create_endpoint_port(replace(EP, network_id="default:n2", ipv4="10.2.0.2"))
-    with pytest.raises(ValueError, match="still has endpoints here"):
+    with pytest.raises(ValueError, match="is still on this host, with endpoints here"):
         agent.ensure_network(NET)
     assert agent.has_network("default:n2")
+
+
+def test_networks_gone_from_the_cluster_go_from_the_host_after_a_grace(
+    world: dict[str, Any],
+) -> None:
+    agent, ovs = world["agent"], world["ovs"]
+    agent.resync([NET], [])
+    other = LocalNetwork(id="default:n9", tag=9, subnet="10.9.0.0/24", gateway="10.9.0.1")
+    agent.ensure_network(other)
+    agent.create_endpoint_port(replace(EP, network_id="default:n9", ipv4="10.9.0.2"))
+    import time
+
+    later = time.monotonic() + 60
+    assert agent.drop_networks_gone({NET.id}, 10.0, now=time.monotonic()) == []  # too young
+    assert agent.drop_networks_gone(set(), 10.0, now=later) == [NET.id]  # n9 has an endpoint
+    assert NET.gateway_port not in ovs.ports and agent.has_network("default:n9")
+    # Made again with another subnet under the same name: the host takes the new one.
+    again = replace(NET, tag=11, subnet="10.11.0.0/24", gateway="10.11.0.1")
+    agent.ensure_network(again)
+    assert agent.network(NET.id) == again
+    moved = replace(other, tag=12)
+    with pytest.raises(ValueError, match="still on this host, with endpoints here"):
+        agent.ensure_network(moved)

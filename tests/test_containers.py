@@ -158,3 +158,23 @@ def test_groups_carry_their_netprofile() -> None:
     assert [(g.id, g.qos) for g in states] == [("t:g", QosState(5_000, 0, 8)), ("t:h", None)]
     states, _ = group_states([group], [], [NET], [])  # the profile not mirrored yet
     assert states[0].qos is None
+
+
+def test_an_endpoint_given_up_on_is_tried_again_at_dockers_next_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import plugin.containers as containers
+
+    clock = [1000.0]
+    monkeypatch.setattr(containers.time, "monotonic", lambda: clock[0])
+    endpoints = {"e1": ep("e1")}
+    master = FakeMaster()
+    master.fail = True  # the master away for longer than the reporter waits
+    listing = [listed("c1", "web1", {"app": "web"}, "e1")]
+    r = ContainerReporter("h1", lambda: endpoints, lambda: listing, master.report)
+    assert r.pass_once() == 1
+    clock[0] += containers.GIVE_UP + 1
+    master.fail = False
+    assert r.pass_once() == 0 and master.calls == []  # given up: not listed any more
+    r.retry_all()  # a container started somewhere: everything pending is tried again
+    assert r.pass_once() == 0 and [eid for eid, _ in master.calls] == ["e1"]

@@ -20,13 +20,16 @@ from common.services import group_ids, matches, parse_port, parse_selector, prov
         ("1gbps", 1_000_000),
         ("1GBPS", 1_000_000),
         ("5000bps", 5),
+        ("1000bps", 1),
     ],
 )
 def test_contiv_bandwidths(text: str, kbps: int) -> None:
     assert bandwidth_kbps(text) == kbps
 
 
-@pytest.mark.parametrize("text", ["10", "10mb", "mbps", "-5mbps", "1.5mbps", "0kbps", "999bps"])
+@pytest.mark.parametrize(
+    "text", ["10", "10mb", "mbps", "-5mbps", "1.5mbps", "0kbps", "999bps", "1500bps"]
+)
 def test_what_is_not_a_bandwidth(text: str) -> None:
     with pytest.raises(ValueError):
         bandwidth_kbps(text)

@@ -233,6 +233,7 @@ def test_a_preferred_vip_and_moving_a_service(net: ClusterState) -> None:
         ({"ports": ["eighty"]}, BadRequest, "field 'ports': 'eighty' is not SERVICE_PORT"),
         ({"ports": ["80:81:TCP", "80:82:tcp"]}, BadRequest, "field 'ports': 80/tcp is given twice"),
         ({"selectors": ["app"]}, BadRequest, "field 'selectors': 'app' is not a label selector"),
+        ({"selectors": ["app=a", "app=b"]}, BadRequest, "label app is given twice"),
         ({"networkName": "nope"}, NotFound, "not found"),
     ],
 )

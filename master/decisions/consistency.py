@@ -405,8 +405,10 @@ def _services(
         if net is None:
             c.bad(key, f"its network {s.tenantName}:{s.networkName} does not exist")
         else:
-            held = c.kvs.get(keys.alloc(net[1].ipv4_pool, rec.vip))
-            if held is None or AllocRecord.decode(held).owner != owners.service(rec.id):
+            akey = keys.alloc(net[1].ipv4_pool, rec.vip)
+            held = c.kvs.get(akey)
+            booked = c.decoded(akey, held, AllocRecord.decode) if held is not None else None
+            if booked is None or booked.owner != owners.service(rec.id):
                 c.bad(key, f"its VIP {rec.vip} is not booked for it in {net[1].ipv4_pool}")
         if c.kvs.get(keys.service_tag(rec.tag)) != rec.id.encode():
             c.bad(key, f"its service tag {rec.tag} is not held by it")

@@ -89,6 +89,7 @@ def new_endpoint(req: EndpointRequest, addresses: Mapping[str, str]) -> Endpoint
         macAddress=req.macAddress,
         containerID=req.containerID,
         containerName=req.containerName,
+        labels=dict(req.labels),
         **addresses,
     )
 

@@ -23,11 +23,19 @@ def normalize_service(s: ServiceLB) -> ServiceLB:
     if not s.ports:
         raise BadRequest(obj, "field 'ports': give at least one port, e.g. 80:8080:TCP")
     selectors: list[str] = []
+    keys_seen: dict[str, str] = {}
     for text in s.selectors:
         try:
             key, value = parse_selector(text)
         except ValueError as e:
             raise BadRequest(obj, f"field 'selectors': {e}") from None
+        if key in keys_seen and keys_seen[key] != value:
+            raise BadRequest(
+                obj,
+                f"field 'selectors': label {key} is given twice ({key}={keys_seen[key]} and "
+                f"{key}={value}); a provider carries one value of it",
+            )
+        keys_seen[key] = value
         selectors.append(f"{key}={value}")
     ports = []
     seen: dict[tuple[int, str], str] = {}
