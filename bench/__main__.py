@@ -206,10 +206,15 @@ def managed_lines(run: dict) -> list[str]:
     m = run.get("managed")
     if not m:
         return []
+    base = (
+        "including the Debian base's debootstrap"
+        if m.get("base_built")
+        else "with the Debian base cached"
+    )
     return [
         "",
         f"The managed (v2) plugin (`make plugin`: {m['rootfs_mb']} MB rootfs, "
-        f"{m['make_plugin_s']:.0f} s to build and create with the Debian base cached, "
+        f"{m['make_plugin_s']:.0f} s to build and create {base}, "
         f"`docker plugin enable` {m['enable_s']:.1f} s), measured after the socket plugin stopped:",
         "",
         "| `docker run --rm … true`, median of 10 | managed plugin | socket plugin | bridge |"

@@ -44,6 +44,8 @@ def run(workdir: Path, runs: int = 10) -> dict[str, Any]:
             "make_plugin_s": built,
             "rootfs_mb": int(sizes[1]) if sizes else None,
             "create_s": int(sizes[3]) if sizes else None,
+            # build-plugin.sh says so when it had to debootstrap the base (not cached yet).
+            "base_built": "plugin: debootstrap" in out,
         }
     finally:
         docker("network", "rm", net, check=False)

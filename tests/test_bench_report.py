@@ -90,3 +90,16 @@ def test_the_service_and_netprofile_section_reports_ratios_of_one_run() -> None:
     assert "| iperf3 Mbit/s | 4000 | 3800 | 0.95 |" in text
     assert "| 10 Mbit/s | 9.90 | 0.990 | 10.10 | 1.010 |" in text
     assert "median 300 ms, at most 400 ms" in text.replace("\n", " ")
+
+
+def test_the_managed_plugin_line_says_whether_the_base_was_built_in_the_run() -> None:
+    from bench.__main__ import managed_lines
+
+    m = {"rootfs_mb": 280, "make_plugin_s": 21.0, "enable_s": 3.5, "docker_run": 0.4}
+    run = {"netplugin": 0.35, "bridge": 0.32}
+    cached = "\n".join(managed_lines({**run, "managed": {**m, "base_built": False}}))
+    built = "\n".join(managed_lines({**run, "managed": {**m, "base_built": True}}))
+    assert "21 s to build and create with the Debian base cached" in cached
+    assert "21 s to build and create including the Debian base's debootstrap" in built
+    assert "| seconds | 0.40 | 0.35 | 0.32 | 1.14 | 1.25 |" in cached
+    assert managed_lines(run) == []
