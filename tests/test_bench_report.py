@@ -10,7 +10,7 @@ from fuzz_tally import CRASH, Problem, Tally
 from hypothesis import strategies as st
 
 from bench import fuzz, sections
-from bench.__main__ import write_report
+from bench.__main__ import managed_lines, write_report
 
 FUZZ_TEXT = "## Fuzzing\n\n| API | requests |\n|---|---:|\n| master | 10000 |"
 
@@ -93,8 +93,6 @@ def test_the_service_and_netprofile_section_reports_ratios_of_one_run() -> None:
 
 
 def test_the_managed_plugin_line_says_whether_the_base_was_built_in_the_run() -> None:
-    from bench.__main__ import managed_lines
-
     m = {"rootfs_mb": 280, "make_plugin_s": 21.0, "enable_s": 3.5, "docker_run": 0.4}
     run = {"netplugin": 0.35, "bridge": 0.32}
     cached = "\n".join(managed_lines({**run, "managed": {**m, "base_built": False}}))
