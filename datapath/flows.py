@@ -7,10 +7,10 @@ instruction order), so a flow read back from OVS compares equal to the flow we w
 
 Match fields use os-ken's OFPMatch names; a masked field is (value, mask), a full mask is
 dropped (as OVS reports it): reg0..reg15 are 32-bit fields like any other. Actions:
-    ("meter", meter_id)                the OpenFlow 1.3 meter instruction: always first
+    ("meter", meter_id)                the meter (an OpenFlow 1.5 action): always first
     ("output", port)                   ("set_field", field, value)  vlan_vid incl. 0x1000
     ("push_vlan", ethertype=0x8100)    ("pop_vlan",)
-    ("move", src_field, dst_field, n_bits)   copy a whole field (Nicira reg move, offsets 0)
+    ("move", src_field, dst_field, n_bits)   copy a whole field (copy-field, offsets 0)
     ("group", group_id)                the group's buckets act on copies of the packet
     ("ct", commit, zone, table|None, nested)   conntrack; table: recirculate there (any
                                        table, backwards too) with ct_state set; see _ct
@@ -75,7 +75,7 @@ _INT_FIELD_BITS = {
 }
 OFPVID_PRESENT = 0x1000
 
-# Apply-actions keep their order; the meter instruction comes first, these come last.
+# Apply-actions keep their order; the meter comes first, these come last.
 _TRAILING = ("write_metadata", "goto")
 OFPTT_MAX = 254  # the last table id
 CT_ZONE_MAX = 0xFFFF
@@ -87,7 +87,7 @@ NAT_FLAGS = frozenset({"random", "hash", "persistent"})
 
 @dataclass(frozen=True)
 class Flow:
-    """One OpenFlow 1.3 flow entry; (table, priority, match) is its identity on the switch."""
+    """One OpenFlow flow entry; (table, priority, match) is its identity on the switch."""
 
     table: int
     priority: int
@@ -375,7 +375,7 @@ def flow(
 
 @dataclass(frozen=True)
 class Meter:
-    """An OpenFlow 1.3 meter with one drop band: packets above ``rate_kbps`` (kbit/s), after a
+    """An OpenFlow meter with one drop band: packets above ``rate_kbps`` (kbit/s), after a
     burst of ``burst_kbit``, are dropped. ``unsupported``: a meter read back that netplugin
     would not write (never equal to a desired one, so reconcile rewrites it)."""
 
@@ -405,14 +405,22 @@ def meter(meter_id: int, rate_kbps: int, burst_kbit: int) -> Meter:
     return Meter(mid, int(rate_kbps), int(burst_kbit))
 
 
+# A select group's selection method (OVS's OpenFlow 1.5 group property) and its parameter:
+# dp_hash with algorithm 0 hashes the 5-tuple, UDP ports included, in the datapath. OVS's
+# default leaves UDP ports out on netdev (docs/DESIGN.md, "Which provider").
+SELECTION: tuple[str, int] = ("dp_hash", 0)
+
+
 @dataclass(frozen=True)
 class Group:
-    """An OpenFlow 1.3 select group: each new flow of packets takes one bucket (equal
-    weights), whose apply-actions act on it. ``unsupported`` as for Meter."""
+    """An OpenFlow 1.5 select group: each new flow of packets takes one bucket (equal
+    weights, picked by ``selection``), whose apply-actions act on it. ``unsupported`` as
+    for Meter."""
 
     id: int
     buckets: tuple[tuple[Action, ...], ...]
     unsupported: str = ""
+    selection: tuple[str, int] = SELECTION
 
     @property
     def identity(self) -> tuple[str, int]:
@@ -424,7 +432,8 @@ class Group:
             for b in self.buckets
         )
         extra = f" ({self.unsupported})" if self.unsupported else ""
-        return f"group_id={self.id},type=select,{buckets}{extra}"
+        method = f"selection_method={self.selection[0]}," if self.selection[0] else ""
+        return f"group_id={self.id},type=select,{method}{buckets}{extra}"
 
 
 BUCKET_WEIGHT = 100  # every bucket's: providers share a service evenly

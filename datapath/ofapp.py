@@ -1,4 +1,4 @@
-"""The OpenFlow 1.3 controller that keeps one bridge's flows equal to a desired set.
+"""The OpenFlow 1.5 controller that keeps one bridge's flows equal to a desired set.
 
 os-ken runs in-process on native threads (never eventlet/gevent monkey patching). On every
 (re)connect, on every set_desired(), on resync() and after an error reply, the controller

@@ -1,19 +1,24 @@
-"""Canonical Flows to and from os-ken's OpenFlow 1.3 parser objects.
+"""Canonical Flows to and from os-ken's OpenFlow 1.5 parser objects.
 
 to_ofp_* and flow_mod build what is sent; from_ofp_flow turns what the switch reports back
 into a Flow that compares equal to the one written. An action or instruction we do not
 model reads back as ("unsupported", ...), so such a flow never equals a desired one and
 reconcile replaces it. ct reads back whole (a register zone, nested nat and set_field
 ct_mark/ct_label); only ALG, force or other nested actions are unsupported.
+
+OpenFlow 1.5 rather than 1.3 for one reason: only 1.5's group mod carries OVS's selection
+method property, which services need (datapath.flows.SELECTION). The rest is the same but
+for the meter, an apply-action in 1.5 instead of an instruction.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from os_ken.ofproto import nicira_ext
-from os_ken.ofproto import ofproto_v1_3 as ofp
-from os_ken.ofproto import ofproto_v1_3_parser as parser
+from os_ken.ofproto import ofproto_v1_5 as ofp
+from os_ken.ofproto import ofproto_v1_5_parser as parser
 
 from datapath.flows import (
     BUCKET_WEIGHT,
@@ -26,7 +31,57 @@ from datapath.flows import (
 )
 
 _ALL_BITS = (1 << 64) - 1
-_INSTRUCTIONS = ("meter", "write_metadata", "goto")
+_INSTRUCTIONS = ("write_metadata", "goto")
+
+
+def _replace_parser(cls: type, make: Any) -> None:
+    """Set ``cls.parser`` to ``make(original parser function)``, once."""
+    original = cls.__dict__["parser"].__func__
+    if getattr(original, "_netplugin_fixed", False):
+        return
+    fixed = make(original)
+    fixed._netplugin_fixed = True
+    cls.parser = classmethod(fixed)  # type: ignore[attr-defined]
+
+
+def _bounded(original: Any) -> Any:
+    """os-ken 4.2.2's OpenFlow 1.5 OFPBucket and OFPGroupDescStats parse their properties
+    from ``buf[offset:offset + length]`` after advancing offset past their header, so they
+    read on into the next bucket or group (a group desc reply with two buckets comes back
+    garbled). Both start with their 16-bit length: handing the parser exactly its record
+    makes that slice end where the record does."""
+
+    def parse(klass: type, buf: Any, offset: int) -> Any:
+        (length,) = struct.unpack_from("!H", buf, offset)
+        return original(klass, buf[offset : offset + length], 0)
+
+    return parse
+
+
+def _copy_field(_original: Any) -> Any:
+    """os-ken 4.2.2's OFPActionCopyField parser reads OXM ids up to its length past its
+    header, so it takes the padding and the next actions for more of them (and then fails
+    its own check that there are two), and it leaves ``len`` at the header's 12 bytes, so
+    the actions after it are read from the wrong place. A copy-field holds exactly two ids:
+    read those, and keep its length."""
+
+    def parse(klass: type, buf: Any, offset: int) -> Any:
+        type_, len_, n_bits, src_ofs, dst_ofs = struct.unpack_from(
+            ofp.OFP_ACTION_COPY_FIELD_PACK_STR, buf, offset
+        )
+        rest = buf[offset + ofp.OFP_ACTION_COPY_FIELD_SIZE : offset + len_]
+        src, rest = parser.OFPOxmId.parse(rest)
+        dst, _ = parser.OFPOxmId.parse(rest)
+        action = klass(n_bits, src_ofs, dst_ofs, [src, dst], type_, len_)
+        action.len = len_
+        return action
+
+    return parse
+
+
+_replace_parser(parser.OFPBucket, _bounded)
+_replace_parser(parser.OFPGroupDescStats, _bounded)
+_replace_parser(parser.OFPActionCopyField, _copy_field)
 # OVS's nx_nat_flags (os-ken has no names for them).
 _NAT_KINDS = {"src": 1 << 0, "dst": 1 << 1}
 _NAT_FLAGS = {"persistent": 1 << 2, "hash": 1 << 3, "random": 1 << 4}
@@ -39,6 +94,8 @@ def to_ofp_match(flow: Flow) -> parser.OFPMatch:
 
 def _ofp_action(action: Action) -> Any:
     kind = action[0]
+    if kind == "meter":
+        return parser.OFPActionMeter(action[1])
     if kind == "output":
         return parser.OFPActionOutput(action[1])
     if kind == "set_field":
@@ -48,7 +105,8 @@ def _ofp_action(action: Action) -> Any:
     if kind == "pop_vlan":
         return parser.OFPActionPopVlan()
     if kind == "move":
-        return parser.NXActionRegMove(src_field=action[1], dst_field=action[2], n_bits=action[3])
+        # OVS takes Nicira's reg_move up to OpenFlow 1.4 only; 1.5 has copy-field.
+        return parser.OFPActionCopyField(n_bits=action[3], oxm_ids=[action[1], action[2]])
     if kind == "group":
         return parser.OFPActionGroup(action[1])
     if kind == "ct":
@@ -101,11 +159,10 @@ def _ofp_nat(action: Action) -> Any:
 
 
 def to_ofp_instructions(flow: Flow) -> list[Any]:
-    """The OpenFlow 1.3 instructions for a flow's actions; none means drop."""
+    """The OpenFlow instructions for a flow's actions (the meter is the first apply-action);
+    none means drop."""
     apply = [a for a in flow.actions if a[0] not in _INSTRUCTIONS]
-    instructions: list[Any] = [
-        parser.OFPInstructionMeter(a[1], ofp.OFPIT_METER) for a in flow.actions if a[0] == "meter"
-    ]
+    instructions: list[Any] = []
     if apply:
         actions = [_ofp_action(a) for a in apply]
         instructions.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions))
@@ -178,6 +235,8 @@ def _unsupported(action: Any) -> Action:
 
 
 def _from_ofp_action(action: Any) -> Action:
+    if isinstance(action, parser.OFPActionMeter):
+        return ("meter", action.meter_id)
     if isinstance(action, parser.OFPActionOutput):
         return ("output", action.port)
     if isinstance(action, parser.OFPActionSetField):
@@ -186,8 +245,12 @@ def _from_ofp_action(action: Any) -> Action:
         return ("push_vlan", action.ethertype)
     if isinstance(action, parser.OFPActionPopVlan):
         return ("pop_vlan",)
-    if isinstance(action, parser.NXActionRegMove) and action.src_ofs == action.dst_ofs == 0:
-        return ("move", action.src_field, action.dst_field, action.n_bits)
+    if (
+        isinstance(action, parser.OFPActionCopyField)
+        and action.src_offset == action.dst_offset == 0
+    ):
+        src, dst = (i.type for i in action.oxm_ids)
+        return ("move", src, dst, action.n_bits)
     if isinstance(action, parser.OFPActionGroup):
         return ("group", action.group_id)
     if isinstance(action, parser.NXActionCT):
@@ -196,13 +259,11 @@ def _from_ofp_action(action: Any) -> Action:
 
 
 def from_ofp_flow(table_id: int, priority: int, cookie: int, match: Any, instructions: Any) -> Flow:
-    """A Flow from what the switch reports (an OFPFlowStats' fields)."""
+    """A Flow from what the switch reports (an OFPFlowDesc's fields)."""
     actions: list[Action] = []
     for inst in instructions:
         if isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
             actions.extend(_from_ofp_action(a) for a in inst.actions)
-        elif isinstance(inst, parser.OFPInstructionMeter):
-            actions.append(("meter", inst.meter_id))
         elif isinstance(inst, parser.OFPInstructionWriteMetadata):
             actions.append(("write_metadata", inst.metadata, inst.metadata_mask))
         elif isinstance(inst, parser.OFPInstructionGotoTable):
@@ -210,8 +271,32 @@ def from_ofp_flow(table_id: int, priority: int, cookie: int, match: Any, instruc
         else:
             actions.append(("unsupported", type(inst).__name__, str(inst)))
     return Flow(
-        table_id, priority, canonical_match(match.items()), canonical_actions(actions), cookie
+        table_id,
+        priority,
+        canonical_match(_registers(match.items())),
+        canonical_actions(actions),
+        cookie,
     )
+
+
+_HALF = (1 << 32) - 1
+
+
+def _registers(fields: Any) -> list[tuple[str, Any]]:
+    """Match fields with OpenFlow 1.5's 64-bit packet registers split into the 32-bit ones
+    we write: OVS reports reg(2n) and reg(2n+1) together as xreg<n> (reg(2n) in its upper
+    half), with a mask covering only the halves the flow matches."""
+    out: list[tuple[str, Any]] = []
+    for name, value in fields:
+        if not name.startswith("xreg"):
+            out.append((name, value))
+            continue
+        n = int(name[4:])
+        value, mask = value if isinstance(value, tuple) else (value, (1 << 64) - 1)
+        for reg, shift in ((2 * n, 32), (2 * n + 1, 0)):
+            if (mask >> shift) & _HALF:
+                out.append((f"reg{reg}", ((value >> shift) & _HALF, (mask >> shift) & _HALF)))
+    return out
 
 
 # --- meters and groups ---
@@ -232,7 +317,7 @@ def meter_mod(datapath: Any, m: Meter, command: int = ofp.OFPMC_ADD) -> parser.O
 
 
 def from_ofp_meter(stat: Any) -> Meter:
-    """A Meter from an OFPMeterConfigStats; one netplugin would not write is unsupported."""
+    """A Meter from an OFPMeterDescStats; one netplugin would not write is unsupported."""
     bands = list(stat.bands)
     if stat.flags & ~ofp.OFPMF_STATS != _METER_FLAGS or len(bands) != 1:
         return Meter(
@@ -244,31 +329,82 @@ def from_ofp_meter(stat: Any) -> Meter:
     return Meter(stat.meter_id, band.rate, band.burst_size)
 
 
+# OVS's selection method group property (include/openflow/netronome-ext.h): an OpenFlow 1.5
+# experimenter property of NTR_VENDOR_ID, exp_type NTRT_SELECTION_METHOD; after the 12-byte
+# experimenter header, 4 bytes of padding, the method's name (16 bytes, NUL-terminated) and
+# a 64-bit parameter. We send no fields (dp_hash takes none).
+_NTR_VENDOR_ID = 0x0000154D
+_NTRT_SELECTION_METHOD = 1
+_SELECTION_BODY = struct.Struct("!4x16sQ")
+
+
+def _selection_property(method: str, param: int) -> Any:
+    body = _SELECTION_BODY.pack(method.encode(), param)
+    words = [int.from_bytes(body[i : i + 4], "big") for i in range(0, len(body), 4)]
+    return parser.OFPGroupPropExperimenter(
+        type_=ofp.OFPGPT_EXPERIMENTER,
+        experimenter=_NTR_VENDOR_ID,
+        exp_type=_NTRT_SELECTION_METHOD,
+        data=words,
+    )
+
+
+def _selection_of(properties: Any) -> tuple[str, int] | str:
+    """The selection method a group desc's properties name (("", 0): none), or why it is
+    not one we understand."""
+    found: tuple[str, int] = ("", 0)
+    for prop in properties:
+        if not isinstance(prop, parser.OFPGroupPropExperimenter) or (
+            prop.experimenter,
+            prop.exp_type,
+        ) != (_NTR_VENDOR_ID, _NTRT_SELECTION_METHOD):
+            return f"property {type(prop).__name__}"
+        body = b"".join(int(w).to_bytes(4, "big") for w in prop.data)
+        if len(body) != _SELECTION_BODY.size:
+            return f"selection method with {len(body) - _SELECTION_BODY.size} bytes of fields"
+        name, param = _SELECTION_BODY.unpack(body)
+        found = (name.rstrip(b"\0").decode(errors="replace"), param)
+    return found
+
+
 def group_mod(datapath: Any, g: Group, command: int = ofp.OFPGC_ADD) -> parser.OFPGroupMod:
     """An OFPGroupMod that adds, modifies or (OFPGC_DELETE) deletes select group ``g``."""
-    buckets = (
-        []
-        if command == ofp.OFPGC_DELETE
-        else [
-            parser.OFPBucket(
-                weight=BUCKET_WEIGHT,
-                watch_port=ofp.OFPP_ANY,
-                watch_group=ofp.OFPG_ANY,
-                actions=[_ofp_action(a) for a in bucket],
-            )
-            for bucket in g.buckets
-        ]
+    if command == ofp.OFPGC_DELETE:
+        return parser.OFPGroupMod(datapath, command, ofp.OFPGT_SELECT, g.id)
+    buckets = [
+        parser.OFPBucket(
+            bucket_id=i,
+            actions=[_ofp_action(a) for a in bucket],
+            properties=[
+                parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=BUCKET_WEIGHT)
+            ],
+        )
+        for i, bucket in enumerate(g.buckets)
+    ]
+    method, param = g.selection
+    properties = [_selection_property(method, param)] if method else []
+    return parser.OFPGroupMod(
+        datapath, command, ofp.OFPGT_SELECT, g.id, buckets=buckets, properties=properties
     )
-    return parser.OFPGroupMod(datapath, command, ofp.OFPGT_SELECT, g.id, buckets)
+
+
+def _weight(bucket: Any) -> int | None:
+    weights = [
+        p.weight for p in bucket.properties if isinstance(p, parser.OFPGroupBucketPropWeight)
+    ]
+    return weights[0] if len(weights) == 1 else None
 
 
 def from_ofp_group(stat: Any) -> Group:
     """A Group from an OFPGroupDescStats; one netplugin would not write is unsupported."""
     if stat.type != ofp.OFPGT_SELECT:
         return Group(stat.group_id, (), unsupported=f"type {stat.type}")
+    selection = _selection_of(stat.properties)
+    if isinstance(selection, str):
+        return Group(stat.group_id, (), unsupported=selection)
     buckets = []
     for b in stat.buckets:
-        if b.weight != BUCKET_WEIGHT:
-            return Group(stat.group_id, (), unsupported=f"bucket weight {b.weight}")
+        if _weight(b) != BUCKET_WEIGHT:
+            return Group(stat.group_id, (), unsupported=f"bucket weight {_weight(b)}")
         buckets.append(canonical_actions(_from_ofp_action(a) for a in b.actions))
-    return Group(stat.group_id, tuple(buckets))
+    return Group(stat.group_id, tuple(buckets), selection=selection)

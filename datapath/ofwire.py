@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from os_ken.ofproto import ofproto_v1_3 as ofp
-from os_ken.ofproto import ofproto_v1_3_parser as parser
+from os_ken.ofproto import ofproto_v1_5 as ofp
+from os_ken.ofproto import ofproto_v1_5_parser as parser
 
 from datapath.flows import COOKIE, COOKIE_MASK, Entry, Flow, Group, Meter
 from datapath.ofcodec import (
@@ -97,7 +97,7 @@ class SwitchWire:
 
     def read_flows(self, dp: Any) -> set[Flow]:
         """Our flows on the switch (those carrying our cookie)."""
-        request = parser.OFPFlowStatsRequest(
+        request = parser.OFPFlowDescStatsRequest(
             dp,
             table_id=ofp.OFPTT_ALL,
             out_port=ofp.OFPP_ANY,
@@ -119,9 +119,9 @@ class SwitchWire:
         """Our flows, and the bridge's meters and groups (the bridge is netplugin's: every
         meter and group on it is ours)."""
         found: set[Entry] = set(self.read_flows(dp))
-        for reply in self.request(dp, parser.OFPMeterConfigStatsRequest(dp, 0, ofp.OFPM_ALL)):
+        for reply in self.request(dp, parser.OFPMeterDescStatsRequest(dp, 0, ofp.OFPM_ALL)):
             found.update(from_ofp_meter(stat) for stat in reply.body)
-        for reply in self.request(dp, parser.OFPGroupDescStatsRequest(dp, 0)):
+        for reply in self.request(dp, parser.OFPGroupDescStatsRequest(dp, 0, ofp.OFPG_ALL)):
             found.update(from_ofp_group(stat) for stat in reply.body)
         return found
 

@@ -19,7 +19,7 @@ from os_ken.base import app_manager
 from os_ken.controller import controller as osken_controller
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
-from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_5 as ofp
 
 if TYPE_CHECKING:
     from datapath.ofapp import FlowController
@@ -71,12 +71,12 @@ class NetpluginOFApp(app_manager.OSKenApp):
         elif ev.state == DEAD_DISPATCHER:
             self.controller._on_disconnect(ev.datapath)
 
-    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
-    def _flow_stats_reply(self, ev: Any) -> None:
+    @set_ev_cls(ofp_event.EventOFPFlowDescStatsReply, MAIN_DISPATCHER)
+    def _flow_desc_reply(self, ev: Any) -> None:
         self.controller._on_reply(ev.msg)
 
-    @set_ev_cls(ofp_event.EventOFPMeterConfigStatsReply, MAIN_DISPATCHER)
-    def _meter_config_reply(self, ev: Any) -> None:
+    @set_ev_cls(ofp_event.EventOFPMeterDescStatsReply, MAIN_DISPATCHER)
+    def _meter_desc_reply(self, ev: Any) -> None:
         self.controller._on_reply(ev.msg)
 
     @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, MAIN_DISPATCHER)

@@ -266,7 +266,7 @@ class Ovs:
         datapath_type: DatapathType | None = None,
         fail_mode: str | None = "secure",
         controller: str | Iterable[str] | None = None,
-        protocols: Iterable[str] = ("OpenFlow13",),
+        protocols: Iterable[str] = ("OpenFlow13", "OpenFlow15"),
         hwaddr: str | None = None,
         controller_max_backoff_ms: int = 1000,
     ) -> bool:
@@ -274,7 +274,8 @@ class Ovs:
 
         fail_mode "secure" keeps the flows while the controller is away. controller None
         leaves the controllers as they are; an empty list removes them, and OVS then
-        flushes the bridge's flows. protocols default to OpenFlow 1.3 only.
+        flushes the bridge's flows. protocols default to OpenFlow 1.3 and 1.5: the controller
+        speaks 1.5 (datapath.ofcodec), operators' ovs-ofctl -O OpenFlow13 keeps working.
         """
         controllers: list[str] | None
         if controller is None:

@@ -104,9 +104,11 @@ class NetctlLab:
         return profile
 
     def service(self, name: str, *opts: str) -> str:
+        """Create the service, or change it."""
         svc = f"{self.prefix}{name}"
         self.netctl("service", "create", "-s", self.network, *opts, svc)
-        self.services.append(svc)
+        if svc not in self.services:
+            self.services.append(svc)
         return svc
 
     def container(

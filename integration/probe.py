@@ -48,20 +48,21 @@ class ContainerNet(NamespaceNet):
 
 class EchoServer:
     """Echoes on TCP and UDP ``port`` in a container, in daemon threads, until closed. With
-    ``greeting``, each TCP connection first gets it (and there is no UDP)."""
+    ``greeting``, each TCP connection first gets it, and each datagram gets it as the answer
+    instead of its echo."""
 
     def __init__(self, net: ContainerNet, port: int, greeting: bytes = b"") -> None:
         self.greeting = greeting
         self.tcp = net.socket(socket.SOCK_STREAM)
-        self.udp = None if greeting else net.socket(socket.SOCK_DGRAM)
+        self.udp = net.socket(socket.SOCK_DGRAM)
         for s in (self.tcp, self.udp):
-            if s is not None:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind(("0.0.0.0", port))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("0.0.0.0", port))
         self.tcp.listen(256)
-        self._threads = [threading.Thread(target=self._accept, daemon=True)]
-        if self.udp is not None:
-            self._threads.append(threading.Thread(target=self._datagrams, daemon=True))
+        self._threads = [
+            threading.Thread(target=self._accept, daemon=True),
+            threading.Thread(target=self._datagrams, daemon=True),
+        ]
         for t in self._threads:
             t.start()
 
@@ -92,20 +93,17 @@ class EchoServer:
                 conn.sendall(data)
 
     def _datagrams(self) -> None:
-        assert self.udp is not None
         while True:
             try:
                 data, peer = self.udp.recvfrom(4096)
                 if peer is None:  # shut down
                     return
-                self.udp.sendto(data, peer)
+                self.udp.sendto(self.greeting or data, peer)
             except OSError:
                 return
 
     def close(self) -> None:
         for s in (self.tcp, self.udp):
-            if s is None:
-                continue
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
             s.close()
@@ -163,24 +161,31 @@ def echoes(s: socket.socket, payload: bytes = b"still here") -> bool:
 class NameServer(EchoServer):
     """Answers every TCP connection on ``port`` in a container with its name, then echoes
     what the connection sends until it closes: who a connection to a VIP reached, and
-    whether it is still open."""
+    whether it is still open. Every datagram to ``port`` gets the name back too."""
 
     def __init__(self, net: ContainerNet, port: int, name: str) -> None:
         super().__init__(net, port, greeting=name.encode())
 
 
 def who_answers(
-    net: NamespaceNet, ip: str, port: int, n: int, timeout: float = 2.0
+    net: NamespaceNet, ip: str, port: int, n: int, timeout: float = 2.0, udp: bool = False
 ) -> dict[str, int]:
-    """n new TCP connections from a namespace to ip:port, one after another: how often each
-    NameServer answered ("error" for a connection that did not open or say a name)."""
+    """n new TCP connections (or UDP flows: a datagram from a new socket, so a new source
+    port, each) from a namespace to ip:port, one after another: how often each NameServer
+    answered ("error" for a connection that did not open or say a name, or a datagram not
+    answered; "elsewhere" for an answer from another address than ip:port)."""
     got: dict[str, int] = {}
     for _ in range(n):
-        with contextlib.closing(net.socket(socket.SOCK_STREAM)) as s:
+        with contextlib.closing(net.socket(socket.SOCK_DGRAM if udp else socket.SOCK_STREAM)) as s:
             s.settimeout(timeout)
             try:
-                s.connect((ip, port))
-                who = s.recv(64).decode() or "error"
+                if udp:
+                    s.sendto(b"?", (ip, port))
+                    data, peer = s.recvfrom(64)
+                    who = data.decode() if peer == (ip, port) else "elsewhere"
+                else:
+                    s.connect((ip, port))
+                    who = s.recv(64).decode() or "error"
             except OSError:
                 who = "error"
         got[who] = got.get(who, 0) + 1

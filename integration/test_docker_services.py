@@ -1,6 +1,6 @@
 """Service LBs on one host, end to end: netctl makes the network and the service, containers
 started with `docker run --net NET --label app=web` become its providers (the agent reads
-their labels from dockerd), and real TCP connections to the VIP reach them.
+their labels from dockerd), and real TCP connections and UDP flows to the VIP reach them.
 
 Run under the docker lock:
 
@@ -95,6 +95,29 @@ def test_a_vip_spreads_connections_over_labelled_containers_as_they_come_and_go(
     assert lab.inspect("service", svc)["numProviders"] == 2
 
 
+def test_each_clients_tcp_connections_and_udp_flows_spread_over_the_providers(lab: Lab) -> None:
+    """Per client and per protocol: each new UDP flow (a fresh source port) picks a provider
+    as a TCP connection does, so one client's UDP is not stuck to one provider."""
+    web1 = lab.provider(lab.network, "app=web")
+    web2 = lab.provider(lab.network, "app=web")
+    svc = lab.service("mix", "-l", "app=web", "-p", "80:8080:TCP", "-p", "53:8080:UDP")
+    vip = lab.vip(svc)
+    wait_for(lambda: lab.providers(svc) == {web1, web2}, SETTLE, "both web containers provide")
+    clients = [lab.net(lab.container(lab.network)) for _ in range(3)]
+    for udp, port in ((False, 80), (True, 53)):
+        wait_for(
+            lambda port=port, udp=udp: (
+                who_answers(clients[0], vip, port, 1, udp=udp).get("error") is None
+            ),
+            SETTLE,
+            f"the VIP answers on {port}",
+        )
+        for net in clients:
+            got = who_answers(net, vip, port, 100, udp=udp)
+            assert set(got) == {web1, web2}, (net.container, port, got)
+            assert min(got.values()) >= 30, (net.container, port, got)
+
+
 def _sessions_to(net: ContainerNet, vip: str, who: str) -> Iterator[object]:
     """Open connections to the VIP until one reaches ``who``; yields it (left open)."""
     for _ in range(50):
@@ -120,6 +143,23 @@ def test_a_provider_reaches_its_own_vip(lab: Lab) -> None:
     )
     got = who_answers(lab.net(web1), vip, 80, 40)
     assert got.get("error") is None and got.get(web1, 0) > 0 and got.get(web2, 0) > 0, got
+
+
+def test_creating_a_service_again_changes_it_in_place(lab: Lab) -> None:
+    """The README's way to change a service: `netctl service create` with its name again and
+    the whole new spec. The VIP stays; selectors and ports apply at once."""
+    web = lab.provider(lab.network, "app=web")
+    api = lab.provider(lab.network, "app=api")
+    svc = lab.service("chg", "-l", "app=web", "-p", "80:8080:TCP")
+    vip = lab.vip(svc)
+    client = lab.net(lab.container(lab.network))
+    wait_for(lambda: who_answers(client, vip, 80, 1) == {web: 1}, SETTLE, f"the VIP reaches {web}")
+    lab.service("chg", "-l", "app=api", "-p", "81:8080:TCP")
+    assert lab.vip(svc) == vip
+    wait_for(lambda: lab.providers(svc) == {api}, SETTLE, f"{api} is the only provider")
+    wait_for(lambda: who_answers(client, vip, 81, 1) == {api: 1}, SETTLE, f"port 81 reaches {api}")
+    assert who_answers(client, vip, 80, 1, timeout=1) == {"error": 1}  # no longer served
+    assert who_answers(client, vip, 81, 20) == {api: 20}
 
 
 def test_a_policy_denying_the_providers_port_blocks_it_through_the_vip(lab: Lab) -> None:

@@ -1,10 +1,11 @@
-"""Service LBs through a real userspace OVS, with real TCP connections between network
-namespaces: the flows netplugin compiles (datapath.services), programmed by
+"""Service LBs through a real userspace OVS, with real TCP connections and UDP flows between
+network namespaces: the flows netplugin compiles (datapath.services), programmed by
 `python -m datapath.ofapp` on a private OVS.
 
-c1 is a client, p1 and p2 are providers of VIP 10.71.0.100:80 -> 8080 (each a TCP server
-that answers its own name). Connections to the VIP spread over both, replies come from the
-VIP, a provider leaving gets no new connections while the others keep theirs, a provider
+c1, c2 and c3 are clients, p1 and p2 are providers of VIP 10.71.0.100:80 -> 8080 and
+10.71.0.100:53 -> 5353/udp (each a TCP and a UDP server that answer their own name). Each
+client's connections and UDP flows to the VIP spread over both, replies come from the VIP,
+a provider leaving gets no new connections while the others keep theirs, a provider
 reaches its own VIP (hairpin: it may be picked for itself), and a policy that denies the
 provider's port blocks it through the VIP too. TX checksum offload is off in the namespaces,
 as conntrack on this datapath needs (shared/spec/DATAPATH-FEATURES.md §1).
@@ -46,6 +47,32 @@ while True:
     c.close()
 """
 
+UDP_SERVER = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 5353))
+while True:
+    _, peer = s.recvfrom(64)
+    s.sendto(sys.argv[1].encode(), peer)
+"""
+
+UDP_CLIENT = """
+import socket, sys, collections
+got = collections.Counter()
+target = (sys.argv[1], int(sys.argv[3]))
+for i in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # a new flow: a fresh source port
+    s.settimeout(2)
+    try:
+        s.sendto(b"?", target)
+        data, peer = s.recvfrom(64)
+        got[data.decode() if peer == target else "elsewhere"] += 1
+    except OSError:
+        got["error"] += 1
+    s.close()
+print(" ".join(f"{k}={v}" for k, v in sorted(got.items())))
+"""
+
 CLIENT = """
 import socket, sys, collections
 got = collections.Counter()
@@ -77,11 +104,21 @@ class Box:
     def provider(self) -> ProviderState:
         return ProviderState(self.ip, self.mac)
 
-    def connect(self, n: int, target: str = VIP, port: int = 80) -> Counter[str]:
-        """n TCP connections to target:port, one after the other: who answered how often."""
+    def connect(self, n: int, target: str = VIP, port: int = 80, udp: bool = False) -> Counter[str]:
+        """n TCP connections (or UDP flows, each from a new socket) to target:port, one after
+        the other: who answered how often."""
         argv = [target, str(n), str(port)]
         proc = subprocess.run(
-            ["ip", "netns", "exec", self.netns, "python3", "-c", CLIENT, *argv],
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.netns,
+                "python3",
+                "-c",
+                UDP_CLIENT if udp else CLIENT,
+                *argv,
+            ],
             capture_output=True,
             text=True,
             timeout=60 + 3 * n,
@@ -105,7 +142,7 @@ class Lab:
             NET,
             VIP,
             1,
-            (ServicePortState(6, 80, 8080),),
+            (ServicePortState(6, 80, 8080), ServicePortState(17, 53, 5353)),
             tuple(sorted((self.boxes[p].provider() for p in providers), key=lambda p: p.ip)),
         )
         return DesiredState(
@@ -142,7 +179,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     ovs = OvsInstance(tag, workdir)
     boxes = {
         n: Box(n, f"{tag}-{n}", f"02:00:00:00:0b:{i:02x}", f"10.71.0.{i}")
-        for i, n in ((1, "c1"), (2, "p1"), (3, "p2"))
+        for i, n in ((1, "c1"), (2, "p1"), (3, "p2"), (4, "c2"), (5, "c3"))
     }
     controller: ControllerProcess | None = None
     servers: list[subprocess.Popen[bytes]] = []
@@ -166,23 +203,28 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
                 run("ip", "-n", ovs.netns, "link", "set", host_end, "up")
                 b.ofport = db.add_port(BRIDGE, host_end)
         for name in ("p1", "p2"):
-            servers.append(
-                subprocess.Popen(
-                    ["ip", "netns", "exec", boxes[name].netns, "python3", "-c", SERVER, name],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
+            for server in (SERVER, UDP_SERVER):
+                servers.append(
+                    subprocess.Popen(
+                        ["ip", "netns", "exec", boxes[name].netns, "python3", "-c", server, name],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
                 )
-            )
         controller = ControllerProcess(ovs, port, name="svc")
         lab = Lab(ovs, controller, boxes, gateway_ofport)
         controller.write_state(lab.state(("p1", "p2")).to_dict())
         controller.start()
         controller.wait_status(lambda st: st["reconcile_count"] >= 1 and not st["last_error"])
-        wait_for(
-            lambda: boxes["c1"].connect(1, boxes["p1"].ip, 8080)["p1"] == 1,
-            20,
-            "p1's server answers directly",
-        )
+        for name in ("p1", "p2"):
+            wait_for(
+                lambda name=name: (
+                    boxes["c1"].connect(1, boxes[name].ip, 8080)[name] == 1
+                    and boxes["c1"].connect(1, boxes[name].ip, 5353, udp=True)[name] == 1
+                ),
+                20,
+                f"{name}'s TCP and UDP servers answer directly",
+            )
         yield lab
     finally:
         for proc in servers:
@@ -205,6 +247,17 @@ def test_connections_to_the_vip_spread_over_the_providers(lab: Lab) -> None:
     got = lab.boxes["c1"].connect(200)
     assert got["error"] == 0, got
     assert got["p1"] + got["p2"] == 200 and min(got["p1"], got["p2"]) >= 60, got
+
+
+@pytest.mark.parametrize("udp", [False, True], ids=["tcp", "udp"])
+def test_each_clients_flows_spread_over_the_providers(lab: Lab, udp: bool) -> None:
+    """Per client, not only overall: a select group hashing without the UDP ports would give
+    each client's UDP flows one provider (the default of OVS's userspace datapath)."""
+    port = 53 if udp else 80
+    for client in ("c1", "c2", "c3"):
+        got = lab.boxes[client].connect(100, port=port, udp=udp)
+        assert got["error"] == got["elsewhere"] == 0, (client, got)
+        assert got["p1"] + got["p2"] == 100 and min(got["p1"], got["p2"]) >= 30, (client, got)
 
 
 def test_a_provider_that_leaves_gets_no_new_connections(lab: Lab) -> None:

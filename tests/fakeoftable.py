@@ -1,11 +1,11 @@
-"""A tiny OpenFlow 1.3 switch model (faucet's fakeoftable idea): where does this packet go?
+"""A tiny OpenFlow switch model (faucet's fakeoftable idea): where does this packet go?
 
 walk(flows, packet) sends a packet (its in_port and header fields, as a dict) through a set
 of canonical Flows from table 0, the way OVS would, and returns the ports it left on, each
 with the packet as it left, and the flows it hit. It models what netplugin's flows use:
 priorities (two best matches at one priority are an error, not a coin toss), masked
 matches, metadata, goto (forward only), the miss flows the pipeline declares (no flow
-matching in a table is OpenFlow 1.3's default: drop), output (never back out of the
+matching in a table is OpenFlow's default since 1.3: drop), output (never back out of the
 in_port; OFPP_IN_PORT sends it there), set_field, move, push/pop VLAN, a meter (passes the
 packet: rates are not modelled) and ct(table=N), which recirculates to table N with
 ct_state, ct_zone, ct_mark and ct_label set. Registers (reg0..reg15) are header fields
@@ -19,7 +19,8 @@ the SYN, the reply and the next packet of one connection, with the table kept in
 The FakeConntrack also does NAT: ct(commit, nat(dst|src=...)) binds a new connection, and
 a ct() with nat translates the packets of a bound connection (un-NATs its replies), with
 +dnat/+snat set, as OVS does. A group action takes one bucket of a select group (chosen
-by the packet's 5-tuple, or by walk's ``choose``) and runs it on a copy of the packet.
+as OVS would by the group's selection method, see ovs_select, or by walk's ``choose``) and
+runs it on a copy of the packet.
 Anything else raises, so a test never passes by silently ignoring an action.
 """
 
@@ -248,9 +249,17 @@ class _Packet:
 Chooser = Callable[[Group, Mapping[str, Any]], int]
 
 
-def by_five_tuple(g: Group, headers: Mapping[str, Any]) -> int:
-    """The default bucket choice: a hash of the packet's 5-tuple (like OVS's dp_hash)."""
+def ovs_select(g: Group, headers: Mapping[str, Any]) -> int:
+    """The bucket OVS 3.1 picks, by the group's selection method: dp_hash with algorithm 0
+    hashes the 5-tuple; with no method it hashes symmetrically and, on the userspace
+    datapath, without UDP ports (flow_hash_symmetric_l3l4(..., false)), so every UDP flow
+    between two addresses takes one bucket. Other methods are not modelled."""
     key = FakeConntrack.five_tuple(headers)
+    if g.selection == ("", 0) and key is not None:
+        src, dst, proto, sport, dport = key
+        key = (src ^ dst, proto, sport ^ dport if proto in (6, 132) else 0, 0, 0)
+    elif g.selection != ("dp_hash", 0):
+        raise NotModelled(f"group {g.id}: selection method {g.selection}")
     return zlib.crc32(repr(key).encode()) % len(g.buckets)
 
 
@@ -287,7 +296,7 @@ class FakeOFTable:
         packet: Mapping[str, Any],
         ct_state: int = CT_TRACKED | CT_NEW,
         conntrack: FakeConntrack | None = None,
-        choose: Chooser = by_five_tuple,
+        choose: Chooser = ovs_select,
     ) -> Walk:
         """Send ``packet`` from table 0. After a ct(), the packet's ct_state is what
         ``conntrack`` says, or without one ``ct_state``; a select group takes the bucket
@@ -445,7 +454,7 @@ def walk(
     packet: Mapping[str, Any],
     ct_state: int = CT_TRACKED | CT_NEW,
     conntrack: FakeConntrack | None = None,
-    choose: Chooser = by_five_tuple,
+    choose: Chooser = ovs_select,
 ) -> Walk:
     """Where ``packet`` goes through ``flows``: see FakeOFTable.walk."""
     return FakeOFTable(flows).walk(packet, ct_state, conntrack, choose)

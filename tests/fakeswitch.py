@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from os_ken.ofproto import ofproto_v1_3 as ofp
-from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
+from os_ken.ofproto import ofproto_v1_5 as ofp
+from os_ken.ofproto import ofproto_v1_5_parser as ofp_parser
 
 from datapath.flows import Entry, Flow, Group, Meter
 from datapath.ofapp import FlowController, ReconcileStats
@@ -62,9 +62,9 @@ class FakeSwitch:
     def send_msg(self, msg: Any) -> bool:
         if msg.xid is None:
             self.set_xid(msg)
-        if isinstance(msg, ofp_parser.OFPFlowStatsRequest):
+        if isinstance(msg, ofp_parser.OFPFlowDescStatsRequest):
             self._stats(msg)
-        elif isinstance(msg, ofp_parser.OFPMeterConfigStatsRequest):
+        elif isinstance(msg, ofp_parser.OFPMeterDescStatsRequest):
             body = [_meter_stats(m) for m in self.table.values() if isinstance(m, Meter)]
             self.controller._on_reply(self._reply(msg.xid, body=body))
         elif isinstance(msg, ofp_parser.OFPGroupDescStatsRequest):
@@ -94,7 +94,7 @@ class FakeSwitch:
             key=str,
         )
         body = [
-            ofp_parser.OFPFlowStats(
+            ofp_parser.OFPFlowDesc(
                 table_id=f.table,
                 priority=f.priority,
                 cookie=f.cookie,
@@ -150,12 +150,14 @@ class FakeSwitch:
 
 def _meter_stats(m: Meter) -> Any:
     mod = meter_mod(None, m)
-    return ofp_parser.OFPMeterConfigStats(flags=mod.flags, meter_id=m.id, bands=mod.bands)
+    return ofp_parser.OFPMeterDescStats(flags=mod.flags, meter_id=m.id, bands=mod.bands)
 
 
 def _group_stats(g: Group) -> Any:
     mod = group_mod(None, g)
-    return ofp_parser.OFPGroupDescStats(type_=mod.type, group_id=g.id, buckets=mod.buckets)
+    return ofp_parser.OFPGroupDescStats(
+        type_=mod.type, group_id=g.id, buckets=mod.buckets, properties=mod.properties
+    )
 
 
 def reconcile(switch: FakeSwitch, desired: set[Flow]) -> ReconcileStats:

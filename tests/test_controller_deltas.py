@@ -25,7 +25,7 @@ from datapath_states import (
 )
 from fakeoftable import walk
 from fakeswitch import FakeSwitch
-from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_5 as ofp
 
 from datapath.flowmodel import Change, FlowModel
 from datapath.flows import Flow, FlowDiff

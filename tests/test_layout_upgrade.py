@@ -32,7 +32,7 @@ from datapath_states import (
 )
 from fakeoftable import walk
 from fakeswitch import FakeSwitch, reconcile
-from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_5 as ofp
 
 from datapath.flows import Flow, diff
 from datapath.ofapp import FlowController

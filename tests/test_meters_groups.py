@@ -4,10 +4,14 @@ FlowController's reconcile and deltas against a fake switch that keeps them as O
 
 from __future__ import annotations
 
+import struct
+from dataclasses import replace
+
 import pytest
 from fakeswitch import FakeSwitch, reconcile
-from os_ken.ofproto import ofproto_v1_3 as ofp
-from os_ken.ofproto import ofproto_v1_3_parser as parser
+from os_ken.ofproto import ofproto_parser, ofproto_protocol
+from os_ken.ofproto import ofproto_v1_5 as ofp
+from os_ken.ofproto import ofproto_v1_5_parser as parser
 
 from datapath.flows import FlowDiff, Group, Meter, flow, group, meter
 from datapath.ofapp import FlowController
@@ -52,10 +56,46 @@ def test_values_are_canonical_and_refuse_what_a_switch_cannot_hold() -> None:
 def test_codec_round_trips_and_marks_what_netplugin_would_not_write() -> None:
     assert from_ofp_meter(meter_mod(None, M1)) == M1
     assert from_ofp_group(group_mod(None, G1)) == G1
-    pkts = parser.OFPMeterConfigStats(flags=ofp.OFPMF_PKTPS | ofp.OFPMF_BURST, meter_id=3, bands=[])
+    pkts = parser.OFPMeterDescStats(flags=ofp.OFPMF_PKTPS | ofp.OFPMF_BURST, meter_id=3, bands=[])
     assert from_ofp_meter(pkts).unsupported
     all_type = parser.OFPGroupDescStats(type_=ofp.OFPGT_ALL, group_id=16, buckets=[])
     assert from_ofp_group(all_type).unsupported and from_ofp_group(all_type) != G1
+
+
+def _group_desc_reply(*groups: Group) -> list[Group]:
+    """The groups as OVS reports them: one OpenFlow 1.5 group desc reply on the wire (each
+    entry's buckets and properties are encoded as in a group mod), parsed by os-ken."""
+    dp = ofproto_protocol.ProtocolDesc(ofp.OFP_VERSION)
+    body = b""
+    for g in groups:
+        mod = group_mod(dp, g)
+        mod.set_xid(1)
+        mod.serialize()
+        rest = bytes(mod.buf[ofp.OFP_GROUP_MOD_SIZE :])
+        body += struct.pack("!HBxIH6x", 16 + len(rest), mod.type, g.id, mod.bucket_array_len)
+        body += rest
+    head = struct.pack("!BBHIHH4x", ofp.OFP_VERSION, ofp.OFPT_MULTIPART_REPLY, 16 + len(body), 7,
+                       ofp.OFPMP_GROUP_DESC, 0)  # fmt: skip
+    msg = ofproto_parser.msg(dp, ofp.OFP_VERSION, ofp.OFPT_MULTIPART_REPLY, 16 + len(body), 7,
+                             head + body)  # fmt: skip
+    return [from_ofp_group(stat) for stat in msg.body]
+
+
+def test_groups_with_several_buckets_survive_the_wire_with_their_selection_method() -> None:
+    two = group(17, [BUCKET, [("set_field", "eth_dst", "02:42:0a:01:00:06"), BUCKET[1]]])
+    assert two.selection == ("dp_hash", 0) and "selection_method=dp_hash" in str(two)
+    assert _group_desc_reply(G1, two, G1) == [G1, two, G1]
+    legacy = replace(two, selection=("", 0))  # written by OpenFlow 1.3: OVS's default hash
+    assert _group_desc_reply(legacy) == [legacy] and legacy != two
+
+
+def test_a_group_with_another_selection_method_is_modified_in_place() -> None:
+    legacy = replace(G1, selection=("", 0))
+    switch = FakeSwitch(FlowController(), {M1, legacy, METERED, GROUPED})
+    stats = reconcile(switch, DESIRED)
+    assert switch.flows == DESIRED
+    assert (stats.replaced, stats.deleted) == (1, 0)
+    assert kinds(switch) == [("group", ofp.OFPGC_MODIFY)]
 
 
 def test_reconcile_writes_entries_before_the_flows_naming_them_then_sends_nothing() -> None:

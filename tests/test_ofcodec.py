@@ -1,4 +1,4 @@
-"""Flows to and from os-ken's OpenFlow 1.3 messages, through the wire format."""
+"""Flows to and from os-ken's OpenFlow 1.5 messages, through the wire format."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from datapath_states import cluster, world
 from os_ken.ofproto import ofproto_parser, ofproto_protocol
-from os_ken.ofproto import ofproto_v1_3 as ofp
-from os_ken.ofproto import ofproto_v1_3_parser as ofp_parser
+from os_ken.ofproto import ofproto_v1_5 as ofp
+from os_ken.ofproto import ofproto_v1_5_parser as ofp_parser
 
 from datapath.flows import COOKIE, Flow, flow
-from datapath.ofcodec import flow_mod, from_ofp_flow
+from datapath.ofcodec import flow_mod, from_ofp_flow, to_ofp_instructions
 from datapath.pipeline import compile_flows
 
 F3 = flow(1, 10, [("output", 1)], eth_dst="02:00:00:00:00:01")
@@ -39,16 +39,20 @@ def test_every_compiled_flow_survives_the_wire() -> None:
         assert _over_the_wire(f) == f
 
 
-def test_a_move_read_back_by_its_nxm_names_is_the_same_flow() -> None:
+def test_a_move_is_a_copy_field_and_reads_back_by_its_nxm_names_too() -> None:
     wanted = flow(2, 100, [("move", "eth_src", "eth_dst", 48), ("output", 0xFFFFFFF8)])
+    sent = to_ofp_instructions(wanted)[0].actions[0]
+    # OVS refuses Nicira's reg_move in OpenFlow 1.5 (OFPBAC_BAD_EXP_TYPE).
+    assert isinstance(sent, ofp_parser.OFPActionCopyField)
     inst = ofp_parser.OFPInstructionActions(
         ofp.OFPIT_APPLY_ACTIONS,
         [
-            ofp_parser.NXActionRegMove(src_field="eth_src_nxm", dst_field="eth_dst_nxm", n_bits=48),
+            ofp_parser.OFPActionCopyField(n_bits=48, oxm_ids=["eth_src_nxm", "eth_dst_nxm"]),
             ofp_parser.OFPActionOutput(0xFFFFFFF8),
         ],
     )
     assert from_ofp_flow(2, 100, COOKIE, ofp_parser.OFPMatch(), [inst]) == wanted
+    assert _over_the_wire(wanted) == wanted
 
 
 def test_strict_delete_matches_any_output_and_the_exact_cookie() -> None:
@@ -174,3 +178,21 @@ def test_conntrack_beyond_the_model_never_equals_a_desired_flow(fields: dict[str
     back = _ct_as_read(**fields)
     assert back.actions[0][0] == "unsupported"
     assert back != flow(40, 100, [("ct", True, 9, 50)])
+
+
+def test_registers_reported_as_openflow_15_xregs_read_back_as_written() -> None:
+    """OVS reports reg(2n) and reg(2n+1) together as xreg<n> in OpenFlow 1.5."""
+    wanted = flow(20, 90, [("output", 2)], reg5=0x80000005, reg6=(0x80000000, 0x80000000), reg15=7)
+    match = ofp_parser.OFPMatch(
+        xreg2=(0x80000005, 0xFFFFFFFF),
+        xreg3=(0x8000000000000000, 0x8000000000000000),
+        xreg7=(7, 0xFFFFFFFF),
+    )
+    actions = ofp_parser.OFPInstructionActions(
+        ofp.OFPIT_APPLY_ACTIONS, [ofp_parser.OFPActionOutput(2)]
+    )
+    assert from_ofp_flow(20, 90, COOKIE, match, [actions]) == wanted
+    both = ofp_parser.OFPMatch(xreg0=(5 << 32) | 6)  # a full 64-bit match: reg0 and reg1
+    assert from_ofp_flow(20, 90, COOKIE, both, [actions]) == flow(
+        20, 90, [("output", 2)], reg0=5, reg1=6
+    )

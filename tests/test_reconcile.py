@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from datapath_states import world
 from fakeswitch import FakeSwitch, reconcile
-from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_5 as ofp
 
 from datapath.flows import Flow, flow
 from datapath.ofapp import FlowController

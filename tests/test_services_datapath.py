@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from datapath_states import E1, E2, GW_A_PORT, NET_A, R1, TUN_H2, VNI_A, arp_request, cluster, ipv4
 from fakeoftable import CT_SNAT, FakeConntrack, walk
 
@@ -99,6 +100,39 @@ def test_connections_spread_over_the_providers() -> None:
     ]
     local, remote = where.count(frozenset({E2.ofport})), where.count(frozenset({TUN_H2}))
     assert local + remote == 200 and min(local, remote) >= 60
+
+
+def _where_flows_go(flows: Any, proto: int, n: int) -> list[frozenset[int]]:
+    """Where n new flows from E1 to VIP:53 leave, each from a new source port."""
+    l4 = {6: "tcp", 17: "udp"}[proto]
+    ct = FakeConntrack()
+    out = []
+    for i in range(n):
+        pkt = ipv4(E1, vip_mac(VIP), VIP, ip_proto=proto, **{f"{l4}_src": 20000 + i})
+        out.append(frozenset(walk(flows, {**pkt, f"{l4}_dst": 53}, conntrack=ct).ports))
+    return out
+
+
+@pytest.mark.parametrize("proto", [6, 17], ids=["tcp", "udp"])
+def test_one_clients_flows_spread_over_the_providers(proto: int) -> None:
+    """Each new flow from one client, with a fresh source port, takes a provider by its
+    5-tuple: UDP as well as TCP (OVS's default selection leaves UDP ports out)."""
+    svc = replace(WEB, ports=(ServicePortState(proto, 53, 5353),))
+    flows = compile_flows(with_services(svc))
+    assert {e.selection for e in flows if isinstance(e, Group)} == {("dp_hash", 0)}
+    where = _where_flows_go(flows, proto, 100)
+    local, remote = where.count(frozenset({E2.ofport})), where.count(frozenset({TUN_H2}))
+    assert local + remote == 100 and min(local, remote) >= 30
+
+
+def test_a_group_without_the_selection_method_keeps_a_clients_udp_on_one_provider() -> None:
+    """Why the groups name their selection method: what OVS does without one."""
+    svc = replace(WEB, ports=(ServicePortState(17, 53, 5353),))
+    flows = {
+        replace(e, selection=("", 0)) if isinstance(e, Group) else e
+        for e in compile_flows(with_services(svc))
+    }
+    assert len(set(_where_flows_go(flows, 17, 100))) == 1
 
 
 def test_only_the_services_ports_and_new_connections_meet_the_group() -> None:
