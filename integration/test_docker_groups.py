@@ -252,3 +252,43 @@ def test_a_users_own_docker_network_of_a_group(made: Made) -> None:
     assert res.returncode != 0
     assert f"is on network {net}, not {other}: use -o network={net}" in res.stderr, res.stderr
     assert not exists(f"x-{web}") and not exists(f"y-{web}")
+
+
+def group_on(docker_network: str) -> str | None:
+    """The cluster network a group's docker network names (-o network=), None while absent."""
+    res = sh("docker", "network", "inspect", "-f", "{{json .Options}}", docker_network, check=False)
+    return json.loads(res.stdout).get("network") if res.returncode == 0 else None
+
+
+def test_a_renamed_networks_groups_follow_it(made: Made) -> None:
+    """Renaming a network carries its groups along (issue 22): the group's docker network
+    is made again on the new name, and `docker run --net GROUP` lands on the renamed network
+    with the group's ip-pool, beside the network's own containers."""
+    net = made.network("10.95.0.0/24")
+    web = made.group(net, "web", "-r", "10.95.0.100-10.95.0.120")
+    wait_for(lambda: group_on(web) == net, SYNC, f"docker network {web} appears on {net}")
+    # The agent held the network once (a container came and went): the rename replaces it.
+    once = made.run(net)
+    sh("docker", "rm", "-f", once)
+    made.containers.remove(once)
+
+    renamed = f"pn-{uuid.uuid4().hex[:6]}"
+    r = requests.post(
+        f"{made.master.url}/api/v1/networks/default:{net}/rename",
+        json={"networkName": renamed},
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    made.networks[made.networks.index(net)] = renamed
+    group = requests.get(f"{made.master.url}/api/v1/endpointGroups/default:{web}", timeout=10)
+    assert group.json()["networkName"] == renamed
+
+    wait_for(lambda: group_on(web) == renamed, SYNC, f"docker network {web} on {renamed}")
+    wait_for(lambda: exists(renamed), SYNC, f"docker network {renamed} appears")
+    a = made.run(web)
+    assert 100 <= last_octet(ip_of(a)) <= 120
+    ep = endpoint_of(made.master, a)
+    assert (ep["networkName"], ep["groupName"]) == (renamed, web)
+    b = made.run(renamed)
+    assert ping(a, ip_of(b)) and ping(b, ip_of(a)) and ping(a, "10.95.0.1")
+    assert not exists(net)  # the old name's docker network went

@@ -16,6 +16,7 @@ from ipam.errors import (
     IpamError,
     OverlapError,
     PoolExhausted,
+    UnusableSubnet,
 )
 from ipam.intervals import IntervalSet
 from ipam.parse import (
@@ -29,6 +30,7 @@ from ipam.parse import (
     usable_bounds,
 )
 from ipam.pool import Allocator, PoolSpec
+from ipam.subnets import check_ownable
 
 __all__ = [
     "DEFAULT_V4_POOLS",
@@ -46,6 +48,8 @@ __all__ = [
     "OverlapError",
     "PoolExhausted",
     "PoolSpec",
+    "UnusableSubnet",
+    "check_ownable",
     "first_overlap",
     "format_range",
     "int_to_address",

@@ -42,6 +42,16 @@ class InvalidCidr(IpamError):
         self.reason = reason
 
 
+class UnusableSubnet(IpamError):
+    """A valid CIDR that no network may own (ipam.subnets): too wide, or special-purpose."""
+
+    def __init__(self, what: str, value: str, reason: str) -> None:
+        super().__init__(f"{what} {_show(value)} {reason}")
+        self.what = what
+        self.value = value
+        self.reason = reason
+
+
 class InvalidAddress(IpamError):
     """A field that must be a single IP address is not one."""
 

@@ -6,6 +6,8 @@ from common import keys, owners
 from common.models import EndpointGroup, Network, Rule
 from common.records import (
     AllocRecord,
+    GroupRecord,
+    HostRecord,
     NetworkRecord,
     PoolRecord,
     ServiceRecord,
@@ -18,6 +20,8 @@ from .addresses import PoolCache
 from .decisions import groups as group_rules
 from .decisions.networks import (
     addressing,
+    carried_groups,
+    check_clear_of_hosts,
     check_deletable,
     check_name_free,
     check_readdress,
@@ -114,6 +118,9 @@ class Networks:
                 taken = self.txn.get(clash) is not None
                 check_name_free(net.id, net.tenantName, net.networkName, taken)
                 compares += [absent(key), absent(clash)]
+            hosts, registered = self._hosts()
+            check_clear_of_hosts(net, hosts)
+            compares += registered
 
             tags = {
                 u.tag: u.network for u in map(tag_use, self.txn.range(keys.tags_of(net.encap))[0])
@@ -145,6 +152,21 @@ class Networks:
 
         return retrying(f"network {net.id}", attempt)
 
+    def _hosts(self) -> tuple[list[HostRecord], list[Compare]]:
+        """The hosts' registrations (live ones, and the VTEPs kept after one lapses), and
+        the compares that none was written since they were read."""
+        records: list[HostRecord] = []
+        compares: list[Compare] = []
+        for prefix in (keys.HOSTS, keys.VTEPS):
+            kvs, rev = self.txn.range(prefix)
+            for kv in kvs:
+                try:
+                    records.append(HostRecord.decode(kv.value))
+                except (ValueError, TypeError):
+                    continue  # an agent's record we cannot read names no address
+            compares.append(untouched_since(prefix, rev))
+        return records, compares
+
     def _take_gateway(self, pid: str, address: str, compares: list[Compare], ops: list[Op]) -> None:
         """The network takes its gateway address over from the request that held it in the
         pool it adopts (Docker's gateway request): that request's owner record goes."""
@@ -157,7 +179,9 @@ class Networks:
             ops.append(Delete(keys.owner(holder)))
 
     def rename(self, tenant: str, name: str, new_name: str) -> Network:
-        """Rename a network that has no endpoints yet (docker names arrive after creation)."""
+        """Rename a network that has no endpoints yet (docker names arrive after creation).
+        Its endpoint groups follow it in the same txn, which compares that no group of the
+        tenant was written since they were read (one made on the old name meanwhile)."""
         check_name("network", new_name)
 
         def attempt() -> Network:
@@ -176,6 +200,8 @@ class Networks:
             check_unnamed(rec.id, naming)
             services, on_it = self._services(tenant, name)
             check_no_services(rec.id, services, "renamed")
+            gkvs, grev = self.txn.range(keys.groups_of(tenant))
+            groups = carried_groups((GroupRecord.decode(g.value) for g in gkvs), name, new_name)
             compares = [
                 unchanged(kv),
                 absent(new_key),
@@ -183,11 +209,13 @@ class Networks:
                 absent(clash),
                 rules,
                 on_it,
+                untouched_since(keys.groups_of(tenant), grev),
             ]
             ops: list[Op] = [
                 Delete(kv.key),
                 Put(new_key, new.encode()),
                 Put(keys.tag(new.encap, new.pkt_tag), new.id.encode()),
+                *(Put(keys.group(tenant, g.config.groupName), g.encode()) for g in groups),
             ]
             for pid in rec.pools:
                 pkv = self.txn.get(keys.pool(pid))

@@ -139,7 +139,8 @@ class Pools:
         """Make Docker's pool id ``req.poolID`` book in network TENANT:NETWORK's pool (within
         endpoint group ``req.groupName``'s ip-pool): one txn turns a docker pool of its own
         into an alias of that pool and moves its addresses there. A pool id that books there
-        already is left as it is; what the pool id stands for is returned."""
+        already is left as it is, one no pool holds is a 404; what the pool id stands for is
+        returned."""
         tenant, network, group = req.tenantName, req.networkName, req.groupName
         obj = f"docker pool {req.poolID} of network {tenant}:{network}"
 

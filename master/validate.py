@@ -22,7 +22,7 @@ from common.models import (
     Network,
     Rule,
 )
-from ipam import parse_address, parse_network, parse_range
+from ipam import check_ownable, parse_address, parse_network, parse_range
 from ipam.errors import IpamError
 from ipam.parse import usable_bounds
 
@@ -92,14 +92,16 @@ def normalize_network(n: Network) -> Network:
     update: dict[str, str] = {}
     try:
         if n.subnet:
-            net4 = parse_network(n.subnet, "subnet", version=4)
+            net4 = check_ownable(parse_network(n.subnet, "subnet", version=4))
             update["subnet"] = str(net4)
             gw = _gateway(obj, n.gateway, net4, "gateway")
             update["gateway"] = str(gw) if gw else ""
         elif n.gateway:
             raise BadRequest(obj, "gateway given without a subnet")
         if n.ipv6Subnet:
-            net6 = parse_network(n.ipv6Subnet, "ipv6-subnet", version=6)
+            net6 = check_ownable(
+                parse_network(n.ipv6Subnet, "ipv6-subnet", version=6), "ipv6-subnet"
+            )
             update["ipv6Subnet"] = str(net6)
             gw6 = _gateway(obj, n.ipv6Gateway, net6, "ipv6-gateway")
             update["ipv6Gateway"] = str(gw6) if gw6 else ""

@@ -6,10 +6,11 @@ import re
 
 import pytest
 
-from common.models import GlobalSettings, Network
-from common.records import NetworkRecord, PoolRecord
+from common.models import EndpointGroup, GlobalSettings, Network
+from common.records import GroupRecord, NetworkRecord, PoolRecord
 from master.decisions.networks import (
     addressing,
+    carried_groups,
     check_deletable,
     check_readdress,
     check_rename,
@@ -213,3 +214,19 @@ def test_rename_carries_the_tag_and_the_pools() -> None:
     assert renamed_pool(pool, new) == PoolRecord(
         "10.1.0.0/24", "10.1.0.128/25", "t:web", "10.1.0.1", "t:web"
     )
+
+
+def test_rename_carries_the_groups_of_the_network_only() -> None:
+    def group(name: str, network: str, **kw: object) -> GroupRecord:
+        g = {"tenantName": "t", "groupName": name, "networkName": network, **kw}
+        return GroupRecord(EndpointGroup.model_validate(g), tag=len(name))
+
+    web = group("web", "abc", ipPool="10.1.0.10-10.1.0.20", policies=["p"], netProfile="gold")
+    groups = [web, group("db", "other"), group("app", "abc")]
+    carried = carried_groups(groups, "abc", "web2")
+    assert [(g.config.groupName, g.config.networkName, g.tag) for g in carried] == [
+        ("web", "web2", 3),
+        ("app", "web2", 3),
+    ]
+    assert carried[0].config.model_copy(update={"networkName": "abc"}) == web.config
+    assert carried_groups(groups, "nothing", "x") == []

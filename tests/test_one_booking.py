@@ -26,7 +26,7 @@ from master.decisions.bindings import Binding, Target, plan_binding
 from master.decisions.consistency import check_state
 from master.decisions.networks import plan_pools
 from master.decisions.pools import PoolGrant, free_pool_id, plan_pool_request
-from master.errors import BadRequest, Conflict
+from master.errors import BadRequest, Conflict, NotFound
 from plugin.app import create_app
 from plugin.driver import Driver
 from plugin.master_client import MasterClient
@@ -331,6 +331,29 @@ def test_o_group_alone_books_in_the_groups_ip_pool(plugin: FlaskClient, web: Rea
     consistent(web)
 
 
+def test_an_unknown_pool_id_is_not_bound(web: RealMaster) -> None:
+    """Only a pool id RequestPool gave is ever bound (the plugin binds only those it handed
+    out): any other is a 404 naming it, and nothing changes."""
+    before = web.snapshot()
+    session = web.session()
+    for pool_id in ("default:10.7.0.0/24", "blue:10.9.0.0/24@front", "nonsense"):
+        binding = {
+            "poolID": pool_id,
+            "tenantName": "blue",
+            "networkName": "web",
+            "dockerNetworkID": NID2,
+        }
+        r = session.post(
+            f"{web.url}/api/v1/alloc/pool-bindings",
+            json=binding,
+            headers={"Authorization": f"Bearer {web.token}"},
+        )
+        assert r.status_code == 404, r.text
+        assert r.json()["object"] == f"docker pool {pool_id} of network blue:web"
+        assert r.json()["reason"].startswith("not found (no RequestPool gave it")
+    assert web.snapshot() == before
+
+
 def test_ipam_opt_network_and_group_are_as_before(plugin: FlaskClient, web: RealMaster) -> None:
     opts = {"tenant": "blue", "network": "web", "group": "front"}
     before = web.snapshot()
@@ -453,7 +476,12 @@ def test_a_docker_pool_of_its_own_becomes_an_alias_with_its_addresses() -> None:
 
 def test_what_needs_no_binding_and_what_cannot_be_bound() -> None:
     assert plan_binding(f"blue:{X}", PoolRecord(X, network="blue:n"), BLUE) == Binding()
-    assert plan_binding(f"default:{X}", None, BLUE) == Binding()
+    with pytest.raises(NotFound) as e:
+        plan_binding(f"default:{X}", None, BLUE)
+    assert str(e.value) == (
+        f"docker pool default:{X} of a new network in tenant blue: not found (no RequestPool "
+        "gave it, or ReleasePool took it back): nothing to bind"
+    )
     bound = PoolRecord(X, alias=f"blue:{X}")
     assert plan_binding(f"default:{X}", bound, BLUE) == Binding()
     with pytest.raises(Conflict, match="already stands for pool red:"):

@@ -19,7 +19,7 @@ from common import owners
 from common.models import docker_name
 from common.records import AllocRecord, PoolRecord
 
-from ..errors import BadRequest, Conflict
+from ..errors import BadRequest, Conflict, NotFound
 from .pools import GROUP_SEPARATOR, split_group_pool
 
 
@@ -90,10 +90,20 @@ def plan_binding(
 ) -> Binding:
     """Bind Docker's ``pool_id`` (``record``: the record of its pool, None if gone) to
     ``target``. ``allocs``: the addresses booked in the docker pool; ``taken``: those of
-    them already booked in the target pool."""
+    them already booked in the target pool.
+
+    A pool id no pool holds is refused: the plugin binds only the pool ids its RequestPool
+    handed out moments before, in the same `docker network create` (one it did not hand
+    out, after a restart, it leaves unbound), and Docker releases a pool only after
+    CreateNetwork failed or the network went. Answering "bound" would hide a docker network
+    whose addresses book nowhere."""
     obj = binding_obj(pool_id, target)
-    if record is None or pool_id == target.alias:
-        return Binding()  # gone (released already), or the network's own pool id
+    if record is None:
+        raise NotFound(
+            obj, "not found (no RequestPool gave it, or ReleasePool took it back): nothing to bind"
+        )
+    if pool_id == target.alias:
+        return Binding()  # the network's own pool id
     if record.alias:
         if record.alias == target.alias:
             return Binding()  # bound before (a retried CreateNetwork)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from ipaddress import ip_address
 from typing import Any
 
 from common.models import GlobalSettings, Network, docker_name
-from common.records import NetworkRecord, PoolRecord
+from common.records import GroupRecord, HostRecord, NetworkRecord, PoolRecord
 from ipam import parse_network
 
 from ..errors import BadRequest, Conflict
@@ -18,6 +19,34 @@ from .pools import free_pool_id, pool_id_for
 def addressing(n: Network) -> tuple[Any, ...]:
     """What endpoints depend on: changing any of it needs a network without endpoints."""
     return (n.subnet, n.gateway, n.ipv6Subnet, n.ipv6Gateway, n.encap, n.pktTag)
+
+
+def check_clear_of_hosts(net: Network, hosts: Iterable[HostRecord]) -> None:
+    """A network's subnets hold no registered host's VTEP or control address (``hosts``:
+    the registrations): its containers could be given one, and every host would route it to
+    the network's gateway port, taking the tunnels to that host (or its control traffic)
+    with it. (The master knows no other address of a host.)"""
+    known = sorted({(h.host, what, a) for h in hosts for what, a in _addresses(h)})
+    for subnet in (net.subnet, net.ipv6Subnet):
+        if not subnet:
+            continue
+        network = parse_network(subnet)
+        for host, what, address in known:
+            try:
+                held = ip_address(address) in network
+            except ValueError:
+                continue  # not an address: it cannot clash with one
+            if held:
+                raise Conflict(
+                    f"network {net.id}",
+                    f"subnet {network} holds {address}, the {what} address of host {host}: its "
+                    "containers could be given it, and every host would route it to this "
+                    "network's gateway port; choose a subnet that holds no host's address",
+                )
+
+
+def _addresses(host: HostRecord) -> list[tuple[str, str]]:
+    return [(what, a) for what, a in (("VTEP", host.vtep_ip), ("control", host.ctrl_ip)) if a]
 
 
 def check_readdress(net: Network, endpoints: int) -> None:
@@ -200,3 +229,15 @@ def renamed(rec: NetworkRecord, new_name: str) -> NetworkRecord:
 def renamed_pool(pool: PoolRecord, network: NetworkRecord) -> PoolRecord:
     """A network's pool follows its network's rename (its aliases' pool ids stay)."""
     return replace(pool, network=network.id, name=network.id)
+
+
+def carried_groups(groups: Iterable[GroupRecord], old: str, new: str) -> list[GroupRecord]:
+    """The endpoint groups (``groups``: those of the network's tenant) on network ``old``,
+    moved to ``new``: a rename carries them along, with their tags, ip-pools (the subnet
+    stays), policies and netprofiles. A group left naming ``old`` would refuse its
+    containers, leave ``new`` deletable under it, and go to a new network ``old``."""
+    return [
+        replace(g, config=g.config.model_copy(update={"networkName": new}))
+        for g in groups
+        if g.config.networkName == old
+    ]

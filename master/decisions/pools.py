@@ -11,7 +11,7 @@ from typing import Any
 from common import owners
 from common.models import NAME_RE, AddressRequest, EndpointGroup, PoolRequest
 from common.records import AllocRecord, OwnerRecord, PoolRecord
-from ipam import PoolSpec, next_free_pool, parse_network
+from ipam import PoolSpec, check_ownable, next_free_pool, parse_network
 from ipam.defaults import DEFAULT_V4_POOLS, DEFAULT_V6_POOLS
 from ipam.errors import IpamError
 from ipam.parse import parse_range
@@ -90,7 +90,8 @@ def plan_pool_request(
     obj = request_obj(req)
     try:
         if req.pool:
-            network = parse_network(req.pool, "pool", version=6 if req.v6 else None)
+            # --subnet: the network Docker creates next would own it (default pools may).
+            network = check_ownable(parse_network(req.pool, "pool", version=6 if req.v6 else None))
         else:
             used = [parse_network(p.cidr) for p in everywhere]
             candidate = next_free_pool(used, DEFAULT_V6_POOLS if req.v6 else DEFAULT_V4_POOLS)
