@@ -185,7 +185,8 @@ def endpoint_id(container_id: str, ifname: str) -> str:
 
 class Attachment:
     """What ADD made, to report: the interfaces, the addresses with their prefix and
-    gateway ("" for none), the DNS settings to hand back."""
+    network's gateway ("" for none), the routes it installed via the interface, the DNS
+    settings to hand back."""
 
     def __init__(
         self,
@@ -196,6 +197,7 @@ class Attachment:
         sandbox: str,
         addresses: tuple[tuple[str, str], ...],
         dns: dict[str, Any] | None = None,
+        routes: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.host_ifname = host_ifname
         self.host_mac = host_mac
@@ -204,22 +206,22 @@ class Attachment:
         self.sandbox = sandbox
         self.addresses = addresses  # ("10.1.0.5/24", "10.1.0.1" or "")
         self.dns = dict(dns or {})
+        self.routes = routes  # ("0.0.0.0/0", "10.1.0.1"): each one is in the namespace
 
 
 def result(version: str, a: Attachment) -> dict[str, Any]:
-    """ADD's result in ``version``'s shape (the container's interface is index 1)."""
+    """ADD's result in ``version``'s shape (the container's interface is index 1). An
+    address's "gateway" is its network's, for information (the spec's); "routes" are the
+    ones installed, left out when there are none, as the reference plugins do."""
     import ipaddress
 
     ips = []
-    routes = []
     for cidr, gateway in a.addresses:
-        family = ipaddress.ip_interface(cidr).version
         ip: dict[str, Any] = {"address": cidr, "interface": 1}
         if gateway:
             ip["gateway"] = gateway
-            routes.append({"dst": "0.0.0.0/0" if family == 4 else "::/0", "gw": gateway})
         if version != "1.0.0":
-            ip["version"] = str(family)
+            ip["version"] = str(ipaddress.ip_interface(cidr).version)
         ips.append(ip)
     out: dict[str, Any] = {
         "cniVersion": version,
@@ -228,7 +230,8 @@ def result(version: str, a: Attachment) -> dict[str, Any]:
             {"name": a.ifname, "mac": a.mac, "sandbox": a.sandbox},
         ],
         "ips": ips,
-        "routes": routes,
-        "dns": a.dns,
     }
+    if a.routes:
+        out["routes"] = [{"dst": dst, "gw": gw} for dst, gw in a.routes]
+    out["dns"] = a.dns
     return out

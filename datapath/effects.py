@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from datapath.flows import Flow, FlowDiff
 from datapath.hostnat import GatewayNet, PortMapping
-from datapath.netns import NetnsInterface
+from datapath.netns import NetnsInterface, NetnsRoute
 from datapath.ovs import PortInfo
 
 
@@ -120,14 +120,24 @@ class Netns(Protocol):
     """Interfaces in the network namespaces CNI runtimes make (datapath.netns)."""
 
     def move_into(
-        self, ifname: str, netns: str, name: str, addresses: Sequence[str], gateways: Sequence[str]
+        self,
+        ifname: str,
+        netns: str,
+        name: str,
+        addresses: Sequence[str],
+        routes: Sequence[tuple[str, str]],
     ) -> None:
-        """Move this host's ``ifname`` into ``netns`` as ``name``, up, addressed and routed
-        (an interface already there under ``name`` is brought in line)."""
+        """Move this host's ``ifname`` into ``netns`` as ``name``, up, addressed and with
+        ``routes`` ((dst, gateway)) via it (an interface already there under ``name`` is
+        brought in line; a route the namespace has via another interface is an error)."""
         ...
 
     def read(self, netns: str, name: str) -> NetnsInterface | None:
         """The interface ``name`` in ``netns`` (None if either is missing)."""
+        ...
+
+    def routes(self, netns: str) -> frozenset[NetnsRoute]:
+        """The main routing table of ``netns`` (empty if it is missing)."""
         ...
 
     def remove(self, netns: str, name: str) -> bool:

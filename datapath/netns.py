@@ -23,6 +23,8 @@ T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
 IFA_F_NODAD = 0x02  # no duplicate address detection: the address is ours by allocation
 EEXIST = 17
+MAIN_TABLE = 254
+FAMILIES = (2, 10)  # AF_INET, AF_INET6
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,15 @@ class NetnsInterface:
     mtu: int
     up: bool
     addresses: frozenset[str]  # "10.1.0.5/24"
-    gateways: frozenset[str]  # of its default routes
+
+
+@dataclass(frozen=True)
+class NetnsRoute:
+    """A route of a namespace's main table, both families."""
+
+    dst: str  # "0.0.0.0/0", "10.1.0.0/24", "::/0"
+    gateway: str  # "" for a route on the link
+    ifname: str  # the interface it leaves by ("" for a multipath route)
 
 
 def in_netns(path: str, fn: Callable[[], T]) -> T:
@@ -72,11 +82,12 @@ def move_into(
     netns: str,
     name: str,
     addresses: Sequence[str],
-    gateways: Sequence[str],
+    routes: Sequence[tuple[str, str]],
 ) -> None:
     """Move this host's ``ifname`` into the namespace at ``netns`` as ``name``, bring it up
-    with ``addresses`` ("10.1.0.5/24") and default routes via ``gateways``. An interface
-    already there under ``name`` (an ADD retried) is brought in line instead."""
+    with ``addresses`` ("10.1.0.5/24") and ``routes`` ((dst, gateway)) via it, and only
+    those. An interface already there under ``name`` (an ADD retried) is brought in line
+    instead; a route the namespace has already, not via this interface, is an error."""
     with IPRoute() as ip:
         index = _index(ip, ifname)
         if index is not None:
@@ -105,15 +116,50 @@ def move_into(
                 except NetlinkError as e:
                     if e.code != EEXIST:
                         raise
-            for gw in gateways:
-                dst = "0.0.0.0/0" if ipaddress.ip_address(gw).version == 4 else "::/0"
+            for dst, gw in routes:
                 try:
                     ip.route("add", dst=dst, gateway=gw, oif=index)
                 except NetlinkError as e:
                     if e.code != EEXIST:
                         raise
+                    if NetnsRoute(dst, gw, name) not in _routes(ip):  # not ours: say whose
+                        raise OSError(
+                            EEXIST, f"route {dst} exists already in {netns}, not via {name}"
+                        ) from None
 
     in_netns(netns, configure)
+
+
+def _routes(ip: IPRoute) -> frozenset[NetnsRoute]:
+    names = {link["index"]: str(link.get("IFLA_IFNAME")) for link in ip.get_links()}
+    found = set()
+    for family in FAMILIES:
+        for r in ip.get_routes(family=family):
+            if r.get("RTA_TABLE", r["table"]) != MAIN_TABLE:
+                continue
+            default = "0.0.0.0" if family == 2 else "::"
+            dst = ipaddress.ip_network(f"{r.get('RTA_DST') or default}/{r['dst_len']}")
+            gw = r.get("RTA_GATEWAY")
+            found.add(
+                NetnsRoute(
+                    str(dst),
+                    str(ipaddress.ip_address(gw)) if gw else "",
+                    names.get(r.get("RTA_OIF"), ""),
+                )
+            )
+    return frozenset(found)
+
+
+def routes(netns: str) -> frozenset[NetnsRoute]:
+    """The main table of the namespace at ``netns`` (empty if there is no such namespace)."""
+    if not os.path.exists(netns):
+        return frozenset()
+
+    def look() -> frozenset[NetnsRoute]:
+        with IPRoute() as ip:
+            return _routes(ip)
+
+    return in_netns(netns, look)
 
 
 def read(netns: str, name: str) -> NetnsInterface | None:
@@ -130,18 +176,11 @@ def read(netns: str, name: str) -> NetnsInterface | None:
                 for a in ip.get_addr(index=index)
                 if not str(a.get("IFA_ADDRESS", "")).startswith("fe80:")
             )
-            gateways = frozenset(
-                str(r.get("RTA_GATEWAY"))
-                for family in (2, 10)
-                for r in ip.get_routes(family=family, oif=index)
-                if r["dst_len"] == 0 and r.get("RTA_GATEWAY")
-            )
             return NetnsInterface(
                 mac=str(link.get("IFLA_ADDRESS")),
                 mtu=int(link.get("IFLA_MTU")),
                 up=bool(link["flags"] & 1),
                 addresses=addrs,
-                gateways=gateways,
             )
 
     if not os.path.exists(netns):
@@ -170,12 +209,20 @@ class NetlinkNetns:
     """The datapath.effects.Netns of this host."""
 
     def move_into(
-        self, ifname: str, netns: str, name: str, addresses: Sequence[str], gateways: Sequence[str]
+        self,
+        ifname: str,
+        netns: str,
+        name: str,
+        addresses: Sequence[str],
+        routes: Sequence[tuple[str, str]],
     ) -> None:
-        move_into(ifname, netns, name, addresses, gateways)
+        move_into(ifname, netns, name, addresses, routes)
 
     def read(self, netns: str, name: str) -> NetnsInterface | None:
         return read(netns, name)
+
+    def routes(self, netns: str) -> frozenset[NetnsRoute]:
+        return routes(netns)
 
     def remove(self, netns: str, name: str) -> bool:
         return remove(netns, name)

@@ -326,3 +326,117 @@ def test_a_pod_in_a_group_meets_its_policy_as_a_container_does(
             s.close()
         pod_net.close()
         exec_plugin("DEL", cid, path, conf(lab, group=group))
+
+
+def gateway_routes(ns: str) -> set[tuple[str, str, str]]:
+    """The namespace's routes through a gateway, both families, as `ip -j route` shows
+    them: (destination, gateway, interface)."""
+    found = set()
+    for family, default in (("-4", "0.0.0.0/0"), ("-6", "::/0")):
+        for r in json.loads(in_ns(ns, "ip", "-j", family, "route", "show", "table", "main").stdout):
+            if r.get("gateway"):
+                dst = default if r["dst"] == "default" else r["dst"]
+                found.add((dst, r["gateway"], r["dev"]))
+    return found
+
+
+def reported(result: dict[str, Any], ifname: str) -> set[tuple[str, str, str]]:
+    return {(r["dst"], r["gw"], ifname) for r in result.get("routes", [])}
+
+
+def pings(ns: str, address: str) -> bool:
+    return in_ns(ns, "ping", "-c", "1", "-W", "1", address, check=False).returncode == 0
+
+
+def test_a_second_interface_has_the_routes_its_result_lists(
+    lab: NetctlLab, pods: list[str]
+) -> None:
+    """Issue 22: a pod with eth0 on one network and net1 on another. net1's ADD used to
+    answer a default route via its gateway that the namespace never got (eth0's was there
+    first), so CHECK of ADD's own result failed with 102. Both families, real packets; and
+    Debian's ptp with host-local, the reference, answers and routes a second interface the
+    same way (no routes unless its configuration asks)."""
+    n = int(lab.subnet.split(".")[2])
+    nets = {}
+    for letter, octet in (("a", 241), ("b", 242)):
+        name = f"{lab.prefix}{letter}"
+        lab.netctl("net", "create", "-s", f"10.{octet}.{n}.0/24",
+                   "--subnetv6", f"fd{octet - 200}:{n}::/64", name)  # fmt: skip
+        nets[letter] = name
+    pod_ns, pod_path = pod(pods)
+    cid = uuid.uuid4().hex
+    made: list[tuple[str, str, str, str]] = []  # (container, path, ifname, network): DEL'd after
+    try:
+        peers = {}
+        for letter, network in nets.items():
+            _, peer_path = pod(pods)
+            peer_cid = uuid.uuid4().hex
+            status, peer = exec_plugin("ADD", peer_cid, peer_path, conf(lab, network=network))
+            assert status == 0 and peer is not None, peer
+            made.append((peer_cid, peer_path, "eth0", network))
+            peers[letter] = [ip["address"].split("/")[0] for ip in peer["ips"]]
+        status, eth0 = exec_plugin("ADD", cid, pod_path, conf(lab, network=nets["a"]))
+        assert status == 0 and eth0 is not None, eth0
+        made.append((cid, pod_path, "eth0", nets["a"]))
+        status, net1 = exec_plugin(
+            "ADD", cid, pod_path, conf(lab, network=nets["b"]), ifname="net1"
+        )
+        assert status == 0 and net1 is not None, net1
+        made.append((cid, pod_path, "net1", nets["b"]))
+
+        assert gateway_routes(pod_ns) == reported(eth0, "eth0") | reported(net1, "net1")
+        for ifname, network, result in (("eth0", nets["a"], eth0), ("net1", nets["b"], net1)):
+            check = {**conf(lab, network=network), "prevResult": result}
+            assert exec_plugin("CHECK", cid, pod_path, check, ifname=ifname) == (0, None)
+        assert {(r["dst"], r["gw"]) for r in eth0["routes"]} == {
+            ("0.0.0.0/0", f"10.241.{n}.1"), ("::/0", f"fd41:{n}::1"),
+        }  # fmt: skip
+        assert "routes" not in net1, net1  # a second interface: no default route
+        for address in peers["a"] + peers["b"]:  # IPv4 and IPv6 of each network's peer
+            wait_for(lambda a=address: pings(pod_ns, a), 15, f"the pod pings {address}")
+        # Asking net2 for the default route eth0 has: refused, nothing of net2 left.
+        before = ovs_ports()
+        asked = conf(lab, network=nets["b"], routes=[{"dst": "0.0.0.0/0"}])
+        status, err = exec_plugin("ADD", cid, pod_path, asked, ifname="net2")
+        assert status == 1 and err is not None and err["code"] == cni.DATAPATH_FAILURE, err
+        assert "the pod has it already via eth0" in err["msg"]
+        assert ovs_ports() == before and "net2" not in in_ns(pod_ns, "ip", "-o", "link").stdout
+
+        # DEL of net1 takes only what its ADD made: eth0's default routes stay.
+        assert exec_plugin("DEL", cid, pod_path, conf(lab, network=nets["b"]), ifname="net1") == (
+            0, None,
+        )  # fmt: skip
+        made.remove((cid, pod_path, "net1", nets["b"]))
+        assert gateway_routes(pod_ns) == reported(eth0, "eth0")
+        check = {**conf(lab, network=nets["a"]), "prevResult": eth0}
+        assert exec_plugin("CHECK", cid, pod_path, check) == (0, None)
+        assert all(pings(pod_ns, a) for a in peers["a"])
+
+        # The reference: ptp with host-local, eth0 asking for a default route, net1 not.
+        if not Path(CNI_PATH, "ptp").exists():
+            pytest.fail("containernetworking-plugins is not installed (scripts/bootstrap.sh)")
+        ref_ns, ref_path = pod(pods)
+        with tempfile.TemporaryDirectory() as d:
+            ref = [
+                {"cniVersion": "1.0.0", "name": f"ref{i}", "type": "ptp",
+                 "ipam": {"type": "host-local", "subnet": f"10.246.{i}.0/24", "dataDir": d,
+                          **({"routes": [{"dst": "0.0.0.0/0"}]} if i == 0 else {})}}
+                for i in (0, 1)
+            ]  # fmt: skip
+            ptp = f"{CNI_PATH}/ptp"
+            _, ref_eth0 = exec_plugin("ADD", cid, ref_path, ref[0], plugin=ptp)
+            _, ref_net1 = exec_plugin("ADD", cid, ref_path, ref[1], ifname="net1", plugin=ptp)
+            ref_routes = gateway_routes(ref_ns)
+            exec_plugin("DEL", cid, ref_path, ref[1], ifname="net1", plugin=ptp)
+            exec_plugin("DEL", cid, ref_path, ref[0], plugin=ptp)
+        assert ref_eth0 is not None and ref_net1 is not None
+        assert "routes" in ref_eth0 and "routes" not in ref_net1, (ref_eth0, ref_net1)
+        assert {(dst, dev) for dst, _, dev in ref_routes if dst == "0.0.0.0/0"} == {
+            ("0.0.0.0/0", "eth0")
+        }
+        assert set(net1) == set(ref_net1)
+    finally:
+        for container, path, ifname, network in reversed(made):
+            exec_plugin("DEL", container, path, conf(lab, network=network), ifname=ifname)
+        for network in nets.values():
+            lab.netctl("net", "rm", network, check=False)

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from .master import MasterProcess
-from .plugin import PluginProcess
+from .plugin import BIN, PluginProcess
 from .probe import ContainerNet, EchoServer, tcp_opens
 from .test_docker_single_host import (
     IMAGE,
@@ -161,6 +161,17 @@ def test_a_port_bound_to_one_host_address_answers_only_there(
     [(address, port)] = [v for v in ports.values() if v[1] != 18300]
     assert address == host_ip() and tcp_echoes(host_ip(), port)
     assert not tcp_echoes("127.0.0.1", port)
+    # The agent's table lists them, as the README says (issue 22: only --json did).
+    wanted = {"127.0.0.1:18300->80/tcp", f"{host_ip()}:{port}->80/tcp"}
+    wait_for(lambda: wanted <= published_in_table(container_ip(c)), 15, "the table lists them")
+
+
+def published_in_table(ip: str) -> set[str]:
+    """The published ports `netctl host inspect endpoints` shows for the endpoint of ``ip``."""
+    table = sh(str(BIN / "netctl"), "host", "inspect", "endpoints").stdout.splitlines()
+    column = table[0].index("Published ports")
+    rows = [line for line in table[2:] if ip in line.split()]
+    return {p for row in rows for p in row[column:].split(", ") if p}
 
 
 def test_containers_reach_published_ports_through_the_host_address(

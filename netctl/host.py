@@ -85,9 +85,15 @@ def _labelled(pairs: list[tuple[str, Any]]) -> str:
     return "".join(f"{(label + ':').ljust(width)}  {cell(v) or '-'}\n" for label, v in pairs)
 
 
+def published(ports: list[str]) -> str:
+    """Published ports as `docker ps` shows them, without the every-address 0.0.0.0:
+    "8080->80/tcp, 127.0.0.1:8081->80/tcp"."""
+    return ", ".join(p.removeprefix("0.0.0.0:") for p in ports)
+
+
 def render_endpoints(eps: list[dict[str, Any]]) -> str:
     headers = ["Endpoint", "Container", "Network", "Group", "IPv4", "IPv6", "MAC"]
-    headers += ["OVS port", "ofport"]
+    headers += ["OVS port", "ofport", "Published ports"]
     rows = [
         [
             e["endpointID"][:12],
@@ -99,6 +105,7 @@ def render_endpoints(eps: list[dict[str, Any]]) -> str:
             e["mac"],
             e["ovsPort"],
             e["ofport"],
+            published(e.get("publishedPorts") or []),
         ]
         for e in eps
     ]

@@ -4,7 +4,9 @@ containers.
 
 ADD books the endpoint with the master (idempotent by an endpoint ID made of the container
 ID and the interface name), plugs its veth into the switch, moves the container's end into
-CNI_NETNS as CNI_IFNAME with its addresses and default routes, and answers the CNI result.
+CNI_NETNS as CNI_IFNAME with its addresses and routes (``plan_routes``: the configuration's
+"routes", or else a default route per family the pod has none of yet), and answers the CNI
+result, which lists exactly the routes installed.
 A failure part-way undoes what it did. DEL removes whatever there is, and succeeds when
 there is nothing. Which network: ``target`` (pure) reads the configuration, then the
 per-pod choices of runtimeConfig and CNI_ARGS, then, with a kube API, the pod's
@@ -25,8 +27,10 @@ from common import cni
 from common.client import MasterError
 from common.models import Endpoint, EndpointRequest, Network, group_id
 from datapath.effects import Netns
+from datapath.netns import NetnsRoute
 from datapath.veth import veth_names
 
+from .cni_routes import Route, absent_routes, plan_routes, requested_routes, taken, via
 from .options import mac_for
 
 log = logging.getLogger(__name__)
@@ -113,8 +117,10 @@ def _prefix(subnet: str) -> int:
     return ipaddress.ip_network(subnet, strict=False).prefixlen
 
 
-def attachment(req: cni.Request, net: Network, ep: Endpoint) -> cni.Attachment:
-    """What an ADD made for endpoint ``ep`` on ``net``, to report."""
+def attachment(
+    req: cni.Request, net: Network, ep: Endpoint, routes: tuple[Route, ...] = ()
+) -> cni.Attachment:
+    """What an ADD made for endpoint ``ep`` on ``net`` with ``routes``, to report."""
     addresses = []
     if ep.ipAddress:
         addresses.append((f"{ep.ipAddress}/{_prefix(net.subnet)}", net.gateway))
@@ -130,6 +136,7 @@ def attachment(req: cni.Request, net: Network, ep: Endpoint) -> cni.Attachment:
         sandbox=req.netns,
         addresses=tuple(addresses),
         dns=dns or {},
+        routes=routes,
     )
 
 
@@ -180,9 +187,15 @@ class CniService:
 
     def _add(self, req: cni.Request, version: str, eid: str) -> dict[str, Any]:
         t, net = self._resolve(req)
+        requested = requested_routes(req.config)
+        have = self._routes(req)
+        routes = plan_routes(requested, net, taken(have, req.ifname))
         existing = self._existing(eid)
         if existing is not None and self._in_place(req, existing):
-            return cni.result(version, attachment(req, net, existing))  # an ADD retried
+            # An ADD retried: the same answer, with the routes that are still there.
+            there = via(have, req.ifname)
+            kept = tuple(r for r in routes if r in there)
+            return cni.result(version, attachment(req, net, existing, kept))
         mac = mac_for("", "", eid)
         request = EndpointRequest(
             endpointID=eid,
@@ -201,13 +214,9 @@ class CniService:
             ifname = self.datapath.create_endpoint_port(
                 eid, net, mac, ep.ipAddress, ep.ipv6Address, self.mtu, group_id(t.tenant, t.group)
             )
-            a = attachment(req, net, ep)
+            a = attachment(req, net, ep, routes)
             self.netns.move_into(
-                ifname,
-                req.netns,
-                req.ifname,
-                [cidr for cidr, _ in a.addresses],
-                [gw for _, gw in a.addresses if gw],
+                ifname, req.netns, req.ifname, [cidr for cidr, _ in a.addresses], a.routes
             )
         except Exception as e:
             self._undo(eid, req)
@@ -217,11 +226,12 @@ class CniService:
                 cni.DATAPATH_FAILURE, f"container {req.container_id[:12]}: {req.ifname}: {e}"
             ) from e
         log.info(
-            "CNI: container %s %s on %s: %s",
+            "CNI: container %s %s on %s: %s%s",
             req.container_id[:12],
             req.ifname,
             net.id,
             ", ".join(cidr for cidr, _ in a.addresses),
+            "".join(f"; route {dst} via {gw}" for dst, gw in a.routes),
         )
         return cni.result(version, a)
 
@@ -259,9 +269,9 @@ class CniService:
             missing = {cidr for cidr, _ in want.addresses} - have.addresses
             if missing:
                 problems.append(f"{req.ifname} lacks {', '.join(sorted(missing))}")
-            gws = {gw for _, gw in want.addresses if gw} - have.gateways
-            if gws:
-                problems.append(f"no default route via {', '.join(sorted(gws))}")
+            lost = absent_routes(prev, self._routes(req), req.ifname)
+            if lost:
+                problems.append(f"{req.ifname} has no route {', '.join(lost)}")
         if not self.datapath.has_endpoint(eid):
             problems.append("the switch has no port for it")
         prev_ips = {ip.get("address") for ip in prev.get("ips", []) if isinstance(ip, dict)}
@@ -273,6 +283,14 @@ class CniService:
             )
 
     # --- pieces
+
+    def _routes(self, req: cni.Request) -> frozenset[NetnsRoute]:
+        try:
+            return self.netns.routes(req.netns)
+        except OSError as e:
+            raise cni.CniError(
+                cni.DATAPATH_FAILURE, f"container {req.container_id[:12]}: {req.netns}: {e}"
+            ) from None
 
     def _resolve(self, req: cni.Request) -> tuple[Target, Network]:
         labels: Mapping[str, str] | None = None

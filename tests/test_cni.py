@@ -21,7 +21,7 @@ from real_master import RealMaster, real_master
 from cni.main import run
 from common import cni
 from common.models import EndpointGroup, Network
-from datapath.netns import NetnsInterface
+from datapath.netns import NetnsInterface, NetnsRoute
 from plugin.cni_api import create_cni_app
 from plugin.cni_service import CniService, target
 from plugin.kube import PodLabels, api_from_kubeconfig
@@ -87,6 +87,7 @@ def test_results_take_the_configurations_shape() -> None:
     a = cni.Attachment(
         "vp1234", "", "eth0", "02:42:aa:bb:cc:dd", "/run/netns/p",
         (("10.1.0.5/24", "10.1.0.1"), ("fd00::5/64", "fd00::1")),
+        routes=(("0.0.0.0/0", "10.1.0.1"), ("::/0", "fd00::1")),
     )  # fmt: skip
     new = cni.result("1.0.0", a)
     assert new["interfaces"][1] == {
@@ -104,6 +105,10 @@ def test_results_take_the_configurations_shape() -> None:
     ]
     old = cni.result("0.3.1", a)
     assert [ip["version"] for ip in old["ips"]] == ["4", "6"] and old["cniVersion"] == "0.3.1"
+    # The gateways are the networks', for information; routes only those installed, and
+    # no "routes" at all for none, as Debian's ptp with host-local answers.
+    bare = cni.result("1.0.0", cni.Attachment("vp1", "", "net1", "02:aa", "/p", a.addresses))
+    assert "routes" not in bare and bare["ips"] == new["ips"]
 
 
 def test_which_network_the_layers_choose() -> None:
@@ -125,26 +130,39 @@ def test_which_network_the_layers_choose() -> None:
 
 
 class FakeNetns:
-    """Namespaces as dicts of interfaces; move_into "moves" a host interface into one."""
+    """Namespaces as dicts of interfaces and sets of routes; move_into "moves" a host
+    interface of the fake datapath into one (with its port's MAC), refusing a route the
+    namespace has via another interface, as the kernel does."""
 
-    def __init__(self) -> None:
+    def __init__(self, dp: FakeDatapath) -> None:
+        self.dp = dp
         self.spaces: dict[str, dict[str, NetnsInterface]] = {"/run/netns/pod1": {}}
+        self.tables: dict[str, set[NetnsRoute]] = {"/run/netns/pod1": set()}
         self.fail = False
 
-    def move_into(self, ifname: str, netns: str, name: str, addresses: Any, gateways: Any) -> None:
+    def move_into(self, ifname: str, netns: str, name: str, addresses: Any, routes: Any) -> None:
         if self.fail or netns not in self.spaces:
             raise OSError(f"network namespace {netns}: No such file or directory")
+        (mac,) = [p["mac"] for p in self.dp.ports.values() if p["name"] == ifname]
         self.spaces[netns][name] = NetnsInterface(
-            mac=self.mac, mtu=1500, up=True, addresses=frozenset(addresses),
-            gateways=frozenset(gateways),
-        )  # fmt: skip
-
-    mac = ""  # the MAC the endpoint's veth has (mac_for of the endpoint ID)
+            mac=mac, mtu=1500, up=True, addresses=frozenset(addresses)
+        )
+        table = self.tables[netns]
+        for dst, gw in routes:
+            if any(r.dst == dst and r.ifname != name for r in table):
+                raise OSError(17, f"route {dst} exists already in {netns}, not via {name}")
+            table.add(NetnsRoute(dst, gw, name))
 
     def read(self, netns: str, name: str) -> NetnsInterface | None:
         return self.spaces.get(netns, {}).get(name)
 
+    def routes(self, netns: str) -> frozenset[NetnsRoute]:
+        return frozenset(self.tables.get(netns, ()))
+
     def remove(self, netns: str, name: str) -> bool:
+        self.tables.get(netns, set()).difference_update(
+            {r for r in self.tables.get(netns, ()) if r.ifname == name}
+        )
         return self.spaces.get(netns, {}).pop(name, None) is not None
 
 
@@ -152,6 +170,10 @@ class FakeNetns:
 def master(tmp_path: Path) -> Iterator[RealMaster]:
     with real_master(tmp_path) as m:
         m.state.put_network(Network(networkName="pn", subnet="10.9.0.0/24"))
+        for name, n in (("d1", 7), ("d2", 6)):
+            m.state.put_network(
+                Network(networkName=name, subnet=f"10.{n}.0.0/24", ipv6Subnet=f"fd0{n}::/64")
+            )
         m.state.put_group(EndpointGroup(groupName="web", networkName="pn"))
         yield m
 
@@ -159,10 +181,8 @@ def master(tmp_path: Path) -> Iterator[RealMaster]:
 @pytest.fixture
 def service(master: RealMaster) -> tuple[CniService, FakeDatapath, FakeNetns]:
     client = MasterClient(master.url, backoff=0, session=master.session())
-    dp, ns = FakeDatapath(), FakeNetns()
-    from plugin.options import mac_for
-
-    ns.mac = mac_for("", "", cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0"))
+    dp = FakeDatapath()
+    ns = FakeNetns(dp)
     labels = {("ns", "web-0"): {"app": "web", "io.contiv.net-group": "web"}}
     svc = CniService(client, dp, ns, "host1", pod_labels=lambda n, p: labels.get((n, p), {}))
     return svc, dp, ns
@@ -209,6 +229,80 @@ def test_a_failed_add_leaks_nothing(
         svc.add(req(config={**CONF, "network": "nope"}))
     assert e.value.code == cni.UNKNOWN_NETWORK and "network default:nope: not found" in e.value.msg
     assert master.snapshot() == before and dp.ports == {}
+
+
+POD = "/run/netns/pod1"
+
+
+def default_routes(ns: FakeNetns) -> set[tuple[str, str, str]]:
+    return {(r.dst, r.gateway, r.ifname) for r in ns.routes(POD) if r.dst in ("0.0.0.0/0", "::/0")}
+
+
+def result_routes(result: dict[str, Any], ifname: str) -> set[tuple[str, str, str]]:
+    return {(r["dst"], r["gw"], ifname) for r in result.get("routes", [])}
+
+
+def test_a_second_interface_gets_no_default_route_and_its_result_says_so(
+    service: tuple[CniService, FakeDatapath, FakeNetns],
+) -> None:
+    """Issue 22: net1's result claimed a default route via its gateway that the namespace
+    did not have (eth0's was there first), and CHECK of that result failed (102)."""
+    svc, _, ns = service
+    eth0 = svc.add(req(config={**CONF, "network": "d1"}))
+    net1 = svc.add(req(config={**CONF, "network": "d2"}, CNI_IFNAME="net1"))
+    assert eth0["routes"] == [
+        {"dst": "0.0.0.0/0", "gw": "10.7.0.1"},
+        {"dst": "::/0", "gw": "fd07::1"},
+    ]
+    assert "routes" not in net1
+    assert [ip["gateway"] for ip in net1["ips"]] == ["10.6.0.1", "fd06::1"]  # informational
+    assert default_routes(ns) == result_routes(eth0, "eth0") | result_routes(net1, "net1")
+    svc.check(req("CHECK", {**CONF, "network": "d1", "prevResult": eth0}))
+    svc.check(req("CHECK", {**CONF, "network": "d2", "prevResult": net1}, CNI_IFNAME="net1"))
+    assert svc.add(req(config={**CONF, "network": "d2"}, CNI_IFNAME="net1")) == net1  # retried
+    assert svc.add(req(config={**CONF, "network": "d1"})) == eth0
+    # A result claiming a route the namespace lacks is what CHECK exists to catch.
+    claimed = {**net1, "routes": [{"dst": "0.0.0.0/0", "gw": "10.6.0.1"}]}
+    with pytest.raises(cni.CniError) as e:
+        svc.check(req("CHECK", {**CONF, "network": "d2", "prevResult": claimed}, CNI_IFNAME="net1"))
+    assert (
+        e.value.code == cni.CHECK_FAILED
+        and "net1 has no route 0.0.0.0/0 via 10.6.0.1" in e.value.msg
+    )
+    svc.delete(req("DEL", {**CONF, "network": "d2"}, CNI_IFNAME="net1"))
+    assert default_routes(ns) == result_routes(eth0, "eth0")  # eth0's stay
+    svc.check(req("CHECK", {**CONF, "network": "d1", "prevResult": eth0}))
+
+
+def test_routes_the_configuration_asks_for_are_exactly_what_the_interface_gets(
+    master: RealMaster, service: tuple[CniService, FakeDatapath, FakeNetns]
+) -> None:
+    svc, dp, ns = service
+    svc.add(req(config={**CONF, "network": "d1"}))
+    routes = [{"dst": "10.99.0.0/16"}, {"dst": "fd99::/48", "gw": "fd06::fe"}]
+    asked = {**CONF, "network": "d2", "routes": routes}
+    net1 = svc.add(req(config=asked, CNI_IFNAME="net1"))
+    assert net1["routes"] == [
+        {"dst": "10.99.0.0/16", "gw": "10.6.0.1"},
+        {"dst": "fd99::/48", "gw": "fd06::fe"},
+    ]
+    assert {(r.dst, r.gateway) for r in ns.routes(POD) if r.ifname == "net1"} == {
+        ("10.99.0.0/16", "10.6.0.1"), ("fd99::/48", "fd06::fe"),
+    }  # fmt: skip
+    svc.check(req("CHECK", {**asked, "prevResult": net1}, CNI_IFNAME="net1"))
+    # "routes": [] on a first interface: no default route at all.
+    ns.spaces["/run/netns/pod2"], ns.tables["/run/netns/pod2"] = {}, set()
+    bare = svc.add(req(config={**CONF, "routes": []}, CNI_CONTAINERID="beef" * 16,
+                       CNI_NETNS="/run/netns/pod2"))  # fmt: skip
+    assert "routes" not in bare and ns.routes("/run/netns/pod2") == frozenset()
+    # A default route eth0 has already: refused, and nothing of net2 is left.
+    before, ports = master.snapshot(), set(dp.ports)
+    with pytest.raises(cni.CniError) as e:
+        svc.add(req(config={**asked, "routes": [{"dst": "0.0.0.0/0"}]}, CNI_IFNAME="net2"))
+    assert e.value.code == cni.DATAPATH_FAILURE
+    assert "route 0.0.0.0/0: the pod has it already via eth0" in e.value.msg
+    assert master.snapshot() == before and set(dp.ports) == ports
+    assert "net2" not in ns.spaces[POD]
 
 
 def test_pod_labels_choose_the_group_and_become_the_endpoints(

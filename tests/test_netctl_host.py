@@ -43,7 +43,25 @@ ENDPOINTS = [
         "mac": "02:42:0a:01:00:02",
         "ovsPort": "vpabababababab",
         "ofport": 11,
-    }
+        "hostVeth": "vpabababababab",
+        "containerVeth": "vcabababababab",
+        "publishedPorts": ["0.0.0.0:8080->80/tcp", "127.0.0.1:8081->80/tcp"],
+    },
+    {
+        "endpointID": "cd" * 32,
+        "containerID": "",
+        "containerName": "",
+        "network": "default:n1",
+        "group": "",
+        "ipv4": "10.1.0.3",
+        "ipv6": "",
+        "mac": "02:42:0a:01:00:03",
+        "ovsPort": "vpcdcdcdcdcdcd",
+        "ofport": 12,
+        "hostVeth": "vpcdcdcdcdcdcd",
+        "containerVeth": "vccdcdcdcdcdcd",
+        "publishedPorts": [],
+    },
 ]
 TUNNELS = {
     "vtep": "192.0.2.1",
@@ -134,10 +152,10 @@ def test_tables_for_endpoints_tunnels_cluster_and_flows(
     capsys: pytest.CaptureFixture[str], agent_socket: str
 ) -> None:
     _, out, _ = run(capsys, "--socket", agent_socket, "endpoints")
-    header, _, row = out.splitlines()
+    header, _, row, _ = out.splitlines()
     assert header.split()[:3] == ["Endpoint", "Container", "Network"]
     mac, port = "02:42:0a:01:00:02", "vpabababababab"
-    assert row.split() == ["abababababab", "web", "default:n1", "10.1.0.2", mac, port, "11"]
+    assert row.split()[:7] == ["abababababab", "web", "default:n1", "10.1.0.2", mac, port, "11"]
     _, out, _ = run(capsys, "--socket", agent_socket, "tunnels")
     assert out.splitlines()[-1].split() == ["h2", "192.0.2.2", "vxc0000202", "none"]
     _, out, _ = run(capsys, "--socket", agent_socket, "cluster")
@@ -145,6 +163,18 @@ def test_tables_for_endpoints_tunnels_cluster_and_flows(
     assert "/netplugin/hosts/" in out
     _, out, _ = run(capsys, "--socket", agent_socket, "flows")
     assert "classify" in out and "Missing (first 20):" in out
+
+
+def test_the_endpoints_table_shows_each_endpoints_published_ports(
+    capsys: pytest.CaptureFixture[str], agent_socket: str
+) -> None:
+    """Issue 22: the README says `netctl host inspect endpoints` lists published ports;
+    only --json had them."""
+    _, out, _ = run(capsys, "--socket", agent_socket, "endpoints")
+    header, _, web, bare = out.splitlines()
+    column = header.index("Published ports")
+    assert web[column:] == "8080->80/tcp, 127.0.0.1:8081->80/tcp"  # 0.0.0.0: every address
+    assert bare[column:] == "" and bare.split()[0] == "cdcdcdcdcdcd"
 
 
 def test_an_agent_that_is_not_there_is_one_line_and_exit_1(
