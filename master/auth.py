@@ -40,6 +40,7 @@ MIN_TOKEN_LENGTH = 16
 PUBLIC_ROUTES = frozenset({"/version", f"{API}/leader", f"{API}/openapi.json"})
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
 REALM = 'Bearer realm="netmaster"'
+CALLER_ENVIRON = "netmaster.caller"  # the caller's NAME, for the access log (httplog.py)
 
 
 class TokenFileError(ValueError):
@@ -224,6 +225,9 @@ def install(app: Flask, table: TokenTable) -> None:
         found = check(
             table, request.method, rule, request.path, request.headers.get("Authorization")
         )
+        caller = found.caller if isinstance(found, Refusal) else found
+        if caller is not None:
+            request.environ[CALLER_ENVIRON] = caller.name
         if not isinstance(found, Refusal):
             return None
         who = f"{found.caller.name} at " if found.caller is not None else ""

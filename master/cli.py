@@ -232,6 +232,7 @@ def build_app(args: Any, tokens: TokenTable | None = None) -> Any:
     from .election import Elector, new_master_id
     from .errors import ApiError
     from .forwarding import forward_session
+    from .httperrors import body_errors_as_400
     from .reclaim import Reclaimer
     from .service import ClusterState
 
@@ -282,6 +283,7 @@ def build_app(args: Any, tokens: TokenTable | None = None) -> Any:
         ),
         tokens=tokens,
     )
+    app.wsgi_app = body_errors_as_400(app.wsgi_app)  # type: ignore[method-assign]
     app.extensions["netmaster"] = Runtime(elector, reclaimer, store)
     return app
 
@@ -337,6 +339,7 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
             "ca_certs": self.args.tls_client_ca or None,
             "cert_reqs": ssl.CERT_REQUIRED if self.args.tls_client_ca else None,
         }
+        from .httplog import AccessLogger
         from .httpworker import worker_class
 
         options = {
@@ -348,6 +351,7 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
             "control_socket_disable": True,
             "loglevel": self.args.log_level,
             "accesslog": "-" if self.args.log_level == "debug" else None,
+            "logger_class": AccessLogger,  # no credential in the access log
             "graceful_timeout": 5,
             "timeout": 60,
             "proc_name": "netmaster",

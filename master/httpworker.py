@@ -32,12 +32,16 @@ import selectors
 import socket
 import ssl
 import time
+from datetime import datetime
 from functools import partial
 from typing import Any
 
-from gunicorn import http
+from gunicorn import http, util
 from gunicorn import sock as gsock
+from gunicorn.http.wsgi import Response, default_environ
 from gunicorn.workers.gthread import ThreadWorker
+
+from .httperrors import INTERNAL, Limits, error_response, refusal
 
 MAX_BUFFERED = 1 << 20  # past this much, a request goes to a thread as it is
 READ_CHUNK = 1 << 16
@@ -53,22 +57,44 @@ def request_complete(buf: bytes, max_buffered: int = MAX_BUFFERED) -> bool:
     end = buf.find(b"\r\n\r\n")
     if end < 0:
         return False
-    length, chunked = 0, False
+    length: int | None = None
+    chunked = False
     for line in buf[:end].split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         name, value = name.strip().lower(), value.strip().lower()
         if name == b"content-length":
-            try:
-                length = int(value)
-            except ValueError:
-                return True  # gunicorn refuses it at once
+            if length is not None or not value.isdigit():
+                return True  # two, or not a number: gunicorn refuses it at once
+            length = int(value)
         elif name == b"transfer-encoding":
             chunked = b"chunked" in value
         elif name == b"expect" and value == b"100-continue":
             return True  # the client waits for a "go on" before its body
     if chunked:
-        return buf.endswith(b"0\r\n\r\n")
-    return len(buf) - end - 4 >= length
+        return chunked_complete(buf[end + 4 :])
+    return len(buf) - end - 4 >= (length or 0)
+
+
+def chunked_complete(body: bytes) -> bool:
+    """Whether ``body`` (what follows a chunked request's head) holds its last chunk and its
+    trailer section; also when it is malformed (gunicorn refuses it at once)."""
+    pos = 0
+    while True:
+        eol = body.find(b"\r\n", pos)
+        if eol < 0:
+            return False
+        size = body[pos:eol].split(b";", 1)[0].strip(b" \t")
+        if not size or size.strip(b"0123456789abcdefABCDEF"):
+            return True
+        if int(size, 16) == 0:
+            break
+        pos = eol + 2 + int(size, 16) + 2
+        if pos > len(body):
+            return False
+        if body[pos - 2 : pos] != b"\r\n":
+            return True
+    trailer = body[eol + 2 :]  # header lines, then an empty line
+    return trailer.startswith(b"\r\n") or b"\r\n\r\n" in trailer
 
 
 def handshake(sock: Any) -> int:
@@ -256,6 +282,38 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]
             self.log.debug("HTTP/2 connection with %s failed: %s", conn.client, e)
             return False
         return True
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        """In a thread, when gunicorn cannot parse a request (or serving it failed below
+        the app): answer in the API's JSON, never gunicorn's HTML page, and log the reason,
+        never the request's raw text (a malformed header line may hold a token)."""
+        started = datetime.now()
+        addr = addr or ("", -1)
+        if getattr(getattr(req, "body", None), "failed", False):
+            # Draining a body the app did not read failed, after the app's answer went out:
+            # a second answer would be taken for the next request's. The connection closes.
+            self.log.debug("closing the connection of %s: its request body is not valid", addr[0])
+            return
+        refused = refusal(exc, Limits.of(self.cfg))
+        if refused is None:
+            self.log.exception("Error handling request (below the app)")
+            refused = INTERNAL
+        else:
+            self.log.info(
+                "refused a request from %s: %d %s", addr[0], refused.status, refused.reason
+            )
+        if req is None and isinstance(exc, http.errors.InvalidHeader):
+            req = exc.req  # the head was read (a bad Content-Length): the access log has it
+        if req is not None:
+            environ = default_environ(req, client, self.cfg)
+            environ["REMOTE_ADDR"], environ["REMOTE_PORT"] = addr[0], str(addr[1])
+            resp = Response(req, client, self.cfg)
+            resp.status = refused.status_line
+            self.log.access(resp, req, environ, datetime.now() - started)
+        try:
+            util.write_nonblock(client, error_response(refused))
+        except Exception:
+            self.log.debug("Failed to send error message.")
 
 
 def _pending(sock: ssl.SSLSocket) -> int:

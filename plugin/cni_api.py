@@ -32,6 +32,11 @@ def _reply(body: Any, status: int = 200) -> Response:
     return Response(json.dumps(body), status, mimetype="application/json")
 
 
+def parse_error(reason: str) -> dict[str, Any]:
+    """The CNI error object for a request the socket's server could not parse."""
+    return {"code": cni.IO_FAILURE, "msg": f"request: {reason}", "details": ""}
+
+
 def create_cni_app(service: CniService, metrics: AgentMetrics | None = None) -> Flask:
     app = Flask("netplugin-cni")
     app.config["MAX_CONTENT_LENGTH"] = READ_LIMIT

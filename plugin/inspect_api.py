@@ -45,6 +45,7 @@ from .inspect_views import (
 )
 from .metrics import CONTENT_TYPE, AgentMetrics
 from .policy_view import group_states
+from .server import json_errors
 
 log = logging.getLogger("netplugin")
 
@@ -239,9 +240,14 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def parse_error(reason: str) -> dict[str, Any]:
+    """The window's error shape, for a request its server could not parse."""
+    return {"error": f"request: {reason}", "object": "request", "reason": reason}
+
+
 def serve_tcp(listen: str, app: Any) -> ThreadedWSGIServer:
     """The read-only TCP listener, serving from a thread of its own."""
     host, port = parse_listen(listen)
-    server = make_server(host, port, app, threaded=True)
+    server = make_server(host, port, app, threaded=True, request_handler=json_errors(parse_error))
     threading.Thread(target=server.serve_forever, name="inspect-tcp", daemon=True).start()
     return server

@@ -53,6 +53,28 @@ def test_chunked_bodies_end_with_the_last_chunk() -> None:
     assert request_complete(chunked + b"5\r\nhello\r\n0\r\n\r\n")
 
 
+def test_a_chunked_body_is_whole_with_its_trailer_and_not_before() -> None:
+    chunked = b"POST /x HTTP/1.1\r\nHost: m\r\nTransfer-Encoding: chunked\r\n\r\n"
+    # A chunk whose data ends like the last chunk is not the end.
+    assert not request_complete(chunked + b"4\r\nx0\r\n\r\n")
+    assert request_complete(chunked + b"4\r\nx0\r\n\r\n0\r\n\r\n")
+    assert request_complete(chunked + b"2;ext=1\r\n{}\r\n0;last\r\n\r\n")
+    # Trailer fields come between the last chunk and the empty line that ends the body.
+    assert not request_complete(chunked + b"0\r\nX-Sum: 1\r\n")
+    assert request_complete(chunked + b"0\r\nX-Sum: 1\r\n\r\n")
+    assert not request_complete(chunked + b"2\r\n{}")  # its CRLF is still to come
+
+
+def test_what_gunicorn_refuses_at_once_goes_to_a_thread_at_once() -> None:
+    """Not waited for until the request timeout: gunicorn answers it with its error."""
+    chunked = b"POST /x HTTP/1.1\r\nHost: m\r\nTransfer-Encoding: chunked\r\n\r\n"
+    assert request_complete(chunked + b"zz\r\n")  # a chunk size that is no number
+    assert request_complete(chunked + b"2\r\n{}XX")  # a chunk without its CRLF
+    two = HEAD.replace(b"\r\n\r\n", b"\r\nContent-Length: 9\r\n\r\n")
+    assert request_complete(two)  # two Content-Lengths
+    assert request_complete(HEAD.replace(b"5", b"+5"))
+
+
 def test_a_huge_request_goes_to_a_thread_as_it_is() -> None:
     assert request_complete(b"x" * 100, max_buffered=100)
     assert not request_complete(b"x" * 99, max_buffered=100)
