@@ -218,6 +218,13 @@ def test_client_certificates_when_the_master_requires_them(tmp_path: Path) -> No
             m.url, tls_ca=str(security.ca), token=security.agent, client_cert=(cert, key)
         )
         assert [n.networkName for n in agent.list_networks()] == []
+        # The certificate is asked for at the handshake, before any route: the token-free
+        # health routes need one too (README, Security).
+        for path in ("/version", "/api/v1/leader", "/api/v1/openapi.json"):
+            with pytest.raises(requests.exceptions.ConnectionError):  # SSLError, or a reset
+                requests.get(m.url + path, verify=str(security.ca), timeout=10)
+            ok = requests.get(m.url + path, verify=str(security.ca), cert=(cert, key), timeout=10)
+            assert ok.status_code == 200, path
     finally:
         m.stop()
 
