@@ -238,11 +238,13 @@ def test_o_encap_and_pkt_tag_alone_book_once_in_the_networks_pool(
     net = name(made, "network", "np")
     sh(*CREATE_NETWORK, "-o", "encap=vlan", "-o", "pkt-tag=3071",
        "--subnet", "10.236.0.0/24", net)  # fmt: skip
-    shown = json.loads(netctl(master, "--json", "net", "inspect", net))
-    assert (shown["Config"]["encap"], shown["Config"]["pktTag"]) == ("vlan", 3071)
     a, b = name(made, "container", "c"), name(made, "container", "c")
     for c in (a, b):
         sh(*RUN, "--name", c, "--net", net, IMAGE, "sleep", "600")
+    # By its docker name once it has endpoints: that name reaches the master a moment after
+    # `docker network create` returns (issue 22; README, "Known limitations").
+    shown = json.loads(netctl(master, "--json", "net", "inspect", net))
+    assert (shown["Config"]["encap"], shown["Config"]["pktTag"]) == ("vlan", 3071)
     ip_a, ip_b = ip_of(a), ip_of(b)
     assert ping(a, ip_b)
     pools = {k for k in state(master) if k.startswith(keys.POOLS)}

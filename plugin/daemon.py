@@ -37,11 +37,13 @@ from .cli import TOKEN_ENV
 from .cluster import ClusterView, HostRegistration
 from .cluster_sync import ClusterSync, local_network, resync
 from .cni_api import create_cni_app
+from .cni_api import parse_error as cni_parse_error
 from .cni_service import CniService
 from .containers import ContainerReporter
 from .docker_sync import ClusterNetwork, DockerSync, cluster_networks_in
 from .driver import Driver
 from .inspect_api import AgentStatus, Window, create_inspect_app, parse_listen, serve_tcp
+from .inspect_api import parse_error as inspect_parse_error
 from .master_client import MasterClient, leader_url_from_store
 from .metrics import AgentMetrics
 from .options import DriverError, PortBinding
@@ -342,6 +344,9 @@ def run(args: Any) -> None:
         docker_options=docker.options,
         local_network=lambda tenant, name: _mirrored_network(view, tenant, name),
     )
+    # dockerd's `network create` event names a network the moment `docker network create`
+    # is answered (the driver's own lookup only polls, from inside CreateNetwork).
+    docker_sync.created = driver.docker_network_created
     app = create_app(driver, metrics)
     server = make_socket_server(args.socket, app)
     # The operator's window (plugin.inspect_api): a unix socket, and TCP if asked (GETs).
@@ -358,11 +363,13 @@ def run(args: Any) -> None:
         cni_service = CniService(
             master, AgentDatapath(agent, master), NetlinkNetns(), args.host, args.mtu, pod_labels
         )
-        cni_server = make_socket_server(args.cni_socket, create_cni_app(cni_service, metrics))
+        cni_app = create_cni_app(cni_service, metrics)
+        cni_server = make_socket_server(args.cni_socket, cni_app, error_body=cni_parse_error)
         api_servers.append(cni_server)
         threading.Thread(target=cni_server.serve_forever, name="cni", daemon=True).start()
     if args.api_socket:
-        inspect = make_socket_server(args.api_socket, create_inspect_app(window, metrics))
+        inspect_app = create_inspect_app(window, metrics)
+        inspect = make_socket_server(args.api_socket, inspect_app, error_body=inspect_parse_error)
         api_servers.append(inspect)
         threading.Thread(target=inspect.serve_forever, name="inspect", daemon=True).start()
     view.start()

@@ -211,9 +211,21 @@ def destroyed_network_of(event: Mapping[str, Any], driver: str = DRIVER) -> str 
     return str(attrs.get("name") or "")
 
 
+def created_network_of(event: Mapping[str, Any], driver: str = DRIVER) -> tuple[str, str] | None:
+    """(ID, name) of the network a docker event says was created, if it was one of ours."""
+    if event.get("Type") != "network" or event.get("Action") != "create":
+        return None
+    actor = event.get("Actor") or {}
+    attrs = actor.get("Attributes") or {}
+    if attrs.get("type") != driver or not actor.get("ID") or not attrs.get("name"):
+        return None
+    return str(actor["ID"]), str(attrs["name"])
+
+
 class DockerSync:
     """Runs plan() against the local dockerd whenever poked, whenever dockerd destroys a
-    network of our driver, and every ``interval``.
+    network of our driver, and every ``interval``; tells ``created`` of every network of our
+    driver dockerd creates, with its name (the driver's CreateNetwork never learns it).
 
     Docker removes its own copy of a network even when our DeleteNetwork refuses (libnetwork
     honours only a built-in driver's "forbidden" error), so a `docker network rm` the cluster
@@ -228,6 +240,7 @@ class DockerSync:
         interval: float = 30.0,
         events: Callable[[], Any] | None = None,
         driver: Callable[[], str] = lambda: DRIVER,
+        created: Callable[[str, str], None] | None = None,
     ) -> None:
         self.client = client  # a docker.DockerClient, made on first use
         self.cluster = cluster  # None while the cluster state is not known yet
@@ -236,6 +249,9 @@ class DockerSync:
         self.events = events
         # Our driver name (plugin.plugin_name.DriverName): may raise until dockerd answers.
         self.driver = driver
+        # (network ID, docker name) of each network of our driver docker creates, as dockerd
+        # announces it: while it answers `docker network create`, before its client can act.
+        self.created = created
         self._poke = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="docker-sync", daemon=True)
@@ -269,7 +285,9 @@ class DockerSync:
             client = None
             try:
                 client = self.events()
-                stream = client.events(decode=True, filters={"type": "network", "event": "destroy"})
+                stream = client.events(
+                    decode=True, filters={"type": "network", "event": ["create", "destroy"]}
+                )
                 self._stream = stream
                 if failing:
                     log.info("following dockerd's network events again")
@@ -278,6 +296,9 @@ class DockerSync:
                 for event in stream:
                     if self._stop.is_set():
                         return
+                    made = created_network_of(event, self.driver())
+                    if made is not None and self.created is not None:
+                        self.created(*made)
                     name = destroyed_network_of(event, self.driver())
                     if name is not None:
                         log.info("docker network %s was removed here; checking the cluster", name)

@@ -205,44 +205,76 @@ class Driver(IpamDriver):
         if self.docker_name is not None and name == req.NetworkID[:12]:
             # dockerd knows the name only once CreateNetwork has returned: learn it soon after.
             threading.Thread(
-                target=self._learn_name, args=(req.NetworkID, 10.0), daemon=True
+                target=self._learn_name,
+                args=(req.NetworkID, 10.0),
+                name=f"naming-{name}",
+                daemon=True,
             ).start()
         return {}
 
-    def _learn_name(self, network_id: str, patience: float) -> NetworkRef:
-        """Rename the master network from its docker-ID placeholder to its docker name."""
+    def docker_network_created(self, network_id: str, name: str) -> None:
+        """dockerd announced one of its networks (its `network create` event, sent as it
+        answers `docker network create`): the name CreateNetwork could not carry. A network
+        this driver made under its docker-ID placeholder takes it now, not at the next look."""
+        ref = self._networks.get(network_id)
+        if ref is None or ref.name != network_id[:12]:
+            return  # not ours, named already, or made before this agent started
+        try:
+            self._take_name(network_id, lambda _: name, "dockerd's create event")
+        except Exception:  # the caller follows dockerd's events: never stop it
+            log.exception("network %s: cannot take its docker name %s", network_id, name)
+
+    def _learn_name(self, network_id: str, patience: float) -> None:
+        """The thread CreateNetwork starts: ask dockerd for the name until it knows the network
+        (at most ``patience`` seconds), unless dockerd's create event named it first or the
+        network is removed meanwhile."""
         deadline = time.monotonic() + patience
-        while True:
-            with self._naming:
-                ref = self._ref(network_id)
-                if ref.name != network_id[:12] or self.docker_name is None:
-                    return ref
-                try:
-                    docker = self.docker_name(network_id)
-                except Exception as e:  # dockerd busy or unreachable: the ID name stays usable
-                    log.debug("network %s: docker name lookup failed: %s", network_id, e)
-                    docker = None
-                if docker:
-                    name = docker.split("/", 1)[0]  # NAME/TENANT is how tenants appear in docker
-                    if not NAME_RE.match(name):
-                        log.warning(
-                            "network %s: docker name %r is not a valid netplugin name",
-                            network_id,
-                            name,
-                        )
-                        return ref
-                    try:
-                        self.master.rename_network(ref.tenant, ref.name, name)
-                    except MasterError as e:
-                        log.warning("network %s: keeping name %s: %s", network_id, ref.name, e)
-                        return ref
-                    ref = replace(ref, name=name)
-                    self._networks[network_id] = ref
-                    log.info("network %s is %s:%s", network_id, ref.tenant, name)
-                    return ref
-            if time.monotonic() > deadline:
-                return ref
+        while network_id in self._networks:
+            try:
+                _, settled = self._take_name(network_id, self._ask_docker, "asked dockerd")
+            except DriverError:  # removed meanwhile: nothing left to name
+                return
+            if settled or time.monotonic() >= deadline:
+                return
             time.sleep(0.2)
+
+    def _ask_docker(self, network_id: str) -> str | None:
+        if self.docker_name is None:
+            return None
+        try:
+            return self.docker_name(network_id)
+        except Exception as e:  # dockerd busy or unreachable: the ID name stays usable
+            log.debug("network %s: docker name lookup failed: %s", network_id, e)
+            return None
+
+    def _take_name(
+        self, network_id: str, docker_name: Callable[[str], str | None], source: str
+    ) -> tuple[NetworkRef, bool]:
+        """The network's ref once it has its docker name (renamed now if still a
+        placeholder; ``source``: where the name came from, for the log), and whether that is
+        settled (False: docker does not know the network yet)."""
+        with self._naming:
+            ref = self._ref(network_id)
+            if ref.name != network_id[:12]:
+                return ref, True
+            docker = docker_name(network_id)
+            if not docker:
+                return ref, False
+            name = docker.split("/", 1)[0]  # NAME/TENANT is how tenants appear in docker
+            if not NAME_RE.match(name):
+                log.warning(
+                    "network %s: docker name %r is not a valid netplugin name", network_id, name
+                )
+                return ref, True
+            try:
+                self.master.rename_network(ref.tenant, ref.name, name)
+            except MasterError as e:
+                log.warning("network %s: keeping name %s: %s", network_id, ref.name, e)
+                return ref, True
+            ref = replace(ref, name=name)
+            self._networks[network_id] = ref
+            log.info("network %s is %s:%s (%s)", network_id, ref.tenant, name, source)
+            return ref, True
 
     def delete_network(self, req: s.DeleteNetwork) -> dict[str, Any]:
         try:
@@ -296,7 +328,7 @@ class Driver(IpamDriver):
     def create_endpoint(self, req: s.CreateEndpoint) -> dict[str, Any]:
         # `docker network create x && docker run --net x` can beat the background rename;
         # the network surely exists in dockerd now, and must be named before it has endpoints.
-        self._learn_name(req.NetworkID, 0)
+        self._take_name(req.NetworkID, self._ask_docker, "asked dockerd")
         ref, net = self._network(req.NetworkID)
         iface = req.Interface or s.EndpointInterface()
         ipv4, ipv6 = strip_len(iface.Address), strip_len(iface.AddressIPv6)

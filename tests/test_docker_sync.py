@@ -26,6 +26,7 @@ from plugin.docker_sync import (
     cluster_network,
     cluster_networks_in,
     create_args,
+    created_network_of,
     destroyed_network_of,
     plan,
 )
@@ -217,6 +218,24 @@ def test_only_our_drivers_destroyed_networks_count() -> None:
     assert destroyed_network_of({}) is None
 
 
+def create_event(name: str, driver: str = "netplugin", nid: str = "n" * 64) -> dict[str, object]:
+    return {
+        "Type": "network",
+        "Action": "create",
+        "Actor": {"ID": nid, "Attributes": {"name": name, "type": driver}},
+    }
+
+
+def test_only_our_drivers_created_networks_count_with_their_id_and_name() -> None:
+    assert created_network_of(create_event("web")) == ("n" * 64, "web")
+    assert created_network_of(create_event("web", "bridge")) is None
+    assert created_network_of(destroy_event("web")) is None
+    assert created_network_of({**create_event("web"), "Actor": {"ID": "n" * 64}}) is None
+    assert created_network_of({}) is None
+    name = "reg:5000/netplugin:2.0"
+    assert created_network_of(create_event("web", name), name) == ("n" * 64, "web")
+
+
 class FakeNetworks:
     """dockerd's networks: what list() shows, and what create() and remove() do."""
 
@@ -273,11 +292,34 @@ def test_a_network_docker_removed_here_is_put_back_when_docker_says_so() -> None
     sync.start()
     try:
         # The stream's start pokes one pass; nothing is missing yet.
-        wait(lambda: events.filters == [{"type": "network", "event": "destroy"}])
+        wait(lambda: events.filters == [{"type": "network", "event": ["create", "destroy"]}])
         wait(lambda: networks.listed == 1)
         del networks.nets["a"]  # what dockerd did, before it sends the event
         events.queue.put(destroy_event("web"))
         wait(lambda: networks.created == ["web"])
+    finally:
+        sync.stop()
+
+
+def test_a_network_docker_creates_is_told_with_its_name_as_docker_announces_it() -> None:
+    """Issue 22: the name `docker network create` gave reaches the driver from dockerd's
+    create event (sent as dockerd answers the client), not from a lookup made too early."""
+    events = FakeEvents()
+    client = SimpleNamespace(networks=FakeNetworks([]), events=events.events, close=lambda: None)
+    told: queue.Queue[tuple[str, str]] = queue.Queue()
+    sync = DockerSync(
+        lambda: client,
+        lambda: [],
+        interval=3600,
+        events=lambda: client,
+        created=lambda nid, name: told.put((nid, name)),
+    )
+    sync.start()
+    try:
+        events.queue.put(create_event("other", "bridge", "b" * 64))  # not ours
+        events.queue.put(create_event("frontend", nid="f" * 64))
+        assert told.get(timeout=5) == ("f" * 64, "frontend")
+        assert told.empty()
     finally:
         sync.stop()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -505,6 +507,59 @@ def test_network_takes_its_docker_name() -> None:
     assert r.status_code == 200, r.get_json()
     assert master.get_network("default", "frontend").dockerNetworkID == NID
     assert master.endpoints[EID]["networkName"] == "frontend"
+
+
+def test_dockerds_create_event_names_the_network_before_docker_could_be_asked() -> None:
+    """Issue 22: `docker network create X` then `netctl net inspect X` said "not found".
+    dockerd knows X only once CreateNetwork has returned, so the lookup started from inside
+    it usually came too early and asked again 0.2 s later, after the client had moved on.
+    dockerd's create event, sent as it answers the client, names the network at once, here
+    while a lookup would still find nothing."""
+    master, datapath = FakeMaster(), FakeDatapath()
+    driver = Driver(master, datapath, host="h1", docker_name=lambda _: None)
+    client = create_app(driver).test_client()
+    create_network(client)
+    driver.docker_network_created(NID, "frontend")
+    assert master.get_network("default", "frontend").dockerNetworkID == NID
+    assert list(master.networks) == ["default:frontend"]
+    r = create_endpoint(client, {"Address": "10.5.0.7/24"})  # docker run --net frontend
+    assert r.status_code == 200, r.get_json()
+    assert master.endpoints[EID]["networkName"] == "frontend"
+
+
+def test_create_events_of_networks_it_did_not_leave_unnamed_change_nothing() -> None:
+    master, datapath = FakeMaster(), FakeDatapath()
+    driver = Driver(master, datapath, host="h1", docker_name=lambda _: None)
+    client = create_app(driver).test_client()
+    driver.docker_network_created(NID, "early")  # not made by this driver (yet)
+    assert master.networks == {}
+    create_network(client)
+    driver.docker_network_created("a" * 64, "other")  # another driver's, or another agent's
+    driver.docker_network_created(NID, "bad name!")  # not a netplugin name: keeps its own
+    assert list(master.networks) == [f"default:{NID[:12]}"]
+    driver.docker_network_created(NID, "frontend")
+    driver.docker_network_created(NID, "again")  # named already
+    assert list(master.networks) == ["default:frontend"]
+
+
+def test_a_network_removed_before_docker_names_it_ends_its_naming_quietly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The lookup thread CreateNetwork starts stops when the network goes (an exception in
+    it was a traceback in the agent's log for every quick `docker network rm`)."""
+    failures: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: failures.append(args.exc_value))
+    master, datapath = FakeMaster(), FakeDatapath()
+    driver = Driver(master, datapath, host="h1", docker_name=lambda _: None)
+    client = create_app(driver).test_client()
+    nid = uuid.uuid4().hex * 2  # its own: other tests' lookups of NID may still be running
+    body = {"NetworkID": nid, "Options": {}, "IPv4Data": [{"Pool": "10.5.0.0/24"}]}
+    running = set(threading.enumerate())
+    assert call(client, "NetworkDriver.CreateNetwork", body).status_code == 200
+    (naming,) = set(threading.enumerate()) - running  # the lookup of its name
+    assert call(client, "NetworkDriver.DeleteNetwork", {"NetworkID": nid}).status_code == 200
+    naming.join(5)
+    assert not naming.is_alive() and failures == [] and master.networks == {}
 
 
 def test_port_publishing(client: FlaskClient, datapath: FakeDatapath) -> None:
