@@ -317,3 +317,42 @@ def test_meters_and_select_groups_round_trip_and_change_in_place(
     assert reconcile_once(lab, set(), tmp_path)["deleted"] == 4
     assert "meter=7" not in lab.ovs.ofctl("dump-meters", BRIDGE)
     assert "group_id=33" not in lab.ovs.ofctl("dump-groups", BRIDGE)
+
+
+def test_an_older_netplugins_bridge_and_groups_are_upgraded_in_place(
+    lab: CtLab, tmp_path: Path
+) -> None:
+    """A bridge an older netplugin left (OpenFlow 1.3 only, select groups with OVS's default
+    selection, which leaves UDP ports out): the agent's ensure_bridge allows 1.5 again, and
+    the first reconcile modifies the group in place (dp_hash) and changes no flow."""
+    from datapath.flows import group, meter
+
+    nat = ("nat", "dst", "10.77.0.2", None, 53, None, ())
+    bucket = [("set_field", "eth_dst", lab.k2.mac), ("ct", True, 5, 20, [nat])]
+    entries = {
+        meter(8, 10_000, 3_000),
+        group(34, [bucket]),
+        flow(0, 201, [("meter", 8), ("goto", 10)], in_port=lab.k1.ofport, eth_type=0x0800),
+        flow(10, 201, [("group", 34)], eth_type=0x0800, ip_proto=17, ipv4_dst="10.77.0.100"),
+    }
+    assert reconcile_once(lab, entries, tmp_path)["errors"] == []
+
+    def groups15() -> str:
+        target = f"unix:{lab.ovs.workdir / (BRIDGE + '.mgmt')}"
+        return run("ovs-ofctl", "-O", "OpenFlow15", "dump-groups", target)
+
+    assert "group_id=34,type=select,selection_method=dp_hash" in groups15()
+    # What the older netplugin left: its group as OpenFlow 1.3 writes it, a 1.3-only bridge.
+    (line,) = [g for g in lab.ovs.ofctl("dump-groups", BRIDGE).splitlines() if "group_id=34" in g]
+    lab.ovs.ofctl("mod-group", BRIDGE, line.strip())
+    assert "selection_method" not in groups15()
+    run("ovs-vsctl", f"--db={lab.ovs.db_target}", "set", "bridge", BRIDGE, "protocols=OpenFlow13")
+    flows_before = sorted(f.split(" actions=")[1] for f in lab.ovs.dump_flows(BRIDGE))
+    with Ovs(lab.ovs.db_sock) as db:
+        assert db.ensure_bridge(BRIDGE, controller=f"tcp:127.0.0.1:{lab.port}") is False
+    upgraded = reconcile_once(lab, entries, tmp_path)
+    changed = (upgraded["added"], upgraded["replaced"], upgraded["deleted"])
+    assert (upgraded["found"], *changed) == (4, 1, 1, 0), upgraded["log"][-4000:]
+    assert "group_id=34,type=select,selection_method=dp_hash" in groups15()
+    assert sorted(f.split(" actions=")[1] for f in lab.ovs.dump_flows(BRIDGE)) == flows_before
+    assert reconcile_once(lab, set(), tmp_path)["deleted"] == 4
