@@ -205,8 +205,8 @@ def test_a_taken_port_is_refused_naming_its_holder_and_nothing_remains(
 
     before = sh("iptables", "-w", "-t", "nat", "-S", "NETPLUGIN-DNAT").stdout
     err = refused("-p", "18501:81", "-p", "18500:80")  # another network: one host
-    assert "-p 18500:80/tcp: host port 18500/tcp on every host address is already used by " \
-           "container endpoint" in err, err  # fmt: skip
+    assert "NetworkDriver.ProgramExternalConnectivity: -p 18500:80/tcp: host port 18500/tcp " \
+           "on every host address is already used by container endpoint" in err, err  # fmt: skip
     with socket.create_server(("0.0.0.0", 18502)):  # a process on the host
         err = refused("-p", "18502:80")
         assert "host port 18502/tcp on every host address is already used by a process" in err

@@ -71,7 +71,8 @@ def test_docker_network_create_refuses_a_subnet_no_network_may_own(
     if res.returncode == 0:  # accepted after all: remove it before failing
         sh("docker", "network", "rm", name, check=False)
     assert res.returncode != 0
-    assert "IpamDriver.RequestPool" in res.stderr and reason in res.stderr, res.stderr
+    assert "IpamDriver.RequestPool: pool request in address space" in res.stderr, res.stderr
+    assert reason in res.stderr, res.stderr
     assert "a network's IPv" in res.stderr or "choose a subnet outside it" in res.stderr
     assert sh("docker", "network", "inspect", name, check=False).returncode != 0
     assert booked(master) == before

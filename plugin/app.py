@@ -32,29 +32,31 @@ def create_app(driver: Driver, metrics: AgentMetrics | None = None) -> Flask:
 
     @app.errorhandler(Exception)
     def error(e: Exception) -> Response:
-        """The single error path: every failure becomes Docker's error shape."""
+        """The single error path: every failure becomes Docker's error shape. Docker writes
+        the method before the message ("NetworkDriver.CreateEndpoint: ..."), so the message
+        does not repeat it."""
         method = request.path.lstrip("/")
-        interface, _, name = method.partition(".")
+        interface = method.partition(".")[0]
         if isinstance(e, HTTPException):
             status = e.code or 500
             if status == 404:
                 message = f"unknown plugin method {method!r}"
             elif status == 413:
-                message = f"{name or method}: {too_large()}"
+                message = too_large()
             else:
                 message = f"{request.method} {request.path}: {e.description or e.name}"
         elif isinstance(e, RequestError | DriverError | MasterError):
             status = e.status
-            message = f"{name or method}: {e}"
+            message = str(e)
         else:
             # A bug, not a refusal: say so, so that it is never mistaken for one.
             status = 500
             app.logger.exception("unhandled error in %s", method)
-            message = f"{name or method}: internal error: {type(e).__name__}: {e}"
+            message = f"internal error: {type(e).__name__}: {e}"
         if not 400 <= status <= 599:
             status = 500
         if status >= 500:
-            app.logger.error("%s", message)
+            app.logger.error("%s: %s", method, message)
         body = {"Err": message}
         if interface == "IpamDriver":
             body["Error"] = message  # IPAM replies are read for "Error" on 200, "Err" otherwise

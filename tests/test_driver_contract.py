@@ -375,7 +375,7 @@ def test_an_unknown_network(plugin: FlaskClient, master: RealMaster) -> None:
     before = master.snapshot()
     r = create_endpoint(plugin, "10.5.0.7/24")
     assert r.status_code == 404
-    assert r.get_json() == {"Err": f"CreateEndpoint: network {NID} is not known to netmaster"}
+    assert r.get_json() == {"Err": f"network {NID} is not known to netmaster"}
     r = request_pool(plugin, "10.7.0.0/24", tenant="blue", network="web")
     assert r.status_code == 404 and "network blue:web does not exist" in r.get_json()["Error"]
     r = create_network(plugin, None, tenant="blue", network="web")

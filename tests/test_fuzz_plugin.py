@@ -145,7 +145,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
 
 def test_a_body_over_the_limit_is_413_in_docker_shape(stack: Stack) -> None:
     too_big = b"{}" + b" " * (MAX_BODY_BYTES - 1)
-    message = f"RequestPool: request body is larger than {MAX_BODY_BYTES} bytes"
+    message = f"request body is larger than {MAX_BODY_BYTES} bytes"
     for extra in (0, 10):
         r = stack.call("IpamDriver.RequestPool", raw=too_big + b" " * extra)
         assert (r.status_code, r.get_json()) == (413, {"Err": message, "Error": message})
@@ -154,7 +154,7 @@ def test_a_body_over_the_limit_is_413_in_docker_shape(stack: Stack) -> None:
         input_stream=io.BytesIO(too_big + b" " * MAX_BODY_BYTES),
         environ_overrides={"wsgi.input_terminated": True, "HTTP_TRANSFER_ENCODING": "chunked"},
     )
-    message = f"CreateNetwork: request body is larger than {MAX_BODY_BYTES} bytes"
+    message = f"request body is larger than {MAX_BODY_BYTES} bytes"
     assert (r.status_code, r.get_json()) == (413, {"Err": message})
 
 

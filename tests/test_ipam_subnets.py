@@ -176,7 +176,7 @@ def test_docker_request_pool_refuses_it_and_leaves_nothing(master: RealMaster) -
     r = call(plugin, "IpamDriver.RequestPool", body)
     assert r.status_code == 400
     assert r.get_json()["Err"].startswith(
-        "RequestPool: pool request in address space default: subnet 0.0.0.0/0 is too wide: it "
+        "pool request in address space default: subnet 0.0.0.0/0 is too wide: it "
         "is every IPv4 address: "
     )
     assert master.snapshot() == before

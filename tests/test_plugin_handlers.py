@@ -304,7 +304,7 @@ def test_ipam_errors_carry_both_keys(client: FlaskClient) -> None:
     body = r.get_json()
     assert r.status_code == 404
     assert body["Err"] == body["Error"]
-    assert body["Err"].startswith("RequestAddress: pool default:10.9.0.0/24")
+    assert body["Err"].startswith("pool default:10.9.0.0/24")
 
 
 # --- docker run / stop ---
@@ -410,7 +410,7 @@ def test_restarted_plugin_recovers_network_and_endpoint(
 def test_unknown_network(client: FlaskClient) -> None:
     r = create_endpoint(client, None)
     assert r.status_code == 404
-    assert r.get_json() == {"Err": f"CreateEndpoint: network {NID} is not known to netmaster"}
+    assert r.get_json() == {"Err": f"network {NID} is not known to netmaster"}
 
 
 @pytest.mark.parametrize(
@@ -440,20 +440,20 @@ def test_allocate_and_free_network(client: FlaskClient) -> None:
 def test_malformed_json(client: FlaskClient) -> None:
     r = call(client, "NetworkDriver.CreateNetwork", raw=b"{not json")
     assert r.status_code == 400
-    assert r.get_json()["Err"].startswith("CreateNetwork: request body is not valid JSON")
+    assert r.get_json()["Err"].startswith("request body is not valid JSON")
     assert "Error" not in r.get_json()
 
 
 def test_missing_field_is_named(client: FlaskClient) -> None:
     r = call(client, "NetworkDriver.CreateEndpoint", {"NetworkID": NID, "Interface": None})
     assert r.status_code == 400
-    assert r.get_json() == {"Err": "CreateEndpoint: field 'EndpointID' is required"}
+    assert r.get_json() == {"Err": "field 'EndpointID' is required"}
 
 
 def test_empty_body_where_fields_are_required(client: FlaskClient) -> None:
     r = call(client, "IpamDriver.ReleasePool")
     assert r.status_code == 400
-    assert r.get_json()["Error"] == "ReleasePool: field 'PoolID' is required"
+    assert r.get_json()["Error"] == "field 'PoolID' is required"
 
 
 def test_body_must_be_an_object(client: FlaskClient) -> None:
@@ -492,7 +492,7 @@ def test_master_down_says_unreachable(datapath: FakeDatapath) -> None:
     body = r.get_json()
     assert r.status_code == 503
     assert body["Err"] == body["Error"]
-    assert body["Err"].startswith(f"RequestPool: netmaster at {url} is unreachable: ")
+    assert body["Err"].startswith(f"netmaster at {url} is unreachable: ")
 
 
 def test_network_takes_its_docker_name() -> None:

@@ -90,7 +90,7 @@ def test_a_taken_port_is_refused_naming_it_and_nothing_changes(stack: Stack) -> 
     r = program(stack, EID2, [{**entry, "HostPort": 9090, "HostPortEnd": 9090}, entry])
     assert r.status_code == 409
     assert r.get_json()["Err"] == (
-        "ProgramExternalConnectivity: -p 8080:80/tcp: host port 8080/tcp on every host "
+        "-p 8080:80/tcp: host port 8080/tcp on every host "
         f"address is already used by container endpoint {EID[:12]}"
     )
     assert stack.datapath() == before and PORTMAP not in oper(stack, EID2)
