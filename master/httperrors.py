@@ -76,6 +76,40 @@ class Refusal:
         return {"error": f"{OBJECT}: {self.reason}", "object": OBJECT, "reason": self.reason}
 
 
+# The refusals that depend on the error's class alone, in the order they are tried.
+_BY_CLASS: tuple[tuple[type | tuple[type, ...], int, str], ...] = (
+    (
+        errors.ObsoleteFolding,
+        400,
+        "a header line starts with a space or tab (line folding is obsolete)",
+    ),
+    (errors.ExpectationFailed, 417, "the Expect header may only be '100-continue'"),
+    (errors.UnsupportedTransferCoding, 501, "the Transfer-Encoding may only be 'chunked'"),
+    (errors.InvalidChunkSize, 400, f"{CHUNKED}: a chunk size is not a hexadecimal number"),
+    (
+        errors.ChunkMissingTerminator,
+        400,
+        f"{CHUNKED}: a chunk does not end with CRLF where its size says",
+    ),
+    (errors.InvalidChunkExtension, 400, f"{CHUNKED}: a chunk extension is not valid"),
+    (errors.NoMoreData, 400, "the request ended before its body was whole"),
+    (
+        errors.InvalidSchemeHeaders,
+        400,
+        "the X-Forwarded-Proto, X-Forwarded-Protocol and X-Forwarded-Ssl headers disagree",
+    ),
+    (
+        (errors.InvalidProxyLine, errors.InvalidProxyHeader),
+        400,
+        "the PROXY protocol header is not valid",
+    ),
+    (errors.ForbiddenProxyRequest, 400, "the PROXY protocol is not accepted from this address"),
+    (errors.InvalidH2CPreface, 400, "the HTTP/2 connection preface is not valid"),
+    (ssl.SSLError, 400, "the TLS connection failed"),
+    (errors.ParseException, 400, "the request is not valid HTTP/1.1"),
+)
+
+
 def refusal(exc: BaseException, limits: Limits = Limits()) -> Refusal | None:
     """The client's fault that ``exc`` (raised by gunicorn parsing a request) stands for, or
     None when it is not the client's (an internal error, answered 500)."""
@@ -95,36 +129,11 @@ def refusal(exc: BaseException, limits: Limits = Limits()) -> Refusal | None:
         return Refusal(400, _header_name(exc.hdr))
     if isinstance(exc, errors.InvalidHeader):
         return Refusal(400, _header(exc.hdr, exc.req is not None))
-    if isinstance(exc, errors.ObsoleteFolding):
-        return Refusal(400, "a header line starts with a space or tab (line folding is obsolete)")
-    if isinstance(exc, errors.ExpectationFailed):
-        return Refusal(417, "the Expect header may only be '100-continue'")
-    if isinstance(exc, errors.UnsupportedTransferCoding):
-        return Refusal(501, "the Transfer-Encoding may only be 'chunked'")
-    if isinstance(exc, errors.InvalidChunkSize):
-        return Refusal(400, f"{CHUNKED}: a chunk size is not a hexadecimal number")
-    if isinstance(exc, errors.ChunkMissingTerminator):
-        return Refusal(400, f"{CHUNKED}: a chunk does not end with CRLF where its size says")
-    if isinstance(exc, errors.InvalidChunkExtension):
-        return Refusal(400, f"{CHUNKED}: a chunk extension is not valid")
-    if isinstance(exc, errors.NoMoreData):
-        return Refusal(400, "the request ended before its body was whole")
-    if isinstance(exc, errors.InvalidSchemeHeaders):
-        return Refusal(
-            400, "the X-Forwarded-Proto, X-Forwarded-Protocol and X-Forwarded-Ssl headers disagree"
-        )
-    if isinstance(exc, errors.InvalidProxyLine | errors.InvalidProxyHeader):
-        return Refusal(400, "the PROXY protocol header is not valid")
-    if isinstance(exc, errors.ForbiddenProxyRequest):
-        return Refusal(400, "the PROXY protocol is not accepted from this address")
-    if isinstance(exc, errors.InvalidH2CPreface):
-        return Refusal(400, "the HTTP/2 connection preface is not valid")
     if isinstance(exc, errors.ConfigurationProblem):
         return None
-    if isinstance(exc, ssl.SSLError):
-        return Refusal(400, "the TLS connection failed")
-    if isinstance(exc, errors.ParseException):
-        return Refusal(400, "the request is not valid HTTP/1.1")
+    for kind, status, reason in _BY_CLASS:
+        if isinstance(exc, kind):
+            return Refusal(status, reason)
     return None
 
 
