@@ -4,8 +4,10 @@ One job per module:
 - app.py builds the REST app: routes.py registers each kind of kinds.py, forwarding.py sends
   a follower's requests to the leader, openapi.py describes them, auth.py checks bearer
   tokens and the role each route needs; cli.py starts netmaster (and refuses to serve
-  beyond loopback without TLS and tokens); election.py and reclaim.py are the leader's
-  duties (HA).
+  beyond loopback without TLS and tokens) under gunicorn with httpworker.py (the worker
+  that buffers requests), httperrors.py (the JSON answer to a request gunicorn cannot
+  parse) and httplog.py (an access log without credentials); election.py and reclaim.py
+  are the leader's duties (HA).
 - service.py: ClusterState, the one entry point. Its methods only delegate to the family
   modules below, which it composes.
 - txn.py: the compare-and-swap plumbing (retrying, commit, the compares, the hot cache).
