@@ -1,4 +1,5 @@
-"""Integration fixtures: real etcd servers on 127.0.0.1, started and stopped by PID."""
+"""Integration fixtures: real etcd servers on 127.0.0.1, started and stopped by PID; the
+Docker version a test runs on (``dockerd``) and the single-host stack on it (``site``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from .etcd import EtcdServer, require_etcd
+from .site import DOCKERDS, Site, serve_site, use_site
 
 # The backend-independent store contract lives in tests/, which is not a package.
 _TESTS = str(Path(__file__).resolve().parent.parent / "tests")
@@ -56,3 +58,31 @@ def etcd_factory(tmp_path: Path) -> Iterator[Callable[..., EtcdServer]]:
     yield make
     for server in servers:
         server.cleanup()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that runs on a dockerd (uses ``dockerd``) runs on the host's Docker 20.10, and
+    when marked ``docker26`` on Docker 26 too: ``test_x[docker20]``, ``test_x[docker26]``.
+    Module-scoped: a module's tests on one version share its stack."""
+    if "dockerd" in metafunc.fixturenames:
+        both = metafunc.definition.get_closest_marker("docker26") is not None
+        versions = list(DOCKERDS if both else DOCKERDS[:1])
+        metafunc.parametrize("dockerd", versions, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def dockerd(request: pytest.FixtureRequest) -> str:
+    """The Docker version of the test's dockerd: "docker20" or "docker26"."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def site_stack(dockerd: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    yield from serve_site(dockerd, tmp_path_factory)
+
+
+@pytest.fixture
+def site(site_stack: Site, monkeypatch: pytest.MonkeyPatch) -> Site:
+    """The single-host stack on the test's Docker version, master and agent serving; the
+    test's docker CLI talks to its dockerd."""
+    return use_site(site_stack, monkeypatch)

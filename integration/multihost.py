@@ -76,6 +76,8 @@ class SimHost:
     agent: subprocess.Popen[bytes] | None = None
     agent_extra: list[str] = field(default_factory=list)
     security: MasterSecurity | None = None  # the masters' CA and the agent's token
+    # The dockerd to run (integration/site.py: the host's 20.10, or Docker 26).
+    dockerd_cmd: list[str] = field(default_factory=lambda: ["dockerd"])
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -157,7 +159,7 @@ class SimHost:
         data = self.workdir / "docker"
         self.dockerd = self._in_host(
             [
-                "dockerd",
+                *self.dockerd_cmd,
                 "--data-root",
                 str(data / "data"),
                 "--exec-root",
@@ -177,6 +179,26 @@ class SimHost:
             f"{self.name}: dockerd answering",
             interval=0.3,
         )
+
+    def stop_dockerd(self, timeout: float = 60) -> None:
+        """Stop dockerd and its containerd, as a service manager would, and wait for both:
+        a dockerd started before the previous containerd exited times out on its socket."""
+        stop_pid(self.dockerd, timeout=timeout)
+        self.dockerd = None
+        pidfile = self.workdir / "docker" / "exec" / "containerd" / "containerd.pid"
+        containerd = read_pid(pidfile)
+        if containerd is not None:
+            os.kill(containerd, signal.SIGTERM)
+            wait_for(
+                lambda: read_pid(pidfile) != containerd,
+                timeout,
+                f"{self.name}: containerd {containerd} exits",
+                interval=0.2,
+            )
+
+    def restart_dockerd(self) -> None:
+        self.stop_dockerd()
+        self.start_dockerd()
 
     def load_image(self, image: str = BUSYBOX_IMAGE) -> None:
         ensure_test_image(image)
@@ -280,11 +302,7 @@ class SimHost:
             if ids:
                 self.docker_res("rm", "-f", *ids)
         self.stop_agent()
-        stop_pid(self.dockerd, timeout=60)
-        self.dockerd = None
-        containerd = read_pid(self.workdir / "docker" / "exec" / "containerd" / "containerd.pid")
-        if containerd is not None:
-            os.kill(containerd, signal.SIGTERM)
+        self.stop_dockerd()
         stop_pid(self.holder, signal.SIGKILL)
         self.holder = None
         self.ovs.stop()
@@ -332,7 +350,13 @@ class Snapshot:
 class Cluster:
     """etcd, two masters and ``n`` hosts with their own OVS, dockerd and agent."""
 
-    def __init__(self, workdir: Path, hosts: int = 3, masters: int = 2) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        hosts: int = 3,
+        masters: int = 2,
+        dockerd: list[str] | None = None,
+    ) -> None:
         self.tag = f"np{os.getpid() % 10000}"
         self.workdir = workdir
         self.underlay = f"{self.tag}ul"
@@ -354,7 +378,13 @@ class Cluster:
             for i in range(masters)
         ]
         self.hosts = [
-            SimHost(i + 1, self.tag, workdir / f"h{i + 1}", security=self.security)
+            SimHost(
+                i + 1,
+                self.tag,
+                workdir / f"h{i + 1}",
+                security=self.security,
+                dockerd_cmd=dockerd or ["dockerd"],
+            )
             for i in range(hosts)
         ]
         self._rules: list[list[str]] = []
@@ -365,7 +395,9 @@ class Cluster:
         """A running master's URL (any works: followers forward to the leader)."""
         return next((m.url for m in self.masters if m.proc is not None), self.masters[0].url)
 
-    def start(self) -> Cluster:
+    def start(self, agents: bool = True) -> Cluster:
+        """Start it all; without ``agents``, the hosts' dockerds run with no netplugin (a
+        test runs its own, e.g. a managed plugin)."""
         for what in sweep_stale_labs(self.tag):
             print(f"multihost: removed a killed run's {what}", file=sys.stderr)
         try:
@@ -377,6 +409,8 @@ class Cluster:
                 h.start_namespaces(self.underlay, self.vlan_bridge)
                 h.start_dockerd()
                 h.load_image()
+            if not agents:
+                return self
             for h in self.hosts:
                 self.start_agent(h)
             self.wait_tunnels()

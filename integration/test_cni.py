@@ -29,7 +29,7 @@ from datapath.veth import veth_names
 from .lab import BIN, NetctlLab, ip_of, run
 from .master import MasterProcess
 from .plugin import PluginProcess
-from .test_docker_single_host import restart_stopped, serve_stack
+from .site import restart_stopped, serve_stack
 from .wait import wait_for
 
 PLUGIN = BIN / "netplugin-cni"

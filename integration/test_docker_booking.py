@@ -22,14 +22,13 @@ from common.records import PoolRecord
 from .host import CREATE_NETWORK
 from .master import MasterProcess
 from .plugin import PluginProcess
+from .site import restart_stopped, serve_stack
 from .test_docker_single_host import (
     BIN,
     IMAGE,
     RUN,
     ip_of,
     ping,
-    restart_stopped,
-    serve_stack,
     sh,
 )
 

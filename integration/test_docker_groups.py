@@ -19,16 +19,8 @@ import requests
 from .host import CREATE_NETWORK
 from .master import MasterProcess
 from .plugin import PluginProcess
-from .test_docker_single_host import (  # noqa: F401 (the stack and stack_up fixtures)
-    BIN,
-    IMAGE,
-    RUN,
-    ip_of,
-    ping,
-    sh,
-    stack,
-    stack_up,
-)
+from .site import stack, stack_up  # noqa: F401 (fixtures)
+from .test_docker_single_host import BIN, IMAGE, RUN, ip_of, ping, sh
 from .wait import wait_for
 
 # A group's docker network appears when the docker sync next runs: at once when something

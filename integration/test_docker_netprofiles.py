@@ -25,7 +25,7 @@ from .host import IPERF_IMAGE, ensure_test_image
 from .lab import SETTLE, NetctlLab, ip_of, run
 from .master import MasterProcess
 from .plugin import PluginProcess
-from .test_docker_single_host import restart_stopped, serve_stack
+from .site import restart_stopped, serve_stack
 from .wait import wait_for
 
 TOLERANCE = 0.15  # the issue's: a 10 Mbit/s profile measured within 15 %

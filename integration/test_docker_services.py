@@ -19,7 +19,7 @@ from .lab import SETTLE, NetctlLab, ip_of, run
 from .master import MasterProcess
 from .plugin import PluginProcess
 from .probe import ContainerNet, echoes, tcp_session, who_answers
-from .test_docker_single_host import restart_stopped, serve_stack
+from .site import restart_stopped, serve_stack
 from .wait import wait_for
 
 

@@ -1,9 +1,11 @@
-"""Single host end to end: the real docker CLI, dockerd, Open vSwitch, netmaster and netplugin."""
+"""Single host end to end: the real docker CLI, dockerd, Open vSwitch, netmaster and netplugin.
+
+The tests marked ``docker26`` run on both Docker versions (integration/site.py): the host's
+20.10 and Docker 26 on a simulated host; the others on 20.10 only."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -14,21 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
-from .host import (
-    CREATE_NETWORK,
-    TEST_LABEL,
-    ensure_host_daemons,
-    ensure_test_image,
-    restart_dockerd,
-    restart_ovs_vswitchd,
-    sweep_test_leftovers,
-)
+from .host import CREATE_NETWORK, TEST_LABEL
 from .lab import ip_of
-from .master import MasterProcess
 from .ovs import stop_pid
-from .plugin import SOCKET, PluginProcess, serving
+from .site import Site
 from .wait import tcp_listening, wait_for
 
 IMAGE = "netplugin-test/busybox"
@@ -46,50 +38,8 @@ def sh(*cmd: str, check: bool = True, timeout: float = 60) -> subprocess.Complet
     return res
 
 
-def serve_stack(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[MasterProcess, PluginProcess]]:
-    """A master on the embedded store and the netplugin on the host's dockerd and OVS."""
-    ensure_host_daemons()
-    ensure_test_image(IMAGE)
-    if serving(SOCKET):
-        pytest.fail(f"another netplugin already serves {SOCKET}; stop it (e.g. `make run`) first")
-    work = tmp_path_factory.mktemp("stack")
-    master = MasterProcess(work / "master")
-    plugin = PluginProcess(master.url, work / "netplugin.log", data_dir=master.data_dir)
-    try:
-        master.start()
-        plugin.start()
-        sweep_test_leftovers()  # of an earlier run that was killed half-way
-        yield master, plugin
-    finally:
-        plugin.stop()
-        master.stop()
-
-
-def restart_stopped(stack: tuple[MasterProcess, PluginProcess]) -> None:
-    """Every test starts with the master and the plugin serving (a test that stops one
-    starts it again in its own ``finally``; this only makes a failure there not spread)."""
-    for proc in stack:
-        if not proc.running():
-            proc.stop()
-            proc.start()
-
-
-@pytest.fixture(scope="module")
-def stack(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[MasterProcess, PluginProcess]]:
-    yield from serve_stack(tmp_path_factory)
-
-
-@pytest.fixture(autouse=True)
-def stack_up(stack: tuple[MasterProcess, PluginProcess]) -> None:
-    restart_stopped(stack)
-
-
 @pytest.fixture
-def names(stack: tuple[MasterProcess, PluginProcess]) -> Iterator[list[str]]:
+def names(site: Site) -> Iterator[list[str]]:
     """Unique names for this test; every container and network named here is removed after."""
     made: list[str] = []
     yield made
@@ -157,19 +107,16 @@ def ping(container: str, target: str, count: int = 2) -> bool:
     )
 
 
+@pytest.mark.docker26
 def test_containers_talk_to_each_other_the_gateway_and_the_host(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+    site: Site, names: list[str]
 ) -> None:
-    master, _ = stack
     net = network(names, "10.81.0.0/24", "--gateway", "10.81.0.1", "--ip-range", "10.81.0.128/25")
     a, b = run(names, net), run(names, net)
     assert ip_of(a).startswith("10.81.0.1") and ip_of(a) != ip_of(b)
     assert int(ip_of(a).split(".")[-1]) >= 128  # --ip-range is honoured
     assert ping(a, ip_of(b)) and ping(a, "10.81.0.1")
-    host_ip = (
-        sh("ip", "-4", "-o", "addr", "show", "scope", "global").stdout.split()[3].split("/")[0]
-    )
-    assert ping(a, host_ip)
+    assert ping(a, site.host_ip())
     # TCP through the userspace datapath (the checksum trap).
     sh("docker", "exec", "-d", b, "httpd", "-f", "-p", "8080", "-h", "/var/www")
     wait_for(lambda: listening(b, 8080), 10, f"httpd in {b} listens on 8080")
@@ -183,31 +130,29 @@ def test_containers_talk_to_each_other_the_gateway_and_the_host(
     ).stdout
     assert "200 OK" in reply and "netplugin test image" in reply
     # The master knows the network and both endpoints.
-    nets = requests.get(f"{master.url}/api/v1/networks", timeout=5).json()
+    nets = site.get("networks")
     # ... under its docker name (docker's CreateNetwork carries none: learned afterwards).
     assert any(n["subnet"] == "10.81.0.0/24" and n["networkName"] == net for n in nets), nets
-    shown = sh(str(BIN / "netctl"), "--netmaster", master.url, "net", "ls").stdout
+    shown = site.netctl("net", "ls").stdout
     assert re.search(rf"default\s+{net}\s", shown), shown
-    eps = {e["ipAddress"] for e in requests.get(f"{master.url}/api/v1/endpoints", timeout=5).json()}
+    eps = {e["ipAddress"] for e in site.get("endpoints")}
     assert {ip_of(a), ip_of(b)} <= eps
 
 
-def test_networks_are_isolated(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
-) -> None:
+@pytest.mark.docker26
+def test_networks_are_isolated(site: Site, names: list[str]) -> None:
     n1, n2 = network(names, "10.82.0.0/24"), network(names, "10.83.0.0/24")
     a, b = run(names, n1), run(names, n2)
     assert not ping(a, ip_of(b), count=1)
     assert not ping(b, ip_of(a), count=1)
     assert ping(a, "10.82.0.1")
     # The host would route between its gateway ports; our FORWARD chain drops that.
-    drops = sh("iptables", "-S", "NETPLUGIN-FWD").stdout
+    drops = site.host("iptables", "-S", "NETPLUGIN-FWD").stdout
     assert "-A NETPLUGIN-FWD -i npgw+ -o npgw+ -j DROP" in drops
 
 
-def test_static_ip_and_duplicate_refused(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
-) -> None:
+@pytest.mark.docker26
+def test_static_ip_and_duplicate_refused(site: Site, names: list[str]) -> None:
     net = network(names, "10.84.0.0/24")
     a = run(names, net, "--ip", "10.84.0.50")
     assert ip_of(a) == "10.84.0.50"
@@ -227,10 +172,10 @@ def test_static_ip_and_duplicate_refused(
     assert res.returncode != 0 and "10.84.0.50" in res.stderr
 
 
+@pytest.mark.docker26
 def test_plugin_kill9_keeps_traffic_and_addresses(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str], tmp_path: Path
+    site: Site, names: list[str], tmp_path: Path
 ) -> None:
-    _, plugin = stack
     net = network(names, "10.85.0.0/24")
     a, b = run(names, net), run(names, net)
     before = (ip_of(a), ip_of(b))
@@ -238,11 +183,11 @@ def test_plugin_kill9_keeps_traffic_and_addresses(
     pinger = start_pinger(log, "docker", "exec", a, "ping", "-i", "0.2", "-c", "60", ip_of(b))
     try:
         t0 = time.monotonic()
-        plugin.stop(signal.SIGKILL)
+        site.stop_agent(signal.SIGKILL)
         try:
             time.sleep(1)  # the plugin stays down a while: traffic must not care
         finally:
-            plugin.start()
+            site.start_agent()
         downtime = time.monotonic() - t0
         pinger.wait(60)
     finally:
@@ -257,58 +202,41 @@ def test_plugin_kill9_keeps_traffic_and_addresses(
     assert ip_of(c) not in before and ping(c, ip_of(a))
 
 
-def test_network_rm_leaves_nothing_behind(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
-) -> None:
-    master, _ = stack
+@pytest.mark.docker26
+def test_network_rm_leaves_nothing_behind(site: Site, names: list[str]) -> None:
     net = network(names, "10.86.0.0/24")
     a = run(names, net)
     endpoint_id = json.loads(
         sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", a).stdout
     )[net]["EndpointID"]
-    tag = next(
-        n
-        for n in requests.get(f"{master.url}/api/v1/networks", timeout=5).json()
-        if n["subnet"] == "10.86.0.0/24"
-    )
-    tag = requests.get(f"{master.url}/api/v1/inspect/networks/{tag['key']}", timeout=5).json()[
-        "Oper"
-    ]["pktTag"]
-    ports = sh("ovs-vsctl", "list-ports", "netplugin").stdout.split()
+    key = next(n["key"] for n in site.get("networks") if n["subnet"] == "10.86.0.0/24")
+    tag = site.get(f"inspect/networks/{key}")["Oper"]["pktTag"]
+    ports = site.vsctl("list-ports", "netplugin").split()
     assert f"vp{endpoint_id[:11]}" in ports and f"npgw{tag}" in ports
     sh("docker", "rm", "-f", a)
     sh("docker", "network", "rm", net)
-    ports = sh("ovs-vsctl", "list-ports", "netplugin").stdout.split()
+    ports = site.vsctl("list-ports", "netplugin").split()
     assert f"vp{endpoint_id[:11]}" not in ports and f"npgw{tag}" not in ports
-    links = sh("ip", "-o", "link").stdout
+    links = site.host("ip", "-o", "link").stdout
     assert f"vp{endpoint_id[:11]}" not in links and f"npgw{tag}" not in links
-    assert "10.86.0.0/24" not in sh("iptables", "-t", "nat", "-S", "NETPLUGIN-POSTROUTING").stdout
-    eps = requests.get(f"{master.url}/api/v1/endpoints", timeout=5).json()
-    assert all(e["endpointID"] != endpoint_id for e in eps)
-    assert all(
-        n["subnet"] != "10.86.0.0/24"
-        for n in requests.get(f"{master.url}/api/v1/networks", timeout=5).json()
-    )
-    assert os.path.exists(SOCKET)
+    nat = site.host("iptables", "-t", "nat", "-S", "NETPLUGIN-POSTROUTING").stdout
+    assert "10.86.0.0/24" not in nat
+    assert all(e["endpointID"] != endpoint_id for e in site.get("endpoints"))
+    assert all(n["subnet"] != "10.86.0.0/24" for n in site.get("networks"))
+    assert site.agent_running()
 
 
-def test_connect_disconnect_and_tenant_options(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
-) -> None:
-    master, _ = stack
+@pytest.mark.docker26
+def test_connect_disconnect_and_tenant_options(site: Site, names: list[str]) -> None:
     tenant = f"t{uuid.uuid4().hex[:6]}"
-    requests.post(f"{master.url}/api/v1/tenants/{tenant}", json={}, timeout=5).raise_for_status()
+    site.api("POST", f"tenants/{tenant}", json={}).raise_for_status()
     ours = len(names)  # the names this test makes from here on
     try:
         tnet = network(
             names, "10.87.0.0/24", "-o", f"tenant={tenant}", "-o", "encap=vlan", "-o", "pkt-tag=321"
         )
         base = network(names, "10.88.0.0/24")
-        made = [
-            n
-            for n in requests.get(f"{master.url}/api/v1/networks", timeout=5).json()
-            if n["subnet"] == "10.87.0.0/24"
-        ]
+        made = [n for n in site.get("networks") if n["subnet"] == "10.87.0.0/24"]
         assert len(made) == 1 and made[0]["tenantName"] == tenant
         assert (made[0]["encap"], made[0]["pktTag"]) == ("vlan", 321)
         a, b = run(names, base), run(names, tnet)
@@ -323,10 +251,11 @@ def test_connect_disconnect_and_tenant_options(
         sh("docker", "network", "rm", tnet)
     finally:
         remove(names[ours:])  # the tenant's network first: a tenant with one is kept
-        requests.delete(f"{master.url}/api/v1/tenants/{tenant}", timeout=5)
+        site.api("DELETE", f"tenants/{tenant}")
 
 
-def test_publish_port(stack: tuple[MasterProcess, PluginProcess], names: list[str]) -> None:
+@pytest.mark.docker26
+def test_publish_port(site: Site, names: list[str]) -> None:
     net, other = network(names, "10.89.0.0/24"), network(names, "10.90.0.0/24")
     web = unique(names, "web")
     sh(
@@ -345,32 +274,31 @@ def test_publish_port(stack: tuple[MasterProcess, PluginProcess], names: list[st
         "-h",
         "/var/www",
     )
-    host_ip = (
-        sh("ip", "-4", "-o", "addr", "show", "scope", "global").stdout.split()[3].split("/")[0]
-    )
+    host_ip = site.host_ip()
     request = f'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 3 {host_ip} 18080'
     wait_for(lambda: listening(web, 8080), 10, f"httpd in {web} listens on 8080")
-    from_host = sh("curl", "-s", "--max-time", "3", f"http://{host_ip}:18080/", check=False).stdout
+    curl = ("curl", "-s", "--max-time", "3", f"http://{host_ip}:18080/")
+    from_host = site.host(*curl, check=False).stdout
     assert "netplugin test image" in from_host
     client = run(names, other)  # another network reaches it through the host, like docker's bridge
     assert "netplugin test image" in sh("docker", "exec", client, "sh", "-c", request).stdout
     sh("docker", "stop", "-t", "1", web)
-    assert "18080" not in sh("iptables", "-t", "nat", "-S", "NETPLUGIN-DNAT").stdout
+    assert "18080" not in site.host("iptables", "-t", "nat", "-S", "NETPLUGIN-DNAT").stdout
 
 
-def test_internal_network_has_no_way_out(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
-) -> None:
+@pytest.mark.docker26
+def test_internal_network_has_no_way_out(site: Site, names: list[str]) -> None:
     net = network(names, "10.94.0.0/24", "--internal")
     a, b = run(names, net), run(names, net)
     assert ping(a, ip_of(b))
     routes = sh("docker", "exec", a, "ip", "route").stdout
     assert "default" not in routes, routes
-    nat = sh("iptables", "-t", "nat", "-S", "NETPLUGIN-POSTROUTING").stdout
+    nat = site.host("iptables", "-t", "nat", "-S", "NETPLUGIN-POSTROUTING").stdout
     assert "10.94.0.0/24" not in nat
 
 
-def test_ipv6_dual_stack(stack: tuple[MasterProcess, PluginProcess], names: list[str]) -> None:
+@pytest.mark.docker26
+def test_ipv6_dual_stack(site: Site, names: list[str]) -> None:
     net = network(names, "10.95.0.0/24", "--ipv6", "--subnet", "fd95::/64")
     a, b = run(names, net), run(names, net)
     info = json.loads(
@@ -383,9 +311,7 @@ def test_ipv6_dual_stack(stack: tuple[MasterProcess, PluginProcess], names: list
     assert ping(a, ip_of(b))
 
 
-def test_concurrent_runs_get_distinct_addresses(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
-) -> None:
+def test_concurrent_runs_get_distinct_addresses(site: Site, names: list[str]) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     net = network(names, "10.96.0.0/24")
@@ -402,7 +328,8 @@ def test_concurrent_runs_get_distinct_addresses(
     assert ping(containers[0], addrs[-1])
 
 
-def test_exhaustion_and_reuse(stack: tuple[MasterProcess, PluginProcess], names: list[str]) -> None:
+@pytest.mark.docker26
+def test_exhaustion_and_reuse(site: Site, names: list[str]) -> None:
     net = network(names, "10.97.0.0/29")  # 6 usable, 1 is the gateway
     made = [run(names, net) for _ in range(5)]
     extra = unique(names, "full")
@@ -414,51 +341,38 @@ def test_exhaustion_and_reuse(stack: tuple[MasterProcess, PluginProcess], names:
     assert ip_of(again) == freed
 
 
-def test_stale_ports_and_veths_are_collected_at_start(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
-) -> None:
-    _, plugin = stack
+def test_stale_ports_and_veths_are_collected_at_start(site: Site, names: list[str]) -> None:
     stale = "vp" + uuid.uuid4().hex[:11]
-    sh("ip", "link", "add", stale, "type", "veth", "peer", "name", "vc" + stale[2:])
+    site.host("ip", "link", "add", stale, "type", "veth", "peer", "name", "vc" + stale[2:])
     try:
-        sh(
-            "ovs-vsctl",
-            "add-port",
-            "netplugin",
-            stale,
-            "--",
-            "set",
-            "interface",
-            stale,
-            "external_ids:netplugin-endpoint=gone-" + stale,
-        )
+        site.vsctl(
+            "add-port", "netplugin", stale,
+            "--", "set", "interface", stale, "external_ids:netplugin-endpoint=gone-" + stale,
+        )  # fmt: skip
         net = network(names, "10.98.0.0/24")
         a, b = run(names, net), run(names, net)
-        plugin.stop()
-        plugin.start()
+        site.stop_agent()
+        site.start_agent()
 
         def leftover() -> bool:
             return (
                 stale
-                in sh("ovs-vsctl", "list-ports", "netplugin").stdout + sh("ip", "-o", "link").stdout
+                in site.vsctl("list-ports", "netplugin") + site.host("ip", "-o", "link").stdout
             )
 
         wait_for(lambda: not leftover(), 15, f"the restarted plugin removes port and veth {stale}")
-        assert stale not in sh("ovs-vsctl", "list-ports", "netplugin").stdout
-        assert stale not in sh("ip", "-o", "link").stdout
+        assert not leftover()
         assert ping(a, ip_of(b))  # live endpoints were kept
     finally:
-        sh("ovs-vsctl", "--if-exists", "del-port", "netplugin", stale, check=False)
-        sh("ip", "link", "del", stale, check=False)
+        site.vsctl("--if-exists", "del-port", "netplugin", stale)
+        site.host("ip", "link", "del", stale, check=False)
 
 
-def test_master_down_gives_a_clear_error(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
-) -> None:
-    master, _ = stack
+@pytest.mark.docker26
+def test_master_down_gives_a_clear_error(site: Site, names: list[str]) -> None:
     net = network(names, "10.99.0.0/24")
     a = run(names, net)
-    master.stop()
+    site.stop_master()
     try:
         name = unique(names, "nomaster")
         res = sh(*RUN, "--name", name, "--net", net, IMAGE, "sleep", "600", check=False)
@@ -466,10 +380,10 @@ def test_master_down_gives_a_clear_error(
             res.stderr
         )
     finally:
-        master.start()
+        site.start_master()
     b = run(names, net)
     assert ping(b, ip_of(a))
-    eps = requests.get(f"{master.url}/api/v1/endpoints", timeout=5).json()
+    eps = site.get("endpoints")
     assert sorted(e["ipAddress"] for e in eps if e["ipAddress"].startswith("10.99.")) == sorted(
         [ip_of(a), ip_of(b)]
     )  # the refused run left no endpoint or address behind
@@ -480,25 +394,104 @@ def running(container: str) -> bool:
     return out.strip() == "true"
 
 
-def test_dockerd_restart_brings_restart_policy_containers_back(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
+@pytest.mark.docker26
+def test_network_rm_with_a_container_is_refused_by_docker_and_changes_nothing(
+    site: Site, names: list[str]
 ) -> None:
-    master, _ = stack
+    """dockerd itself refuses to remove a network that has endpoints on this host (20.10
+    and 26 word it alike), before asking the driver: the network stays in docker, in the
+    cluster and on the switch."""
+    net = network(names, "10.72.0.0/24")
+    a = run(names, net)
+    res = sh("docker", "network", "rm", net, check=False)
+    assert res.returncode != 0, res.stdout
+    assert re.search(
+        rf"error while removing network: network {net} id \w+ has active endpoints", res.stderr
+    ), res.stderr
+    assert sh("docker", "network", "inspect", "-f", "{{.Name}}", net).stdout.strip() == net
+    assert any(n["networkName"] == net for n in site.get("networks"))
+    assert ping(a, "10.72.0.1")
+
+
+@pytest.mark.docker26
+def test_docker_port_and_ps_show_no_published_port_while_it_works(
+    site: Site, names: list[str]
+) -> None:
+    """`docker port`, the PORTS column of `docker ps` and NetworkSettings.Ports stay empty on
+    20.10 and on 26 alike: both read a remote driver's EndpointOperInfo as JSON, then expect
+    their own Go types. The port is published all the same (the DNAT chain has it), and
+    netplugin's EndpointOperInfo reports it in Docker's shape, for API clients."""
+    net = network(names, "10.73.0.0/24")
+    web = run(names, net, "-p", "18090:8080", "-p", "18091:53/udp", "--expose", "9090")
+    assert sh("docker", "port", web).stdout == ""
+    ps = sh("docker", "ps", "--filter", f"name={web}", "--format", "{{.Ports}}").stdout
+    assert ps.strip() == "", ps
+    ports = sh("docker", "inspect", "-f", "{{json .NetworkSettings.Ports}}", web).stdout
+    assert json.loads(ports) == {}
+    asked = json.loads(
+        sh("docker", "inspect", "-f", "{{json .HostConfig.PortBindings}}", web).stdout
+    )
+    assert asked["8080/tcp"] == [{"HostIp": "", "HostPort": "18090"}]
+    dnat = site.host("iptables", "-w", "-t", "nat", "-S", "NETPLUGIN-DNAT").stdout
+    assert re.search(rf"-p tcp .*--dport 18090 .*--to-destination {ip_of(web)}:8080", dnat), dnat
+    assert re.search(rf"-p udp .*--dport 18091 .*--to-destination {ip_of(web)}:53", dnat), dnat
+
+
+@pytest.mark.docker26
+def test_docker_run_mac_address_is_kept(site: Site, names: list[str]) -> None:
+    """`docker run --mac-address`: the driver keeps the address docker gives it (it fills in
+    only what docker left empty) and plugs the port with it, so the container talks. This
+    CLI (28) sends it per network, which needs API 1.44: Docker 26 (API 1.45) takes it;
+    against 20.10 (API 1.41) the CLI itself refuses."""
+    net = network(names, "10.71.0.0/24")
+    a = run(names, net)
+    name = unique(names, "mac")
+    mac = "02:42:0a:47:00:99"
+    res = sh(*RUN, "--name", name, "--net", net, "--mac-address", mac, IMAGE, "sleep", "600",
+             check=False)  # fmt: skip
+    if site.version == "docker20":
+        assert res.returncode != 0 and "requires API version 1.44" in res.stderr, res.stderr
+        return
+    assert res.returncode == 0, res.stderr
+    assert sh("docker", "exec", name, "cat", "/sys/class/net/eth0/address").stdout.strip() == mac
+    assert ping(name, ip_of(a)) and ping(name, "10.71.0.1")
+
+
+@pytest.mark.docker26
+def test_docker_errors_name_the_driver_method_once(site: Site, names: list[str]) -> None:
+    """Docker writes "Error response from daemon: " and the driver's method before the
+    driver's message, on 20.10 and 26 alike; the message does not repeat the method."""
+    net = network(names, "10.70.0.0/24")
+    run(names, net, "--ip", "10.70.0.50")
+    res = sh(*RUN, "--name", unique(names, "dup"), "--net", net, "--ip", "10.70.0.50", IMAGE,
+             "true", check=False)  # fmt: skip
+    assert res.stderr.startswith(
+        "docker: Error response from daemon: IpamDriver.RequestAddress: address request in "
+        "pool default:10.70.0.0/24: address 10.70.0.50 is already in use"
+    ), res.stderr
+    bad = unique(names, "np")
+    res = sh(*CREATE_NETWORK, "--subnet", "10.69.0.0/24", "-o", "encap=bogus", bad, check=False)
+    assert res.stderr.startswith(
+        "Error response from daemon: NetworkDriver.CreateNetwork: network default:"
+    ), res.stderr
+    assert "field 'encap'" in res.stderr and "CreateNetwork: CreateNetwork" not in res.stderr
+
+
+@pytest.mark.docker26
+def test_dockerd_restart_brings_restart_policy_containers_back(
+    site: Site, names: list[str]
+) -> None:
     net = network(names, "10.79.0.0/24")
     a, b = run(names, net, "--restart", "always"), run(names, net, "--restart", "always")
     assert ping(a, ip_of(b))
-    restart_dockerd()
+    site.restart_dockerd()
     wait_for(lambda: running(a) and running(b), 60, f"dockerd restarts {a} and {b}")
     assert running(a) and running(b)
     assert ping(a, ip_of(b)) and ping(a, "10.79.0.1")
     # Stopping released the old endpoints and addresses; the restart booked new ones: the
     # master holds exactly the two containers' addresses plus the gateway.
-    key = next(
-        n["key"]
-        for n in requests.get(f"{master.url}/api/v1/networks", timeout=5).json()
-        if n["subnet"] == "10.79.0.0/24"
-    )
-    oper = requests.get(f"{master.url}/api/v1/inspect/networks/{key}", timeout=5).json()["Oper"]
+    key = next(n["key"] for n in site.get("networks") if n["subnet"] == "10.79.0.0/24")
+    oper = site.get(f"inspect/networks/{key}")["Oper"]
     assert sorted(e["ipAddress"] for e in oper["endpoints"]) == sorted([ip_of(a), ip_of(b)])
     assert sorted(oper["allocatedAddresses"]) == sorted([ip_of(a), ip_of(b), "10.79.0.1"])
 
@@ -527,7 +520,7 @@ def outside_namespace() -> Iterator[str]:
 
 
 def test_outbound_traffic_is_nated_unless_internal(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str], outside: str
+    site: Site, names: list[str], outside: str
 ) -> None:
     a = run(names, network(names, "10.78.0.0/24"))
     assert ping(a, "198.51.100.2")
@@ -560,16 +553,14 @@ def test_outbound_traffic_is_nated_unless_internal(
     assert not ping(internal, "198.51.100.2", count=1)
 
 
-def test_ovs_vswitchd_restart_restores_the_datapath(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
-) -> None:
+def test_ovs_vswitchd_restart_restores_the_datapath(site: Site, names: list[str]) -> None:
     net = network(names, "10.76.0.0/24")
     a, b = run(names, net), run(names, net)
     assert ping(a, ip_of(b))
     # Flows live only in ovs-vswitchd; a stop with --cleanup (as before a reboot) also
     # removes the gateway's internal port device, and with it its address. The agent puts
     # all of them back when the new ovs-vswitchd connects.
-    restart_ovs_vswitchd(cleanup=True)
+    site.restart_ovs_vswitchd()
     wait_for(lambda: ping(a, "10.76.0.1", count=1), 20, f"{a} reaches its gateway again")
     assert ping(a, "10.76.0.1") and ping(a, ip_of(b))
 
@@ -581,9 +572,7 @@ def offloads_on(ifname: str, pid: int | None = None) -> bool:
     return "tx-checksumming: on" in out
 
 
-def test_bulk_tcp_with_the_offloads_the_switch_takes(
-    stack: tuple[MasterProcess, PluginProcess], names: list[str]
-) -> None:
+def test_bulk_tcp_with_the_offloads_the_switch_takes(site: Site, names: list[str]) -> None:
     """64 MiB container to container and host to container, whatever the running
     ovs-vswitchd has: with userspace TSO the containers keep TX offloads (one host, no
     tunnel), without it they finish their checksums (else TCP fails)."""

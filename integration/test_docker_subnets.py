@@ -16,12 +16,8 @@ from store.embedded import EmbeddedStore
 from .host import CREATE_NETWORK
 from .master import MasterProcess
 from .plugin import PluginProcess
-from .test_docker_single_host import (  # noqa: F401 (the stack and stack_up fixtures)
-    BIN,
-    sh,
-    stack,
-    stack_up,
-)
+from .site import stack, stack_up  # noqa: F401 (fixtures)
+from .test_docker_single_host import BIN, sh
 
 
 def scan(master: MasterProcess) -> dict[str, bytes]:

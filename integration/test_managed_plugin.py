@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,9 @@ import requests
 from .etcd import EtcdServer
 from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, restart_dockerd
 from .managed import Plugin, build, docker, private_dockerd
-from .master import MasterProcess, free_port
+from .master import VENV_BIN, MasterProcess, free_port
+from .multihost import Cluster
+from .site import dockerd_for
 from .wait import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (docker, debootstrap)")
@@ -204,6 +207,66 @@ def test_lifecycle_with_running_containers(plugin: Plugin) -> None:
     assert not Path(f"/run/docker/plugins/{plugin_id}").exists()
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "plugin.managed" not in ps
+
+
+def test_the_same_plugin_on_docker26(
+    built: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same build, created and enabled on Docker 26: the dockerd of a simulated host
+    (its own network and mount namespaces and OVS; integration/site.py), with the plugin's
+    mounts set to that host's OVS and docker socket. Both drivers answer under NAME:TAG, and
+    the agent learns that name from dockerd 26 (a netctl network reaches docker under it)."""
+    name, build_dir = built
+    # Short: containerd's sockets live under the exec root and unix paths stop at 108 bytes.
+    work = Path(tempfile.mkdtemp(prefix="np26-", dir="/tmp"))
+    lab = Cluster(work, hosts=1, masters=0, dockerd=dockerd_for("docker26"))
+    try:
+        lab.start(agents=False)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    host = lab.hosts[0]
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{host.docker_sock}")  # every docker() here
+    try:
+        assert docker("version", "-f", "{{.Server.Version}}").startswith("26.")
+        docker("plugin", "create", name, str(build_dir))
+        plugin = Plugin(name, tmp_path / "data")
+        plugin.data.mkdir()
+        plugin.settings += [
+            f"ovsrun.source={host.ovs.workdir}",
+            f"docker.source={host.docker_sock}",
+        ]
+        plugin.configure()
+        plugin.enable()
+        plugin.network("v26net", "10.235.0.0/24")
+        run("v26-a", "v26net", "httpd", "-f", "-p", "80", "-h", "/")
+        run("v26-b", "v26net", "sleep", "3600")
+        a = ip_of("v26-a")
+        assert ping_counts("v26-b", a, 2) == (2, 2)
+        assert http_get("v26-b", a) == docker("exec", "v26-a", "hostname")
+        # The plugin's own master listens on the host's loopback: netctl from the host.
+        netctl = [str(VENV_BIN / "netctl"), "--netmaster", plugin.master_url]
+        host.ns(*netctl, "net", "create", "-s", "10.236.0.0/24", "v26ctl")
+        wait_for(
+            lambda: "v26ctl" in docker("network", "ls", "--filter", f"driver={name}"),
+            30,
+            "the docker sync creates v26ctl with the plugin's NAME:TAG on Docker 26",
+        )
+        for c in ("v26-a", "v26-b"):
+            docker("rm", "-f", c)
+        host.ns(*netctl, "net", "rm", "v26ctl")
+        docker("network", "rm", "v26net")
+        wait_for(
+            lambda: not docker("network", "ls", "-q", "--filter", f"driver={name}"),
+            30,
+            "no network of the plugin left",
+        )
+    finally:
+        docker("rm", "-f", "v26-a", "v26-b", check=False)
+        docker("plugin", "disable", "-f", name, check=False)
+        docker("plugin", "rm", "-f", name, check=False)
+        lab.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def managed_processes() -> list[str]:

@@ -1,5 +1,6 @@
 """Several hosts (network namespaces) with their own OVS, dockerd and netplugin agent, one
-etcd and two masters: the real docker CLI on each host, real packets between them."""
+etcd and two masters: the real docker CLI on each host, real packets between them. The
+tests marked ``docker26`` run on a cluster of Docker 26 hosts too (integration/conftest.py)."""
 
 from __future__ import annotations
 
@@ -19,16 +20,19 @@ from .host import BUSYBOX_IMAGE, TEST_LABEL
 from .multihost import Cluster, SimHost, sh
 from .ovs import stop_pid
 from .probe import ContainerNet, EchoServer, echoes, tcp_opens, tcp_session, udp_answers
+from .site import dockerd_for
 from .wait import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """The cluster, started once for the module (three dockerds take a while)."""
+def lab(dockerd: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The cluster on the test's Docker version, started once for the module per version
+    (three dockerds take a while)."""
     require_etcd()
-    c = Cluster(tmp_path_factory.mktemp("multihost")).start()
+    c = Cluster(tmp_path_factory.mktemp(f"multihost-{dockerd}"), dockerd=dockerd_for(dockerd))
+    c.start()
     try:
         yield c
     finally:
@@ -69,6 +73,7 @@ def wait_docker_network(host: SimHost, name: str, timeout: float = 20) -> None:
     )
 
 
+@pytest.mark.docker26
 def test_containers_on_different_hosts_ping_over_vxlan(cluster: Cluster) -> None:
     h1, h2, _ = cluster.hosts
     net = network(cluster, "vx", "10.61.0.0/24", cluster.hosts, "-g", "10.61.0.1")
@@ -80,6 +85,7 @@ def test_containers_on_different_hosts_ping_over_vxlan(cluster: Cluster) -> None
     assert cluster.ping(h1, a, "10.61.0.1")  # each host's own gateway
 
 
+@pytest.mark.docker26
 def test_vlan_network_across_hosts(cluster: Cluster) -> None:
     h1, _, h3 = cluster.hosts
     net = network(cluster, "vl", "10.62.0.0/24", [h1, h3], "-e", "vlan", "-p", "300")
@@ -134,6 +140,7 @@ def test_networks_stay_isolated_across_hosts(cluster: Cluster) -> None:
         assert not cluster.ping(h2, other, cluster.ip_of(h1, a), count=1)
 
 
+@pytest.mark.docker26
 def test_network_made_with_docker_on_one_host_is_usable_on_another(cluster: Cluster) -> None:
     h1, h2, h3 = cluster.hosts
     net = unique("dk")
@@ -166,6 +173,7 @@ def docker_network_id(host: SimHost, name: str) -> str:
     return res.stdout.strip() if res.returncode == 0 else ""
 
 
+@pytest.mark.docker26
 def test_docker_network_rm_on_a_host_without_containers_is_refused(cluster: Cluster) -> None:
     """The cluster refuses while any host has endpoints, whichever host asks. Docker drops its
     own copy on the asking host whatever the driver answers, so the sync puts it back."""
@@ -223,6 +231,7 @@ def test_peer_leave_and_join_change_the_tunnels(cluster: Cluster) -> None:
     assert gone in h1.tunnels() and gone in h2.tunnels()
 
 
+@pytest.mark.docker26
 def test_agent_kill9_and_restart_keep_cross_host_traffic(cluster: Cluster, tmp_path: Path) -> None:
     h1, h2, _ = cluster.hosts
     net = network(cluster, "k9", "10.67.0.0/24", [h1, h2])
@@ -327,6 +336,7 @@ def docker_networks(host: SimHost) -> list[str]:
     return host.docker("network", "ls", "--format", "{{.Name}}").split()
 
 
+@pytest.mark.docker26
 def test_restarted_agent_reconciles_its_docker_both_ways(cluster: Cluster) -> None:
     _, h2, _ = cluster.hosts
     old = network(cluster, "rc", "10.71.0.0/24", [h2])

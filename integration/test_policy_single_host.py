@@ -20,12 +20,11 @@ from .probe import (
     tcp_session,
     udp_answers,
 )
+from .site import restart_stopped, serve_stack
 from .test_docker_single_host import (
     ip_of,
     outside_namespace,
     ping,
-    restart_stopped,
-    serve_stack,
     sh,
 )
 from .wait import wait_for
