@@ -5,11 +5,15 @@ DATA_DIR  ?= /var/lib/netplugin
 LISTEN    ?= 127.0.0.1:9999
 PYTEST    ?= $(BIN)/pytest
 
-.PHONY: run test unit integration bench fuzz lint fmt deps lock clean plugin
+.PHONY: run test unit integration bench fuzz lint fmt deps test-deps lock clean plugin
 
 ## make deps: the system packages, and a venv with the Python packages pinned in constraints.txt.
 deps:
 	@scripts/bootstrap.sh
+
+## make test-deps: deps, plus what the tests and benchmarks need (QEMU for the VM lab).
+test-deps:
+	@scripts/bootstrap.sh --test
 
 ## make lock: pin every Python package afresh into constraints.txt (after editing pyproject.toml).
 lock:
@@ -25,17 +29,17 @@ plugin: deps
 	@VENV=$(VENV) scripts/build-plugin.sh
 
 ## make test: the whole suite (unit + integration against real etcd/OVS/dockerd).
-test: deps
+test: test-deps
 	$(PYTEST) -q -p no:cacheprovider tests integration
 
 unit: deps
 	$(PYTEST) -q tests
 
-integration: deps
+integration: test-deps
 	$(PYTEST) -q integration
 
 ## make bench: measure, and write docs/BENCHMARKS.md.
-bench: deps
+bench: test-deps
 	$(BIN)/python -m bench
 
 ## make fuzz: the long fuzz run of the master's API and the plugin's Docker API (the unit suite

@@ -9,6 +9,10 @@ PACKAGES=(
   iperf3 iputils-ping tcpdump ethtool procps psmisc curl python3 python3-venv
   debootstrap docker-registry containernetworking-plugins podman
 )
+# What `make test` and `make bench` need besides (bootstrap.sh --test): QEMU and ssh for the
+# VM lab's guests (integration/vm/), mke2fs for their image.
+TEST_PACKAGES=(qemu-system-x86 qemu-utils openssh-client e2fsprogs)
+[ "${1:-}" != --test ] || PACKAGES+=("${TEST_PACKAGES[@]}")
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 
