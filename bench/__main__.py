@@ -11,6 +11,7 @@ from bench import (
     cni,
     control_plane,
     datapath,
+    kernel,
     kvxlan,
     leader,
     multihost,
@@ -432,6 +433,7 @@ def main() -> int:
         dp = datapath.run_with_managed(work)
         mh = multihost.run(work)
         kv = kvxlan.run_designs(work)
+        kn = kernel_or_none(work)
     lines = [
         "# Benchmarks",
         "",
@@ -451,13 +453,24 @@ def main() -> int:
         *cni.section(dp["cni"]),
         *designs_section(kv, dp, mh),
         *goals_section(cp, dp, mh),
+        *([kernel.marked(kn), ""] if kn else []),  # else write_report keeps the last run's
     ]
     print(write_report(ROOT / "docs" / "BENCHMARKS.md", lines))
     return 0
 
 
+def kernel_or_none(work: Path) -> dict | None:
+    """bench/kernel.py's figures; None (with the reason on stderr) if its guests failed."""
+    try:
+        return kernel.run(work)
+    except Exception as e:  # the rest of the report stands without it
+        print(f"bench: the kernel datapath was not measured: {e!r}", file=sys.stderr)
+        return None
+
+
 def write_report(out: Path, lines: list[str]) -> str:
-    """Write ``lines`` to ``out``, keeping the sections other writers own (make fuzz's)."""
+    """Write ``lines`` to ``out``, keeping the marked sections of ``out`` that ``lines`` lack
+    (make fuzz's; the kernel datapath's when its guests failed in this run)."""
     text = "\n".join(lines)
     if out.exists():
         text = sections.keep(out.read_text(), text)

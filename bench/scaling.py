@@ -116,14 +116,21 @@ def scaling(
     plugin_pid: int,
     levels: tuple[int, ...] = (10, 100, 1000),
     samples: int = 50,
+    deadline: float | None = None,
+    keep: bool = False,
 ) -> list[dict[str, Any]]:
     """For each level: stand endpoints up to it, then ``samples`` more created and removed one
-    at a time beside them."""
+    at a time beside them. Past ``deadline`` (a time.monotonic() value) no more endpoints are
+    stood up: the level being reached is measured at the count it got to (its row's
+    ``standing``; ``level`` is the one asked for) and the levels after it are left out.
+    ``keep``: leave the standing endpoints (a throw-away host: removing them takes as long)."""
     standing: list[tuple[str, str]] = []
     rows = []
     try:
         for level in levels:
             while len(standing) < level:
+                if deadline is not None and time.monotonic() > deadline:
+                    break
                 _, _, eid, addr = calls.one()
                 standing.append((eid, addr))
             add_port_ms = ovs_add_port_ms()
@@ -136,7 +143,8 @@ def scaling(
                 calls.remove(eid, addr)
             rows.append(
                 {
-                    "standing": level,
+                    "level": level,
+                    "standing": len(standing),
                     "flows": before,
                     "p50_ms": pct(times, 50) * 1000,
                     "p99_ms": pct(times, 99) * 1000,
@@ -147,7 +155,9 @@ def scaling(
                     "samples": samples,
                 }
             )
+            if len(standing) < level:
+                break
     finally:
-        for eid, addr in standing:
+        for eid, addr in [] if keep else standing:
             calls.remove(eid, addr)
     return rows

@@ -1,16 +1,21 @@
-"""Marked sections of docs/BENCHMARKS.md that another writer owns: `make fuzz` writes its
-counts between markers, and `make bench`, which writes the rest of the file afresh, keeps
-them as they are."""
+"""Marked sections of docs/BENCHMARKS.md, each written by a writer of its own: `make fuzz`
+writes its counts between markers, and `make bench`, which writes the rest of the file
+afresh, keeps them as they are. The kernel datapath's section is make bench's own, but
+`python -m bench.kernel` rewrites it alone; a make bench whose guests failed keeps the old one.
+"""
 
 from __future__ import annotations
 
 FUZZ = "fuzz"
-KEPT = (FUZZ,)  # the sections make bench keeps
+KERNEL = "kernel"
+KEPT = (KERNEL, FUZZ)  # the sections make bench keeps when it did not write them itself
+WRITERS = {KERNEL: "make bench, or alone by python -m bench.kernel"}
 
 
 def markers(name: str) -> tuple[str, str]:
+    writer = WRITERS.get(name, f"make {name}; make bench keeps it")
     return (
-        f"<!-- section {name}: written by make {name}; make bench keeps it -->",
+        f"<!-- section {name}: written by {writer} -->",
         f"<!-- end of section {name} -->",
     )
 
@@ -25,14 +30,22 @@ def extract(text: str, name: str) -> str | None:
     return text[i : j + len(end)]
 
 
-def replace(text: str, name: str, body: str) -> str:
-    """``text`` with section ``name`` holding ``body``: in place of the old one, or at the
-    end if there was none."""
+def wrap(name: str, body: str) -> str:
+    """``body`` between the markers of section ``name``."""
     start, end = markers(name)
-    section = f"{start}\n{body.strip()}\n{end}"
+    return f"{start}\n{body.strip()}\n{end}"
+
+
+def replace(text: str, name: str, body: str, before: str | None = None) -> str:
+    """``text`` with section ``name`` holding ``body``: in place of the old one, or else just
+    before the section ``before`` if ``text`` has it, or else at the end."""
+    section = wrap(name, body)
     old = extract(text, name)
     if old is not None:
         return text.replace(old, section)
+    following = extract(text, before) if before is not None else None
+    if following is not None:
+        return text.replace(following, f"{section}\n\n{following}", 1)
     return f"{text.rstrip()}\n\n{section}\n"
 
 
