@@ -8,7 +8,7 @@ guests (integration/vm) as ratios against baselines measured in the same guests,
 4. CreateEndpoint+Join at 10, 100 and 1,000 standing endpoints (bench/scaling.py, run in
    the guest by bench/kernel_guest.py) beside `ovs-vsctl add-port` at the same counts.
 
-    python -m bench.kernel [--no-write]
+    python -m bench.kernel [--no-write] [--json FILE] [--from-json FILE]
 
 runs this part alone and rewrites only its section of docs/BENCHMARKS.md (make bench writes
 it too). KERNEL_BENCH_BUDGET: seconds to stand endpoints up in (default 600; under TCG the
@@ -396,6 +396,10 @@ def scaling_lines(sc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _n(count: int, what: str) -> str:
+    return f"{count} {what}" if count == 1 else f"{count} {what}s"
+
+
 def trouble_lines(logged: dict[str, int]) -> list[str]:
     if not any(logged.values()):
         return [
@@ -404,12 +408,13 @@ def trouble_lines(logged: dict[str, int]) -> list[str]:
             "",
         ]
     return [
-        f"Meanwhile the agent logged {logged['not_confirmed']} endpoints whose flows were not "
-        "confirmed on the switch within 2 s (CreateEndpoint+Join returned without them: a row "
-        "whose *flows added* is 0 times that wait out), "
-        f"{logged['reconcile_failed']} failed reconciles (`no reply to OFPFlowDescStatsRequest "
-        f"within 10.0s`) and {logged['disconnected']} switch disconnects; ovs-vswitchd logged "
-        f"{logged['probe_timeouts']} unanswered inactivity probes of the controller.",
+        f"Meanwhile the agent logged {_n(logged['not_confirmed'], 'endpoint')} whose flows the "
+        "switch had not confirmed within 2 s (CreateEndpoint+Join then returns without them; "
+        "they follow once the controller gets them through), "
+        f"{_n(logged['reconcile_failed'], 'failed reconcile')} (`no reply to "
+        "OFPFlowDescStatsRequest within 10.0s`) and "
+        f"{_n(logged['disconnected'], 'switch disconnect')}; ovs-vswitchd logged "
+        f"{_n(logged['probe_timeouts'], 'unanswered inactivity probe')} of the controller.",
         "",
     ]
 
@@ -433,15 +438,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-write", action="store_true", help="print the section only")
     p.add_argument("--json", type=Path, help="also save the raw figures here")
     p.add_argument("--workdir", type=Path, help="keep the guests' consoles and logs here")
+    p.add_argument("--from-json", type=Path, help="no run: the section of a --json file")
     args = p.parse_args(argv)
-    if args.workdir:
+    if args.from_json:
+        result = json.loads(args.from_json.read_text())
+    elif args.workdir:
         result = run(args.workdir)
     else:
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="netplugin-bench-kernel-") as d:
             result = run(Path(d))
-    if args.json:
+    if args.json and not args.from_json:
         args.json.write_text(json.dumps(result, indent=1))
     print(json.dumps(result), file=sys.stderr)
     print("\n".join(section(result)))

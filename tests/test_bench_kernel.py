@@ -205,6 +205,11 @@ def test_the_section_reports_late_flows_from_the_logs() -> None:
         "not_confirmed": 219, "reconcile_failed": 120, "disconnected": 40, "probe_timeouts": 68,
     }  # fmt: skip
     text = " ".join(kernel.section(r))
-    assert "the agent logged 219 endpoints whose flows were not confirmed" in text
+    assert "the agent logged 219 endpoints whose flows the switch had not confirmed" in text
     assert "120 failed reconciles" in text and "40 switch disconnects" in text
     assert "68 unanswered inactivity probes" in text
+    r["scaling"]["logged"] = {
+        "not_confirmed": 1, "reconcile_failed": 0, "disconnected": 0, "probe_timeouts": 0,
+    }  # fmt: skip
+    text = " ".join(kernel.section(r))
+    assert "logged 1 endpoint whose" in text and "0 failed reconciles" in text
