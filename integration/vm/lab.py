@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import random
-import shlex
 import socket
 import subprocess
 import time
@@ -165,9 +164,6 @@ class Guest:
 
     def ok(self, cmd: str, timeout: float = 300) -> bool:
         return self.run(cmd, timeout=timeout).returncode == 0
-
-    def put(self, path: str, text: str, mode: str = "0644") -> None:
-        self.sh(f"cat >{shlex.quote(path)} && chmod {mode} {shlex.quote(path)}", input=text)
 
     def stop(self) -> None:
         subprocess.run([*self._ssh()[:-1], "-O", "exit", "root@127.0.0.1"],
