@@ -180,10 +180,7 @@ class SwitchWire:
         try:
             if not dp.send_msg(msg):
                 raise Disconnected
-            if not pending.done.wait(self.reply_timeout):
-                raise ReconcileError(
-                    f"no reply to {type(msg).__name__} within {self.reply_timeout}s"
-                )
+            self._wait(pending, type(msg).__name__)
             if pending.disconnected:
                 raise Disconnected
             if pending.error:
@@ -192,3 +189,20 @@ class SwitchWire:
         finally:
             with self._lock:
                 self._pending.pop(msg.xid, None)
+
+    def _wait(self, pending: _Pending, what: str) -> None:
+        """Wait for the end of a reply. reply_timeout bounds the silence, not the whole: a
+        multipart reply of thousands of flows may take longer than that to arrive and parse
+        on a loaded host, and is progressing while its parts come in."""
+        seen = -1
+        while not pending.done.wait(self.reply_timeout):
+            with self._lock:
+                parts = len(pending.replies)
+            if parts == 0:
+                raise ReconcileError(f"no reply to {what} within {self.reply_timeout}s")
+            if parts == seen:
+                raise ReconcileError(
+                    f"{what}: the reply stopped after {parts} part(s); nothing more within "
+                    f"{self.reply_timeout}s"
+                )
+            seen = parts

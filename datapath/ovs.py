@@ -29,6 +29,13 @@ log = logging.getLogger(__name__)
 DatapathType = Literal["netdev", "system"]
 T = TypeVar("T")
 
+# ovs-vswitchd probes a controller it has heard nothing from for this long, and drops the
+# connection after as long again. Its default, 5 s, cuts a busy controller: one whose
+# os-ken receive loop is still parsing a large flow read (thousands of flows on a slow or
+# loaded host) answers the probe late. Ours is on loopback, where a dead process closes
+# the socket at once; the probe only has to catch a hung one.
+CONTROLLER_INACTIVITY_PROBE_MS = 30_000
+
 
 def detect_datapath_type(sys_root: str | Path = "/sys") -> DatapathType:
     """The OVS datapath to use: system if the kernel module is loaded (or its datapath
@@ -269,6 +276,7 @@ class Ovs:
         protocols: Iterable[str] = ("OpenFlow13", "OpenFlow15"),
         hwaddr: str | None = None,
         controller_max_backoff_ms: int = 1000,
+        controller_inactivity_probe_ms: int = CONTROLLER_INACTIVITY_PROBE_MS,
     ) -> bool:
         """Create the bridge or bring its settings in line; True if it was created.
 
@@ -289,6 +297,7 @@ class Ovs:
             # A local controller must not get in-band hidden flows; reconnect quickly.
             "connection_mode": "out-of-band",
             "max_backoff": controller_max_backoff_ms,
+            "inactivity_probe": controller_inactivity_probe_ms,
         }
         return bool(
             self._commit(

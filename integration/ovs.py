@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +234,16 @@ class ControllerProcess:
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def freeze(self, seconds: float) -> None:
+        """Stop the controller (SIGSTOP) for this long, then let it go on: a controller
+        too busy to answer anything."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.killpg(self.proc.pid, signal.SIGCONT)
 
     def stop(self) -> None:
         """Stop it by PID (SIGTERM, then SIGKILL)."""

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from datapath.flows import diff
-from datapath.ovs import Ovs
+from datapath.ovs import CONTROLLER_INACTIVITY_PROBE_MS, Ovs
 from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
 from integration.ovs import ControllerProcess, OvsInstance, have_ovs, run
 from integration.wait import wait_for
@@ -304,6 +304,33 @@ def test_controller_crash_and_restart_leave_flows_and_traffic_alone(
         assert after[key][0] >= duration + downtime - 0.5, key
         assert after[key][1] >= packets, key
     assert lab.ping("c1", "10.1.0.12")
+
+
+def test_a_controller_silent_for_12s_keeps_its_connection(lab: Lab) -> None:
+    """A controller may say nothing to the switch for a while: os-ken's receive loop answers
+    the switch's echo only after parsing what came before it, and a read of thousands of
+    flows on a loaded host takes seconds. ovs-vswitchd's default probe (5 s, then 5 s more)
+    cut such a controller, and every re-read after the reconnect was cut again (seen at
+    ~700 endpoints in a TCG guest). The bridge's controller row sets a longer one."""
+    connection = lab.controller.status()["connection"]
+    # A bridge made by an older netplugin has OVS's default; the agent's start sets ours on
+    # the row it has, and the connection stays.
+    row = lab.ovs.vsctl("--bare", "--columns=_uuid", "list", "Controller").strip()
+    lab.ovs.vsctl("clear", "Controller", row, "inactivity_probe")
+    assert lab.db.ensure_bridge(BRIDGE, controller=lab.controller_target) is False
+    probe = lab.ovs.vsctl("--bare", "--columns=_uuid,inactivity_probe", "list", "Controller")
+    assert probe.split() == [row, str(CONTROLLER_INACTIVITY_PROBE_MS)]
+    lab.apply(*ALL)
+    assert lab.controller.status()["connection"] == connection
+    vswitchd_log = lab.ovs.workdir / "ovs-vswitchd.log"
+    logged = vswitchd_log.stat().st_size
+    lab.controller.freeze(12)
+    assert lab.ping("c1", "10.1.0.12")  # fail_mode secure: the flows never cared
+    lab.apply(*ALL)  # the controller answers again, on the connection it had
+    assert lab.controller.status()["connection"] == connection
+    with open(vswitchd_log, "rb") as f:
+        f.seek(logged)
+        assert b"inactivity probe" not in f.read()
 
 
 def test_removed_endpoint_deletes_exactly_its_flows(lab: Lab) -> None:

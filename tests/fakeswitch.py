@@ -6,6 +6,8 @@ flows that name it."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -45,6 +47,10 @@ class FakeSwitch:
         self.id = 0xAB
         self.address = ("127.0.0.1", 1)
         self._xid = 0
+        # A slow switch: flow-stats reply parts come from a thread of their own, this many
+        # seconds apart; with stall_after set, the parts after that many never come.
+        self.part_interval = 0.0
+        self.stall_after: int | None = None
 
     @property
     def flows(self) -> set[Entry]:
@@ -104,9 +110,21 @@ class FakeSwitch:
             for f in mine
         ]
         chunks = [body[i : i + 3] for i in range(0, len(body), 3)] or [[]]
-        for i, chunk in enumerate(chunks):
-            more = ofp.OFPMPF_REPLY_MORE if i < len(chunks) - 1 else 0
-            self.controller._on_reply(self._reply(msg.xid, flags=more, body=chunk))
+        parts = [
+            self._reply(msg.xid, flags=ofp.OFPMPF_REPLY_MORE if i < len(chunks) - 1 else 0, body=c)
+            for i, c in enumerate(chunks)
+        ][: self.stall_after]
+        if not self.part_interval:
+            for part in parts:
+                self.controller._on_reply(part)
+            return
+
+        def trickle() -> None:
+            for part in parts:
+                time.sleep(self.part_interval)
+                self.controller._on_reply(part)
+
+        threading.Thread(target=trickle, daemon=True).start()
 
     def _flow_mod(self, msg: Any) -> None:
         self.flow_mods.append(msg)

@@ -10,6 +10,7 @@ from os_ken.ofproto import ofproto_v1_5 as ofp
 
 from datapath.flows import Flow, flow
 from datapath.ofapp import FlowController
+from datapath.ofwire import ReconcileError
 from datapath.pipeline import FORWARD, compile_flows
 
 F1 = flow(0, 10, [("goto", 1)], in_port=1)
@@ -91,3 +92,25 @@ def test_no_reconcile_before_desired_state_is_known() -> None:
         ctl._stopping.set()
         ctl._wake.set()
         worker.join(5)
+
+
+def test_a_long_flow_read_that_keeps_coming_is_waited_for() -> None:
+    """The reply timeout bounds silence, not the whole read: thousands of flows on a loaded
+    host take longer than it to arrive, and giving up then made every re-read fail (the
+    reconnect loop seen at ~700 endpoints in a TCG guest)."""
+    desired = compile_flows(world())
+    switch = FakeSwitch(FlowController(reply_timeout=0.5), desired)
+    switch.part_interval = 0.5 * 3 / ((len(desired) + 2) // 3)  # the whole read: 3 timeouts
+    stats = reconcile(switch, desired)
+    assert (stats.found, stats.added, stats.deleted) == (len(desired), 0, 0)
+
+
+def test_a_flow_read_that_stops_coming_fails_and_says_where() -> None:
+    desired = compile_flows(world())
+    switch = FakeSwitch(FlowController(reply_timeout=0.2), desired)
+    switch.part_interval, switch.stall_after = 0.01, 2
+    with pytest.raises(ReconcileError, match=r"stopped after 2 part\(s\); nothing more within"):
+        reconcile(switch, desired)
+    switch.stall_after = 0
+    with pytest.raises(ReconcileError, match=r"no reply to OFPFlowDescStatsRequest within 0\.2s"):
+        reconcile(switch, desired)
