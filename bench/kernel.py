@@ -221,7 +221,6 @@ def run(workdir: Path) -> dict[str, Any]:
     from integration.vm.image import ensure_image
     from integration.vm.lab import ACCEL, Lab
     from integration.vm.node import save_logs, start_cluster
-    from integration.wait import wait_for
 
     started = datetime.datetime.now(datetime.UTC)
     t0 = time.monotonic()
@@ -236,8 +235,7 @@ def run(workdir: Path) -> dict[str, Any]:
             n.sh("cd /root/netplugin && scripts/test-image.sh iperf", timeout=600)
         one.netctl("net", "create", "-s", NET_SUBNET, NET)
         for n in nodes:
-            wait_for(lambda n=n: n.ok(f"docker network inspect {NET} >/dev/null"), 120,
-                     f"{n.name}: docker network {NET}")  # fmt: skip
+            n.wait_network(NET)
         one.sh(
             f"docker network create --label netplugin-test -d bridge --subnet {BRIDGE_SUBNET} "
             f"{BRIDGE}"

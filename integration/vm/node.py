@@ -7,6 +7,7 @@ guest's master, through a forwarded port: a client from anywhere, as the README 
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 from pathlib import Path
@@ -120,7 +121,23 @@ class Node:
                         last=lambda: self.g.run(f"tail -n 20 {path}").stdout)  # fmt: skip
 
     def log_size(self, path: str) -> int:
-        return int(self.sh(f"stat -c %s {path} 2>/dev/null || echo 0").strip())
+        return file_size(self.g, path)
+
+    def wait_network(self, name: str, timeout: float = 120) -> str:
+        """Wait until the docker network ``name`` (made by netctl) is on this guest; its name."""
+        wait_for(lambda: self.ok(f"docker network inspect {name} >/dev/null"), timeout,
+                 f"{self.name}: docker network {name}")  # fmt: skip
+        return name
+
+    def service_vip(self, service: str) -> str:
+        """The VIP the master gave a service (netctl service inspect)."""
+        inspect = json.loads(self.netctl("--json", "service", "inspect", service).stdout)
+        return str(inspect["Oper"]["serviceVip"])
+
+
+def file_size(g: Guest, path: str) -> int:
+    """The size of a file on the guest (0 if it is not there yet)."""
+    return int(g.sh(f"stat -c %s {path} 2>/dev/null || echo 0").strip())
 
 
 def etcd_url(g: Guest) -> str:
@@ -130,7 +147,7 @@ def etcd_url(g: Guest) -> str:
 def start_agent(g: Guest, first: Guest) -> int:
     """The agent on ``g``, in the background, on the etcd and master of ``first``, with its
     tunnels on eth1 and VLAN uplink eth2 (README "Several hosts"); the log size before it."""
-    since = int(g.sh(f"stat -c %s {AGENT_LOG} 2>/dev/null || echo 0").strip())
+    since = file_size(g, AGENT_LOG)
     g.sh(
         f"cd {CHECKOUT} && (setsid sh -c 'echo $$ >{AGENT_PID}; exec {LAB_PYTHON} -m plugin.cli "
         f"--etcd-endpoints {etcd_url(first)} --netmaster http://{first.ip}:{MASTER_PORT} "

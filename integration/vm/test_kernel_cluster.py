@@ -10,7 +10,6 @@ killing an agent and starting it again drops no ping across the tunnel.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,11 +40,9 @@ def hosts(vm_image: Image, vm_workdir: Path) -> Iterator[list[Node]]:
 def network(nodes: list[Node], *create: str) -> str:
     """``netctl net create`` and wait for its docker network on every guest; its name."""
     nodes[0].netctl("net", "create", *create)
-    name = create[-1]
     for n in nodes:
-        wait_for(lambda n=n: n.ok(f"docker network inspect {name} >/dev/null"), SETTLE,
-                 f"{n.name}: docker network {name}")  # fmt: skip
-    return name
+        n.wait_network(create[-1], SETTLE)
+    return create[-1]
 
 
 def test_vxlan_tunnels_are_kernel_ports_and_nothing_moves(hosts: list[Node]) -> None:
@@ -79,8 +76,7 @@ def test_in_rules_are_enforced_at_the_destination(hosts: list[Node]) -> None:
     hosts[0].netctl("policy", "rule-add", "-d", "in", "-l", "icmp", "-j", "deny", "kno-icmp", "1")
     hosts[0].netctl("group", "update", "-p", "kno-icmp", "kguard")
     for n in hosts:
-        wait_for(lambda n=n: n.ok("docker network inspect kguard >/dev/null"), SETTLE,
-                 f"{n.name}: docker network kguard")  # fmt: skip
+        n.wait_network("kguard", SETTLE)
     guarded = two.box("xg", "kguard")
     gip = two.ip(guarded)
     assert not one.pings("xa", gip, count=2)  # denied at vm2, where the group's container is
@@ -93,9 +89,7 @@ def test_a_vip_reaches_providers_on_the_other_guest(hosts: list[Node]) -> None:
     web = "mkdir /www && hostname >/www/index.html && httpd -f -p 8080 -h /www"
     for name in ("xp1", "xp2"):
         two.box(name, "kvx", "sh", "-c", web, opts="--label app=kxweb")
-    vip = json.loads(one.netctl("--json", "service", "inspect", "kxsvc").stdout)["Oper"][
-        "serviceVip"
-    ]
+    vip = one.service_vip("kxsvc")
 
     def answers() -> set[str]:
         return {one.http_get("xa", vip) for _ in range(8)}

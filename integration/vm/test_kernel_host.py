@@ -128,7 +128,7 @@ def test_policy_uses_kernel_conntrack_zones_and_keeps_established(host: Node) ->
     host.netctl("group", "create", "kp", "kapp")
     host.netctl("policy", "create", "kdeny")
     host.netctl("group", "update", "-p", "kdeny", "kweb2")
-    wait_for(lambda: host.ok("docker network inspect kweb2 >/dev/null"), SETTLE, "group network")
+    host.wait_network("kweb2", SETTLE)
     w = host.box("kw", "kweb2", "nc", "-ll", "-p", "80", "-e", "cat")
     app, app2 = host.box("kapp1", "kapp"), host.box("kapp2", "kapp")
     wip = host.ip(w)
@@ -162,7 +162,7 @@ def test_netprofile_is_a_kernel_meter_and_marks_dscp(host: Node) -> None:
     host.netctl("net", "create", "-s", "10.14.0.0/24", "kn")
     host.netctl("netprofile", "create", "-b", "8mbps", "-d", "46", "kgold")
     host.netctl("group", "create", "-n", "kgold", "kn", "kvideo")
-    wait_for(lambda: host.ok("docker network inspect kvideo >/dev/null"), SETTLE, "group network")
+    host.wait_network("kvideo", SETTLE)
     server = host.box("kiperf", "kn", "iperf3", "-s", image=IPERF_IMAGE)
     sender = host.box("ksend", "kvideo", image=IPERF_IMAGE)
     sip = host.ip(server)
@@ -187,9 +187,7 @@ def test_service_vip_in_the_kernel_with_hairpin(host: Node) -> None:
     p1 = host.box("kp1", "ks", "sh", "-c", web, opts="--label app=kweb")
     host.box("kp2", "ks", "sh", "-c", web, opts="--label app=kweb")
     client = host.box("kcl", "ks")
-    vip = json.loads(host.netctl("--json", "service", "inspect", "ksvc").stdout)["Oper"][
-        "serviceVip"
-    ]
+    vip = host.service_vip("ksvc")
 
     def providers() -> set[str]:
         return {host.http_get(client, vip) for _ in range(8)}
