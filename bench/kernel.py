@@ -409,8 +409,8 @@ def trouble_lines(logged: dict[str, int]) -> list[str]:
         f"Meanwhile the agent logged {_n(logged['not_confirmed'], 'endpoint')} whose flows the "
         "switch had not confirmed within 2 s (CreateEndpoint+Join then returns without them; "
         "they follow once the controller gets them through), "
-        f"{_n(logged['reconcile_failed'], 'failed reconcile')} (`no reply to "
-        "OFPFlowDescStatsRequest within 10.0s`) and "
+        f"{_n(logged['reconcile_failed'], 'failed reconcile')} (a read of the switch's flows "
+        "refused or left unanswered) and "
         f"{_n(logged['disconnected'], 'switch disconnect')}; ovs-vswitchd logged "
         f"{_n(logged['probe_timeouts'], 'unanswered inactivity probe')} of the controller.",
         "",
