@@ -148,7 +148,7 @@ def service_rate(
     """The allocation path in-process (ClusterState, no HTTP) with ``threads`` threads, on a
     network 10.``octet``.0.0/16 of its own."""
     from common.models import EndpointRequest, Network
-    from master.service import ClusterState
+    from master.state import ClusterState
 
     with tempfile.TemporaryDirectory() as d:
         store = open_store(etcd_endpoints, d)

@@ -12,7 +12,7 @@ from common.client import MasterError
 from common.models import AddressRequest, EndpointRequest, Network, PoolRequest
 from common.records import OwnerRecord, decode_endpoint
 from master.decisions.consistency import check_state
-from master.service import ClusterState
+from master.state import ClusterState
 from plugin.master_client import MasterClient
 from store import open_store
 

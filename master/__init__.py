@@ -8,7 +8,7 @@ One job per module:
   that buffers requests), httperrors.py (the JSON answer to a request gunicorn cannot
   parse) and httplog.py (an access log without credentials); election.py and reclaim.py
   are the leader's duties (HA).
-- service.py: ClusterState, the one entry point. Its methods only delegate to the family
+- state.py: ClusterState, the one entry point. Its methods only delegate to the family
   modules below, which it composes.
 - txn.py: the compare-and-swap plumbing (retrying, commit, the compares, the hot cache).
 - validate.py: the rules for an object on its own (names, bodies, addressing, tag ranges).

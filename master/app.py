@@ -32,7 +32,7 @@ from .forwarding import Forwarder, mark_served_by
 from .metrics import allocation, instrument, metrics_response
 from .openapi import API, openapi_document
 from .routes import Api, json_response, read_body, register_kinds
-from .service import ClusterState
+from .state import ClusterState
 from .validate import parse_body
 
 

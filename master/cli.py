@@ -234,7 +234,7 @@ def build_app(args: Any, tokens: TokenTable | None = None) -> Any:
     from .forwarding import forward_session
     from .httperrors import body_errors_as_400
     from .reclaim import Reclaimer
-    from .service import ClusterState
+    from .state import ClusterState
 
     endpoints = split_endpoints(args.etcd_endpoints)
     store = open_store(

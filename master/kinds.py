@@ -28,7 +28,7 @@ from common.models import (
 from .errors import BadRequest
 
 if TYPE_CHECKING:
-    from .service import ClusterState
+    from .state import ClusterState
 
 DEFAULT_TENANT = "default"
 

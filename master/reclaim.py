@@ -19,7 +19,7 @@ from common.models import Endpoint
 from store import StoreError
 
 from .errors import ApiError, NotFound
-from .service import ClusterState
+from .state import ClusterState
 
 log = logging.getLogger("netmaster.reclaim")
 

@@ -16,7 +16,7 @@ from common.jsonbody import BodyError, decode_object
 from .errors import ApiError, BadRequest
 from .kinds import KINDS, ObjectKind, Op
 from .openapi import API, RouteDoc
-from .service import ClusterState
+from .state import ClusterState
 from .validate import parse_body
 
 View = Callable[..., Response]

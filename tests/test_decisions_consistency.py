@@ -20,7 +20,7 @@ from common.models import (
     Rule,
 )
 from master.decisions.consistency import Problem, check_state
-from master.service import ClusterState
+from master.state import ClusterState
 
 POOL = "default:10.70.0.0/24"
 DOCKER_POOL = "default:10.71.0.0/24"

@@ -21,7 +21,7 @@ from ipam.subnets import WIDEST, unusable
 from master.decisions.networks import check_clear_of_hosts
 from master.decisions.pools import plan_pool_request
 from master.errors import BadRequest, Conflict
-from master.service import ClusterState
+from master.state import ClusterState
 from master.validate import normalize_network
 from plugin.app import create_app
 from plugin.driver import Driver

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from flask.testing import FlaskClient
 
-from master.service import ClusterState
+from master.state import ClusterState
 
 
 def test_docker_style_request_without_content_type(client: FlaskClient) -> None:

@@ -30,7 +30,7 @@ from common.models import AddressRequest, EndpointRequest, Network, PoolRequest
 from common.records import OwnerRecord, decode_endpoint
 from master.decisions.consistency import check_state
 from master.errors import ApiError
-from master.service import ClusterState
+from master.state import ClusterState
 from store import Compare, Op, Store, Txn, TxnResult, open_store
 from store.batch import split_batch
 

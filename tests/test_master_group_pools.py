@@ -22,7 +22,7 @@ from common.models import (
 )
 from common.records import AllocRecord, OwnerRecord
 from master.errors import BadRequest, Conflict, NotFound
-from master.service import ClusterState
+from master.state import ClusterState
 
 POOL = "default:10.7.0.0/24"
 FRONT = f"{POOL}@front"

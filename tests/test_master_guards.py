@@ -19,7 +19,7 @@ from common.models import (
 )
 from master.decisions.consistency import check_state
 from master.errors import Conflict, NotFound
-from master.service import ClusterState
+from master.state import ClusterState
 from store import Compare, Op, TxnResult
 
 

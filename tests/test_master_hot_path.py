@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from common.models import AddressRequest, EndpointGroup, EndpointRequest, Network, PoolRequest
-from master.service import ClusterState
+from master.state import ClusterState
 
 
 def count_calls(state: ClusterState) -> Counter[str]:

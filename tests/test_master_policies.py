@@ -15,7 +15,7 @@ from common.models import EndpointGroup, EndpointRequest, Network, Policy, Rule,
 from common.records import GroupRecord, decode_config, encode_config
 from master.decisions.consistency import check_state
 from master.errors import ApiError, BadRequest, Conflict, NotFound
-from master.service import ClusterState
+from master.state import ClusterState
 
 
 def everything(state: ClusterState) -> dict[str, bytes]:

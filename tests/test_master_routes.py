@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from master.errors import ApiError, BadRequest, NotFound
 from master.kinds import KINDS, TENANT_NAME, ObjectKind, Op, PartsKey, SingletonKey
 from master.routes import Api, register_kinds
-from master.service import ClusterState
+from master.state import ClusterState
 
 KIND = {k.plural: k for k in KINDS}
 

@@ -22,7 +22,7 @@ from common.models import (
 )
 from common.records import AllocRecord, NetworkRecord, ServiceRecord
 from master.errors import BadRequest, Conflict, NotFound
-from master.service import ClusterState
+from master.state import ClusterState
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from test_master_guards import before_commit_of, holds_together
 from common import keys
 from common.models import EndpointGroup, Network
 from master.decisions.consistency import check_state
-from master.service import ClusterState
+from master.state import ClusterState
 
 SUBNET = "10.61.0.0/24"
 WEB_POOL = "10.61.0.100-10.61.0.110"

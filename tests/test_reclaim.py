@@ -11,7 +11,7 @@ from common import keys
 from common.models import Endpoint, EndpointRequest, Network
 from master.errors import Conflict
 from master.reclaim import Reclaimer, default_interval, plan_reclaim
-from master.service import ClusterState
+from master.state import ClusterState
 from store import open_store
 
 
