@@ -11,7 +11,8 @@ One job per module:
 - state.py: ClusterState, the one entry point. Its methods only delegate to the family
   modules below, which it composes.
 - txn.py: the compare-and-swap plumbing (retrying, commit, the compares, the hot cache).
-- validate.py: the rules for an object on its own (names, bodies, addressing, tag ranges).
+- validate.py: the rules every kind shares (names, request bodies); each kind's own are its
+  normalize_* in decisions/<kind>.py.
 - decisions/: the rules against the cluster state, pure (no store): guards, plans (tags,
   pools, addresses), the inspect views. One module per family, unit-tested in
   tests/test_decisions_*.py.

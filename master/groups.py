@@ -21,6 +21,7 @@ from .decisions.groups import (
     choose_group_tag,
     members,
     moves,
+    normalize_group,
 )
 from .decisions.netprofiles import check_profile_exists
 from .decisions.policies import naming_group
@@ -28,7 +29,7 @@ from .errors import NotFound
 from .networks import Networks
 from .tenants import Tenants
 from .txn import TxnStore, absent, retrying, tail, unchanged, untouched_since
-from .validate import check_name, normalize_group, parse_body
+from .validate import check_name, parse_body
 
 
 class Groups:

@@ -27,6 +27,7 @@ from .decisions.networks import (
     check_readdress,
     check_rename,
     check_unnamed,
+    normalize_network,
     plan_network,
     renamed,
     renamed_pool,
@@ -47,7 +48,7 @@ from .txn import (
     unchanged,
     untouched_since,
 )
-from .validate import check_name, normalize_network
+from .validate import check_name
 
 
 def teardown(txn: TxnStore, rec: NetworkRecord) -> tuple[list[Op], list[Compare]]:

@@ -9,10 +9,10 @@ from common.records import decode_config, encode_config
 from store import KV, Compare, Delete, Put
 
 from .decisions.policies import check_rule_refs
+from .decisions.rules import normalize_rule
 from .errors import NotFound
 from .policies import Policies
 from .txn import TxnStore, absent, retrying, unchanged
-from .validate import normalize_rule
 
 
 class Rules:

@@ -7,10 +7,9 @@ from common.models import GlobalSettings, Tenant
 from common.records import decode_config, encode_config
 from store import KV, Compare, Op, Put
 
-from .decisions.settings import TagUse, check_fwd_mode_change, check_tag_ranges
+from .decisions.settings import TagUse, check_fwd_mode_change, check_tag_ranges, validate_global
 from .decisions.tenants import DEFAULT
 from .txn import TxnStore, absent, network_id, none_under, retrying, unchanged, untouched_since
-from .validate import validate_global
 
 
 def tag_use(kv: KV) -> TagUse:

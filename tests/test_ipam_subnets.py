@@ -18,11 +18,10 @@ from common.models import Network, PoolRequest
 from common.records import HostRecord
 from ipam import UnusableSubnet, check_ownable, parse_network
 from ipam.subnets import WIDEST, unusable
-from master.decisions.networks import check_clear_of_hosts
+from master.decisions.networks import check_clear_of_hosts, normalize_network
 from master.decisions.pools import plan_pool_request
 from master.errors import BadRequest, Conflict
 from master.state import ClusterState
-from master.validate import normalize_network
 from plugin.app import create_app
 from plugin.driver import Driver
 from plugin.master_client import MasterClient
