@@ -24,10 +24,6 @@ class Rules:
         kvs, _ = self.txn.range(keys.rules_of_tenant(tenant) if tenant else keys.RULES)
         return [decode_config(Rule, kv.value) for kv in kvs]
 
-    def of_policy(self, tenant: str, policy: str) -> list[Rule]:
-        kvs, _ = self.txn.range(keys.rules_of(tenant, policy))
-        return [decode_config(Rule, kv.value) for kv in kvs]
-
     def read(self, tenant: str, policy: str, rule_id: str) -> tuple[Rule, KV]:
         kv = self.txn.get(keys.rule(tenant, policy, rule_id))
         if kv is None:

@@ -42,7 +42,6 @@ from .services import Services
 from .settings import Settings
 from .tenants import Tenants
 from .txn import HotCache, TxnStore
-from .views import Views
 
 __all__ = ["ClusterState", "pool_id_for"]
 
@@ -56,28 +55,16 @@ class ClusterState:
         self.group = GroupCommit(store) if group_commit else None
         txn = TxnStore(store, self.group)
         hot = HotCache(txn)
-        self.settings = Settings(txn)
+        self.settings = Settings(txn, backend)
         self.tenants = Tenants(txn)
         self.networks = Networks(txn, self.tenants, self.settings, self.pool_cache)
         self.groups = Groups(txn, self.tenants, self.networks)
-        self.policies = Policies(txn, self.tenants)
+        self.policies = Policies(txn, self.tenants, self.groups)
         self.rules = Rules(txn, self.policies)
-        self.netprofiles = NetProfiles(txn, self.tenants)
+        self.netprofiles = NetProfiles(txn, self.tenants, self.groups)
         self.services = Services(txn, hot, self.pool_cache, self.tenants, self.networks)
         self.endpoints = Endpoints(txn, hot, self.pool_cache)
         self.pools = Pools(txn, hot, self.pool_cache)
-        self.views = Views(
-            txn,
-            backend,
-            self.settings,
-            self.tenants,
-            self.networks,
-            self.groups,
-            self.policies,
-            self.rules,
-            self.netprofiles,
-            self.services,
-        )
 
     def commit_stats(self) -> dict[str, Any]:
         """The group commit's batches in this process (empty when it is off)."""
@@ -98,7 +85,7 @@ class ClusterState:
         return self.settings.put(new)
 
     def inspect_global(self) -> dict[str, Any]:
-        return self.views.inspect_global()
+        return self.settings.inspect()
 
     # --- tenants ---
 
@@ -115,7 +102,7 @@ class ClusterState:
         self.tenants.delete(name)
 
     def inspect_tenant(self, name: str) -> dict[str, Any]:
-        return self.views.inspect_tenant(name)
+        return self.tenants.inspect(name)
 
     # --- networks ---
 
@@ -136,7 +123,7 @@ class ClusterState:
         self.networks.delete(tenant, name)
 
     def inspect_network(self, tenant: str, name: str) -> dict[str, Any]:
-        return self.views.inspect_network(tenant, name)
+        return self.networks.inspect(tenant, name)
 
     # --- endpoint groups ---
 
@@ -157,7 +144,7 @@ class ClusterState:
         self.groups.delete(tenant, name)
 
     def inspect_group(self, tenant: str, name: str) -> dict[str, Any]:
-        return self.views.inspect_group(tenant, name)
+        return self.groups.inspect(tenant, name)
 
     # --- policies and their rules ---
 
@@ -175,7 +162,7 @@ class ClusterState:
         self.policies.delete(tenant, name)
 
     def inspect_policy(self, tenant: str, name: str) -> dict[str, Any]:
-        return self.views.inspect_policy(tenant, name)
+        return self.policies.inspect(tenant, name)
 
     def list_rules(self, tenant: str | None = None) -> list[Rule]:
         return self.rules.list(tenant)
@@ -205,7 +192,7 @@ class ClusterState:
         self.netprofiles.delete(tenant, name)
 
     def inspect_netprofile(self, tenant: str, name: str) -> dict[str, Any]:
-        return self.views.inspect_netprofile(tenant, name)
+        return self.netprofiles.inspect(tenant, name)
 
     # --- service LBs ---
 
@@ -224,7 +211,7 @@ class ClusterState:
         self.services.delete(tenant, name)
 
     def inspect_service(self, tenant: str, name: str) -> dict[str, Any]:
-        return self.views.inspect_service(tenant, name)
+        return self.services.inspect(tenant, name)
 
     # --- endpoints (allocation API) ---
 
