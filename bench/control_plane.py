@@ -156,11 +156,11 @@ def service_rate(
             state = ClusterState(store, group_commit=group_commit)
             state.ensure_defaults()
             name = f"svc{time.monotonic_ns() % 10**9}"
-            state.put_network(Network(networkName=name, subnet=f"10.{octet}.0.0/16"))
+            state.networks.put(Network(networkName=name, subnet=f"10.{octet}.0.0/16"))
 
             def worker(t: int) -> None:
                 for i in range(t, total, threads):
-                    state.create_endpoint(
+                    state.endpoints.create(
                         EndpointRequest(endpointID=f"{name}-{i}", networkName=name)
                     )
 
