@@ -16,7 +16,6 @@ from .errors import NotFound
 from .groups import Groups
 from .tenants import Tenants
 from .txn import TxnStore, absent, retrying, unchanged, untouched_since
-from .validate import check_name
 
 
 class NetProfiles:
@@ -48,8 +47,6 @@ class NetProfiles:
         return netprofile_view(profile, names, members)
 
     def put(self, profile: NetProfile) -> NetProfile:
-        check_name("tenant", profile.tenantName)
-        check_name("netprofile", profile.profileName)
         p = normalize_profile(profile)
         key = keys.netprofile(p.tenantName, p.profileName)
         value = encode_config(p)

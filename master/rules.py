@@ -11,14 +11,12 @@ from store import KV, Compare, Delete, Put
 from .decisions.policies import check_rule_refs
 from .decisions.rules import normalize_rule
 from .errors import NotFound
-from .policies import Policies
 from .txn import TxnStore, absent, retrying, unchanged
 
 
 class Rules:
-    def __init__(self, txn: TxnStore, policies: Policies) -> None:
+    def __init__(self, txn: TxnStore) -> None:
         self.txn = txn
-        self.policies = policies
 
     def list(self, tenant: str | None = None) -> list[Rule]:
         kvs, _ = self.txn.range(keys.rules_of_tenant(tenant) if tenant else keys.RULES)

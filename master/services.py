@@ -18,7 +18,6 @@ from .errors import NotFound
 from .networks import Networks
 from .tenants import Tenants
 from .txn import HotCache, Retry, TxnStore, absent, retrying, tail, unchanged
-from .validate import check_name
 
 
 class Services:
@@ -53,8 +52,6 @@ class Services:
         return service_view(rec, [decode_endpoint(e.value) for e in eps])
 
     def put(self, service: ServiceLB) -> ServiceLB:
-        check_name("tenant", service.tenantName)
-        check_name("service", service.serviceName)
         s = normalize_service(service)
         return retrying(f"service {s.id}", partial(self._save, s))
 

@@ -40,7 +40,7 @@ class ClusterState:
         self.networks = Networks(txn, self.tenants, self.settings, self.pool_cache)
         self.groups = Groups(txn, self.tenants, self.networks)
         self.policies = Policies(txn, self.tenants, self.groups)
-        self.rules = Rules(txn, self.policies)
+        self.rules = Rules(txn)
         self.netprofiles = NetProfiles(txn, self.tenants, self.groups)
         self.services = Services(txn, hot, self.pool_cache, self.tenants, self.networks)
         self.endpoints = Endpoints(txn, hot, self.pool_cache)
