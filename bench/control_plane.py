@@ -148,7 +148,7 @@ def service_rate(
     """The allocation path in-process (ClusterState, no HTTP) with ``threads`` threads, on a
     network 10.``octet``.0.0/16 of its own."""
     from common.models import EndpointRequest, Network
-    from master.service import ClusterState
+    from master.state import ClusterState
 
     with tempfile.TemporaryDirectory() as d:
         store = open_store(etcd_endpoints, d)
@@ -156,11 +156,11 @@ def service_rate(
             state = ClusterState(store, group_commit=group_commit)
             state.ensure_defaults()
             name = f"svc{time.monotonic_ns() % 10**9}"
-            state.put_network(Network(networkName=name, subnet=f"10.{octet}.0.0/16"))
+            state.networks.put(Network(networkName=name, subnet=f"10.{octet}.0.0/16"))
 
             def worker(t: int) -> None:
                 for i in range(t, total, threads):
-                    state.create_endpoint(
+                    state.endpoints.create(
                         EndpointRequest(endpointID=f"{name}-{i}", networkName=name)
                     )
 

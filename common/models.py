@@ -1,6 +1,6 @@
 """The cluster's object model: Contiv's objects with their REST field names, and the bodies
 of the allocation API. Shared by the control plane, the agent and netctl; no validation
-beyond field types lives here (the control plane's rules are in master/validate.py)."""
+beyond field types lives here (the control plane's rules are in master/decisions/)."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from common.kinds import NETWORKS
 from netctl.client import MasterClient
 
 from .host import TEST_LABEL
@@ -105,9 +106,9 @@ class Plugin:
             # The cluster's networks first: the docker sync would make their docker copies again.
             client = MasterClient(self.master_url)
             with contextlib.suppress(Exception):
-                for net in client.list_networks(None):
+                for net in client.list(NETWORKS):
                     with contextlib.suppress(Exception):
-                        client.delete_network(str(net["tenantName"]), str(net["networkName"]))
+                        client.delete(NETWORKS, str(net["tenantName"]), str(net["networkName"]))
         left = ""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

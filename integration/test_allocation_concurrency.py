@@ -12,7 +12,7 @@ from common.client import MasterError
 from common.models import AddressRequest, EndpointRequest, Network, PoolRequest
 from common.records import OwnerRecord, decode_endpoint
 from master.decisions.consistency import check_state
-from master.service import ClusterState
+from master.state import ClusterState
 from plugin.master_client import MasterClient
 from store import open_store
 
@@ -34,7 +34,7 @@ def _allocate(args: tuple[str, str, int, int]) -> list[str]:
             req = EndpointRequest(
                 endpointID=f"p{proc}t{t}i{i}", networkName="race", host=f"h{proc}"
             )
-            out.append(state.create_endpoint(req)[0].ipAddress)
+            out.append(state.endpoints.create(req)[0].ipAddress)
         return out
 
     with ThreadPoolExecutor(16) as pool:
@@ -47,7 +47,7 @@ def test_64_allocators_in_threads_and_processes(backend: str, tmp_path: Path) ->
     endpoints = backend
     state = _open(str(tmp_path), endpoints)
     state.ensure_defaults()
-    state.put_network(
+    state.networks.put(
         Network(networkName="race", subnet="10.60.0.0/22")
     )  # 1021 usable after gateway
     per_thread = 4
@@ -60,9 +60,9 @@ def test_64_allocators_in_threads_and_processes(backend: str, tmp_path: Path) ->
     addrs = [a for c in chunks for a in c]
     assert len(addrs) == 4 * 16 * per_thread
     assert len(set(addrs)) == len(addrs), "an address was handed out twice"
-    stored = {e.ipAddress for e in state.list_endpoints()}
+    stored = {e.ipAddress for e in state.endpoints.list()}
     assert stored == set(addrs)
-    oper = state.inspect_network("default", "race")["Oper"]
+    oper = state.networks.inspect("default", "race")["Oper"]
     assert oper["allocatedAddressesCount"] == len(addrs) + 1  # + the gateway
     state.store.close()
 
@@ -109,7 +109,7 @@ def test_batches_from_two_workers_and_another_process_share_one_store(
         def here(t: int) -> list[str]:
             assert state is not None
             reqs = [EndpointRequest(endpointID=f"h{t}-{i}", networkName="race2") for i in range(20)]
-            return [state.create_endpoint(r)[0].ipAddress for r in reqs]
+            return [state.endpoints.create(r)[0].ipAddress for r in reqs]
 
         with ThreadPoolExecutor(24) as pool:
             remote = [

@@ -32,7 +32,7 @@ from .forwarding import Forwarder, mark_served_by
 from .metrics import allocation, instrument, metrics_response
 from .openapi import API, openapi_document
 from .routes import Api, json_response, read_body, register_kinds
-from .service import ClusterState
+from .state import ClusterState
 from .validate import parse_body
 
 
@@ -129,7 +129,7 @@ def create_app(
     def alloc_endpoint() -> Response:
         body = read_body("endpoint")
         req = parse_body(EndpointRequest, body, f"endpoint {body.get('endpointID', '')}".strip())
-        ep, created = state.create_endpoint(req)
+        ep, created = state.endpoints.create(req)
         if created:
             allocation("endpoint", "allocate")
         return json_response(ep.dump(), 201 if created else 200)
@@ -141,7 +141,7 @@ def create_app(
         response=Endpoint,
     )
     def free_endpoint(endpoint_id: str) -> Response:
-        ep = state.delete_endpoint(endpoint_id)
+        ep = state.endpoints.delete(endpoint_id)
         allocation("endpoint", "release")
         return json_response(ep.dump())
 
@@ -155,14 +155,14 @@ def create_app(
     def endpoint_container(endpoint_id: str) -> Response:
         obj = f"endpoint {endpoint_id}"
         info = parse_body(EndpointContainer, read_body(obj), obj)
-        return json_response(state.set_endpoint_container(endpoint_id, info).dump())
+        return json_response(state.endpoints.set_container(endpoint_id, info).dump())
 
     @route(
         f"{API}/alloc/pools", "POST", "Reserve an address pool (Docker RequestPool)", PoolRequest
     )
     def alloc_pool() -> Response:
         return json_response(
-            state.request_pool(parse_body(PoolRequest, read_body("pool"), "pool request"))
+            state.pools.request_pool(parse_body(PoolRequest, read_body("pool"), "pool request"))
         )
 
     @route(
@@ -173,7 +173,7 @@ def create_app(
     )
     def bind_pool() -> Response:
         req = parse_body(PoolBinding, read_body("pool binding"), "pool binding")
-        return json_response({"poolID": req.poolID, "bookedIn": state.bind_pool(req)})
+        return json_response({"poolID": req.poolID, "bookedIn": state.pools.bind_pool(req)})
 
     @route(
         f"{API}/alloc/pools/<path:pool_id>",
@@ -181,7 +181,7 @@ def create_app(
         "Release an address pool (Docker ReleasePool)",
     )
     def free_pool(pool_id: str) -> Response:
-        state.release_pool(pool_id)
+        state.pools.release_pool(pool_id)
         return json_response({"released": pool_id})
 
     @route(
@@ -192,14 +192,14 @@ def create_app(
     )
     def alloc_address() -> Response:
         req = parse_body(AddressRequest, read_body("address request"), "address request")
-        address = state.request_address(req)
+        address = state.pools.request_address(req)
         allocation("address", "allocate")
         return json_response({"address": address})
 
     @route(f"{API}/alloc/addresses/release", "POST", "Release an address", AddressRelease)
     def free_address() -> Response:
         req = parse_body(AddressRelease, read_body("address release"), "address release")
-        released = state.release_address(req)
+        released = state.pools.release_address(req)
         if released:
             allocation("address", "release")
         return json_response({"released": released})

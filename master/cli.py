@@ -234,7 +234,7 @@ def build_app(args: Any, tokens: TokenTable | None = None) -> Any:
     from .forwarding import forward_session
     from .httperrors import body_errors_as_400
     from .reclaim import Reclaimer
-    from .service import ClusterState
+    from .state import ClusterState
 
     endpoints = split_endpoints(args.etcd_endpoints)
     store = open_store(
@@ -251,10 +251,10 @@ def build_app(args: Any, tokens: TokenTable | None = None) -> Any:
     )
     state.ensure_defaults()
     if args.fwd_mode:
-        current = state.get_global()
+        current = state.settings.get()
         if current.fwdMode != args.fwd_mode:
             try:
-                state.put_global(
+                state.settings.put(
                     GlobalSettings.model_validate({**current.dump(), "fwdMode": args.fwd_mode})
                 )
             except ApiError as e:

@@ -8,6 +8,7 @@ compares check both.
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 from common import keys, owners
 from common.models import Endpoint, EndpointContainer, EndpointGroup, EndpointRequest
@@ -63,6 +64,10 @@ class Endpoints:
         if kv is None:
             raise NotFound(endpoint_obj(endpoint_id))
         return decode_endpoint(kv.value)
+
+    def inspect(self, endpoint_id: str) -> dict[str, Any]:
+        ep = self.get(endpoint_id).dump()  # an endpoint's record is all there is of it
+        return {"Config": ep, "Oper": ep}
 
     def create(self, req: EndpointRequest) -> tuple[Endpoint, bool]:
         """Create an endpoint with its addresses; returns (endpoint, created).

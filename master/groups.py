@@ -21,14 +21,16 @@ from .decisions.groups import (
     choose_group_tag,
     members,
     moves,
+    normalize_group,
 )
 from .decisions.netprofiles import check_profile_exists
 from .decisions.policies import naming_group
+from .decisions.views import group_view
 from .errors import NotFound
 from .networks import Networks
 from .tenants import Tenants
 from .txn import TxnStore, absent, retrying, tail, unchanged, untouched_since
-from .validate import check_name, normalize_group, parse_body
+from .validate import check_name, parse_body
 
 
 class Groups:
@@ -58,6 +60,10 @@ class Groups:
         """The group's endpoints, and the revision they were read at."""
         eps, rev = self.txn.range(keys.endpoints_of(group.tenantName, group.networkName))
         return members(group, (decode_endpoint(e.value) for e in eps)), rev
+
+    def inspect(self, tenant: str, name: str) -> dict[str, Any]:
+        rec, _ = self.record(tenant, name)
+        return group_view(rec.config, self.members(rec.config)[0], rec.tag)
 
     def put(self, group: EndpointGroup) -> EndpointGroup:
         check_name("endpoint group", group.groupName)

@@ -3,22 +3,26 @@ go: its delete compares the tenant's groups, so a group naming it meanwhile fail
 
 from __future__ import annotations
 
+from typing import Any
+
 from common import keys
 from common.models import EndpointGroup, NetProfile
 from common.records import decode_config, encode_config
 from store import KV, Delete, Put
 
 from .decisions.netprofiles import check_deletable, normalize_profile, using
+from .decisions.views import netprofile_view
 from .errors import NotFound
+from .groups import Groups
 from .tenants import Tenants
 from .txn import TxnStore, absent, retrying, unchanged, untouched_since
-from .validate import check_name
 
 
 class NetProfiles:
-    def __init__(self, txn: TxnStore, tenants: Tenants) -> None:
+    def __init__(self, txn: TxnStore, tenants: Tenants, groups: Groups) -> None:
         self.txn = txn
         self.tenants = tenants
+        self.groups = groups
 
     def list(self, tenant: str | None = None) -> list[NetProfile]:
         kvs, _ = self.txn.range(keys.netprofiles_of(tenant) if tenant else keys.NETPROFILES)
@@ -33,9 +37,16 @@ class NetProfiles:
     def get(self, tenant: str, name: str) -> NetProfile:
         return self.read(tenant, name)[0]
 
+    def inspect(self, tenant: str, name: str) -> dict[str, Any]:
+        profile = self.get(tenant, name)
+        tenant_groups = self.groups.list(tenant)
+        names = using(name, tenant_groups)
+        members = [
+            ep for g in tenant_groups if g.groupName in names for ep in self.groups.members(g)[0]
+        ]
+        return netprofile_view(profile, names, members)
+
     def put(self, profile: NetProfile) -> NetProfile:
-        check_name("tenant", profile.tenantName)
-        check_name("netprofile", profile.profileName)
         p = normalize_profile(profile)
         key = keys.netprofile(p.tenantName, p.profileName)
         value = encode_config(p)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from common import keys, owners
 from common.models import EndpointGroup, Network, Rule
 from common.records import (
@@ -27,13 +29,16 @@ from .decisions.networks import (
     check_readdress,
     check_rename,
     check_unnamed,
+    normalize_network,
     plan_network,
     renamed,
     renamed_pool,
 )
 from .decisions.policies import naming_network
+from .decisions.pools import pool_spec
 from .decisions.services import check_no_services
 from .decisions.services import naming_network as naming_services
+from .decisions.views import network_view, pool_view
 from .errors import NotFound
 from .pools import release_addresses
 from .settings import Settings, tag_use
@@ -47,7 +52,7 @@ from .txn import (
     unchanged,
     untouched_since,
 )
-from .validate import check_name, normalize_network
+from .validate import check_name
 
 
 def teardown(txn: TxnStore, rec: NetworkRecord) -> tuple[list[Op], list[Compare]]:
@@ -87,6 +92,20 @@ class Networks:
 
     def get(self, tenant: str, name: str) -> Network:
         return self.read(tenant, name)[0].config
+
+    def inspect(self, tenant: str, name: str) -> dict[str, Any]:
+        rec, _ = self.read(tenant, name)
+        eps, _ = self.txn.range(keys.endpoints_of(tenant, name))
+        pools = []
+        for version, pid in ((4, rec.ipv4_pool), (6, rec.ipv6_pool)):
+            pkv = self.txn.get(keys.pool(pid)) if pid else None
+            if pkv is None:
+                continue
+            spec = pool_spec(pid, PoolRecord.decode(pkv.value))
+            allocs, _ = self.txn.range(keys.allocs_of(pid))
+            addresses = (a.key[len(keys.allocs_of(pid)) :] for a in allocs)
+            pools.append(pool_view(version, spec.network, addresses))
+        return network_view(rec, [decode_endpoint(e.value) for e in eps], pools)
 
     def put(self, net: Network) -> Network:
         net = normalize_network(net)

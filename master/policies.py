@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from common import keys
-from common.models import EndpointGroup, Policy
+from common.models import EndpointGroup, Policy, Rule
 from common.records import decode_config, encode_config
 from store import KV, Delete, Put
 
 from .decisions.policies import attached, check_deletable
+from .decisions.views import policy_view
 from .errors import NotFound
+from .groups import Groups
 from .tenants import Tenants
 from .txn import TxnStore, absent, retrying, unchanged, untouched_since
 from .validate import check_name
 
 
 class Policies:
-    def __init__(self, txn: TxnStore, tenants: Tenants) -> None:
+    def __init__(self, txn: TxnStore, tenants: Tenants, groups: Groups) -> None:
         self.txn = txn
         self.tenants = tenants
+        self.groups = groups
 
     def list(self, tenant: str | None = None) -> list[Policy]:
         kvs, _ = self.txn.range(keys.policies_of(tenant) if tenant else keys.POLICIES)
@@ -31,6 +36,15 @@ class Policies:
 
     def get(self, tenant: str, name: str) -> Policy:
         return self.read(tenant, name)[0]
+
+    def inspect(self, tenant: str, name: str) -> dict[str, Any]:
+        policy = self.get(tenant, name)
+        tenant_groups = self.groups.list(tenant)
+        names = attached(name, tenant_groups)
+        groups = [g for g in tenant_groups if g.groupName in names]
+        members = [ep for g in groups for ep in self.groups.members(g)[0]]
+        rules, _ = self.txn.range(keys.rules_of(tenant, name))
+        return policy_view(policy, names, members, [decode_config(Rule, r.value) for r in rules])
 
     def put(self, policy: Policy) -> Policy:
         check_name("tenant", policy.tenantName)

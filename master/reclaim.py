@@ -19,7 +19,7 @@ from common.models import Endpoint
 from store import StoreError
 
 from .errors import ApiError, NotFound
-from .service import ClusterState
+from .state import ClusterState
 
 log = logging.getLogger("netmaster.reclaim")
 
@@ -95,7 +95,7 @@ class Reclaimer:
             return []
         try:
             # Endpoints first: a host seen registered in the later read was alive after them.
-            endpoints = self.state.list_endpoints()
+            endpoints = self.state.endpoints.list()
             hosts = [kv.key[len(keys.HOSTS) :] for kv in self.state.store.range(keys.HOSTS).kvs]
         except (ApiError, StoreError) as e:
             log.debug("reclaim: cannot read the cluster state: %s", e)
@@ -117,7 +117,7 @@ class Reclaimer:
             if self.leadership() != (True, term):
                 break
             try:
-                self.state.reclaim_endpoint(ep.endpointID, ep.host)
+                self.state.endpoints.delete(ep.endpointID, ep.host)
             except NotFound:
                 continue  # deleted meanwhile
             except ApiError as e:

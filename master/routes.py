@@ -1,11 +1,10 @@
 """Flask routes for the REST API: a registrar that documents each route, the request-body
-helpers, and the generic handlers that serve every object kind declared in kinds.py."""
+helpers, and the generic handlers that serve every row of the kinds table (kinds.py)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from functools import partial
 from typing import Any
 
 from flask import Flask, Response, request
@@ -14,9 +13,9 @@ from pydantic import BaseModel
 from common.jsonbody import BodyError, decode_object
 
 from .errors import ApiError, BadRequest
-from .kinds import KINDS, ObjectKind, Op
+from .kinds import KINDS, Row
 from .openapi import API, RouteDoc
-from .service import ClusterState
+from .state import ClusterState
 from .validate import parse_body
 
 View = Callable[..., Response]
@@ -70,64 +69,62 @@ def with_key(body: dict[str, Any], obj: str, **fields: str) -> dict[str, Any]:
     return body
 
 
-def register_kinds(api: Api, state: ClusterState, kinds: Iterable[ObjectKind] = KINDS) -> None:
-    for kind in kinds:
-        register_kind(api, state, kind)
+def register_kinds(api: Api, state: ClusterState, kinds: Iterable[Row] = KINDS) -> None:
+    for row in kinds:
+        register_kind(api, state, row)
 
 
-def register_kind(api: Api, state: ClusterState, kind: ObjectKind) -> None:
-    """Routes for the operations ``kind`` declares, in the order the OpenAPI document lists them."""
+def register_kind(api: Api, state: ClusterState, row: Row) -> None:
+    """Routes for the operations ``row`` declares, in the order the OpenAPI document lists them;
+    each calls a bound method of the row's family."""
+    kind, family = row.kind, row.family(state)
     param = kind.key.param
     every, one = f"{API}/{kind.plural}", f"{API}/{kind.plural}/<{param}>"
 
-    def call(op: Op, *args: Any) -> Any:
-        fn = getattr(state, op.call) if isinstance(op.call, str) else partial(op.call, state)
-        return fn(*args)
-
     def key_parts(url: dict[str, str]) -> tuple[str, ...]:
-        return kind.key.parse(kind.noun, url[param])
+        return row.parse(url[param])
 
-    if (list_op := kind.list) is not None:
+    def keyed_body(parts: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
+        obj = kind.name(parts)
+        return obj, with_key(read_body(obj), obj, **dict(zip(kind.fields, parts, strict=True)))
+
+    if row.list is not None:
 
         def list_objects() -> Response:
             args = (request.args.get("tenant") or None,) if kind.key.tenant_scoped else ()
-            return json_response([o.dump() for o in call(list_op, *args)])
+            return json_response([o.dump() for o in family.list(*args)])
 
-        api.route(every, "GET", list_op.summary, response=kind.model, many=True)(list_objects)
+        api.route(every, "GET", row.list, response=kind.model, many=True)(list_objects)
 
-    if (get_op := kind.get) is not None:
+    if row.get is not None:
 
         def get_object(**url: str) -> Response:
-            return json_response(call(get_op, *key_parts(url)).dump())
+            return json_response(family.get(*key_parts(url)).dump())
 
-        api.route(one, "GET", get_op.summary, response=kind.model)(get_object)
+        api.route(one, "GET", row.get, response=kind.model)(get_object)
 
-    if (put_op := kind.put) is not None:
-        merge_over = kind.get if kind.merge else None  # ObjectKind: merge needs a get
+    if row.put is not None:
 
         def put_object(**url: str) -> Response:
             parts = key_parts(url)
-            obj = kind.name(parts)
-            body = with_key(read_body(obj), obj, **dict(zip(kind.fields, parts, strict=True)))
-            if merge_over is not None:
-                body = {**call(merge_over, *parts).dump(), **body}
+            obj, body = keyed_body(parts)
+            if row.merge:
+                body = {**family.get(*parts).dump(), **body}
                 body.pop("key", None)
-            return json_response(call(put_op, parse_body(kind.model, body, obj)).dump())
+            return json_response(family.put(parse_body(kind.model, body, obj)).dump())
 
         for method in ("POST", "PUT"):
-            api.route(one, method, put_op.summary, kind.model, kind.model)(put_object)
+            api.route(one, method, row.put, kind.model, kind.model)(put_object)
 
-    if (patch_op := kind.patch) is not None:
+    if row.patch is not None:
 
         def patch_object(**url: str) -> Response:
             parts = key_parts(url)
-            obj = kind.name(parts)
-            body = with_key(read_body(obj), obj, **dict(zip(kind.fields, parts, strict=True)))
-            return json_response(call(patch_op, *parts, body).dump())
+            return json_response(family.patch(*parts, keyed_body(parts)[1]).dump())
 
-        api.route(one, "PATCH", patch_op.summary, kind.model, kind.model)(patch_object)
+        api.route(one, "PATCH", row.patch, kind.model, kind.model)(patch_object)
 
-    if (rename_op := kind.rename) is not None:
+    if row.rename is not None:
         field = kind.fields[-1]
 
         def rename_object(**url: str) -> Response:
@@ -136,24 +133,22 @@ def register_kind(api: Api, state: ClusterState, kind: ObjectKind) -> None:
             new_name = read_body(obj).get(field)
             if not isinstance(new_name, str) or not new_name:
                 raise BadRequest(obj, f'body must be {{"{field}": NEW_NAME}}')
-            return json_response(call(rename_op, *parts, new_name).dump())
+            return json_response(family.rename(*parts, new_name).dump())
 
-        api.route(f"{one}/rename", "POST", rename_op.summary)(rename_object)
+        api.route(f"{one}/rename", "POST", row.rename)(rename_object)
 
-    if (delete_op := kind.delete) is not None:
+    if row.delete is not None:
 
         def delete_object(**url: str) -> Response:
             parts = key_parts(url)
-            call(delete_op, *parts)
+            family.delete(*parts)
             return json_response({"deleted": kind.name(parts)})
 
-        api.route(one, "DELETE", delete_op.summary)(delete_object)
+        api.route(one, "DELETE", row.delete)(delete_object)
 
-    if (inspect_op := kind.inspect) is not None:
+    if row.inspect is not None:
 
         def inspect_object(**url: str) -> Response:
-            return json_response(call(inspect_op, *key_parts(url)))
+            return json_response(family.inspect(*key_parts(url)))
 
-        api.route(f"{API}/inspect/{kind.plural}/<{param}>", "GET", inspect_op.summary)(
-            inspect_object
-        )
+        api.route(f"{API}/inspect/{kind.plural}/<{param}>", "GET", row.inspect)(inspect_object)

@@ -9,23 +9,17 @@ from common.records import decode_config, encode_config
 from store import KV, Compare, Delete, Put
 
 from .decisions.policies import check_rule_refs
+from .decisions.rules import normalize_rule
 from .errors import NotFound
-from .policies import Policies
 from .txn import TxnStore, absent, retrying, unchanged
-from .validate import normalize_rule
 
 
 class Rules:
-    def __init__(self, txn: TxnStore, policies: Policies) -> None:
+    def __init__(self, txn: TxnStore) -> None:
         self.txn = txn
-        self.policies = policies
 
     def list(self, tenant: str | None = None) -> list[Rule]:
         kvs, _ = self.txn.range(keys.rules_of_tenant(tenant) if tenant else keys.RULES)
-        return [decode_config(Rule, kv.value) for kv in kvs]
-
-    def of_policy(self, tenant: str, policy: str) -> list[Rule]:
-        kvs, _ = self.txn.range(keys.rules_of(tenant, policy))
         return [decode_config(Rule, kv.value) for kv in kvs]
 
     def read(self, tenant: str, policy: str, rule_id: str) -> tuple[Rule, KV]:

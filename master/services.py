@@ -4,19 +4,20 @@ by the service) and its tag are written and deleted together, in one txn."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from common import keys, owners
 from common.models import ServiceLB
-from common.records import AllocRecord, NetworkRecord, ServiceRecord
+from common.records import AllocRecord, NetworkRecord, ServiceRecord, decode_endpoint
 from store import KV, Compare, Delete, Op, Put
 
 from .addresses import Claims, PoolCache
 from .decisions.services import check_network, choose_service_tag, normalize_service, rebooks
+from .decisions.views import service_view
 from .errors import NotFound
 from .networks import Networks
 from .tenants import Tenants
 from .txn import HotCache, Retry, TxnStore, absent, retrying, tail, unchanged
-from .validate import check_name
 
 
 class Services:
@@ -45,9 +46,12 @@ class Services:
     def get(self, tenant: str, name: str) -> ServiceLB:
         return self.read(tenant, name)[0].config
 
+    def inspect(self, tenant: str, name: str) -> dict[str, Any]:
+        rec, _ = self.read(tenant, name)
+        eps, _ = self.txn.range(keys.endpoints_of(tenant, rec.config.networkName))
+        return service_view(rec, [decode_endpoint(e.value) for e in eps])
+
     def put(self, service: ServiceLB) -> ServiceLB:
-        check_name("tenant", service.tenantName)
-        check_name("service", service.serviceName)
         s = normalize_service(service)
         return retrying(f"service {s.id}", partial(self._save, s))
 

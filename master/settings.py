@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from common import keys
 from common.models import GlobalSettings, Tenant
 from common.records import decode_config, encode_config
 from store import KV, Compare, Op, Put
 
-from .decisions.settings import TagUse, check_fwd_mode_change, check_tag_ranges
+from .decisions.settings import TagUse, check_fwd_mode_change, check_tag_ranges, validate_global
 from .decisions.tenants import DEFAULT
+from .decisions.views import global_view
 from .txn import TxnStore, absent, network_id, none_under, retrying, unchanged, untouched_since
-from .validate import validate_global
 
 
 def tag_use(kv: KV) -> TagUse:
@@ -20,8 +22,9 @@ def tag_use(kv: KV) -> TagUse:
 
 
 class Settings:
-    def __init__(self, txn: TxnStore) -> None:
+    def __init__(self, txn: TxnStore, backend: str) -> None:
         self.txn = txn
+        self.backend = backend
 
     def ensure_defaults(self) -> None:
         """Create the default tenant and the global settings if they are missing."""
@@ -50,6 +53,15 @@ class Settings:
 
     def get(self) -> GlobalSettings:
         return self.read()[0]
+
+    def list(self) -> list[GlobalSettings]:
+        return [self.get()]
+
+    def inspect(self) -> dict[str, Any]:
+        settings = self.get()
+        tags = self.tags()
+        nets, _ = self.txn.range(keys.NETWORKS)
+        return global_view(settings, self.backend, len(nets), tags)
 
     def tags(self) -> list[TagUse]:
         return [tag_use(kv) for kv in self.txn.range(keys.TAGS)[0]]

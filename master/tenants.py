@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from common import keys
 from common.models import Tenant
 from common.records import decode_config, encode_config
 from store import KV, Delete, Put
 
 from .decisions.tenants import check_deletable, check_no_children
+from .decisions.views import tenant_view
 from .errors import NotFound
 from .txn import TxnStore, absent, network_id, none_under, retrying, tail, unchanged
 from .validate import check_name
@@ -26,6 +29,13 @@ class Tenants:
         if kv is None:
             raise NotFound(f"tenant {name}")
         return decode_config(Tenant, kv.value)
+
+    def inspect(self, name: str) -> dict[str, Any]:
+        tenant = self.get(name)
+        nets, _ = self.txn.range(keys.networks_of(name))
+        groups, _ = self.txn.range(keys.groups_of(name))
+        eps, _ = self.txn.range(keys.ENDPOINTS + name + "/")
+        return tenant_view(tenant, [tail(k) for k in nets], [tail(k) for k in groups], len(eps))
 
     def require(self, name: str) -> KV:
         """The tenant's entry, for an object created in it to compare."""

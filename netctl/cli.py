@@ -11,6 +11,7 @@ from typing import TextIO
 import requests
 
 from common.credentials import CredentialError, client_cert, client_token
+from common.kinds import ENDPOINTS, GLOBALS, GROUPS, NETWORKS, TENANTS
 
 from . import __version__
 from .args import Commands, name, tenant_option
@@ -40,7 +41,7 @@ __all__ = ["PROG", "build_parser", "main", "render_table"]
 
 def global_info(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl global info."""
-    info = client.inspect_global()
+    info = client.inspect(GLOBALS)
     if json_wanted(args):
         emit_json(info, out)
     else:
@@ -49,78 +50,81 @@ def global_info(client: MasterClient, args: argparse.Namespace, out: TextIO) -> 
 
 def global_set(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl global set."""
-    result = client.update_global(
-        fwd_mode=args.fwd_mode,
-        arp_mode=args.arp_mode,
-        vlans=args.vlan_range,
-        vxlans=args.vxlan_range,
-        pvt_subnet=args.private_subnet,
-    )
-    emit_quiet(args, result, out)
+    given = {
+        "fwdMode": args.fwd_mode,
+        "arpMode": args.arp_mode,
+        "vlans": args.vlan_range,
+        "vxlans": args.vxlan_range,
+        "pvtSubnet": args.private_subnet,
+    }
+    fields = {k: v for k, v in given.items() if v is not None}  # the master merges the rest
+    emit_quiet(args, client.put(GLOBALS, **fields), out)
 
 
 def tenant_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl tenant create."""
-    emit_quiet(args, client.create_tenant(args.name), out)
+    emit_quiet(args, client.put(TENANTS, args.name), out)
 
 
 def tenant_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl tenant rm."""
-    emit_quiet(args, client.delete_tenant(args.name), out)
+    emit_quiet(args, client.delete(TENANTS, args.name), out)
 
 
 def tenant_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl tenant ls."""
-    emit_list(args, client.list_tenants(), TENANT_COLUMNS, out)
+    emit_list(args, client.list(TENANTS), TENANT_COLUMNS, out)
 
 
 def tenant_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl tenant inspect."""
-    emit_json(client.inspect_tenant(args.name), out)
+    emit_json(client.inspect(TENANTS, args.name), out)
 
 
 def net_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl net create."""
-    result = client.create_network(
+    result = client.put(
+        NETWORKS,
         args.tenant,
         args.name,
         encap=args.encap,
-        pkt_tag=args.pkt_tag,
+        pktTag=args.pkt_tag,
         subnet=args.subnet,
         gateway=args.gateway,
-        ipv6_subnet=args.subnetv6,
-        ipv6_gateway=args.gatewayv6,
-        nw_type=args.nw_type,
+        ipv6Subnet=args.subnetv6,
+        ipv6Gateway=args.gatewayv6,
+        nwType=args.nw_type,
     )
     emit_quiet(args, result, out)
 
 
 def net_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl net rm."""
-    emit_quiet(args, client.delete_network(args.tenant, args.name), out)
+    emit_quiet(args, client.delete(NETWORKS, args.tenant, args.name), out)
 
 
 def net_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl net ls."""
-    items = client.list_networks(None if args.all else args.tenant)
+    items = client.list(NETWORKS, None if args.all else args.tenant)
     emit_list(args, items, NETWORK_COLUMNS, out)
 
 
 def net_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl net inspect."""
-    emit_json(client.inspect_network(args.tenant, args.name), out)
+    emit_json(client.inspect(NETWORKS, args.tenant, args.name), out)
 
 
 def group_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl group create."""
     policies = _policies(args.policy)
-    result = client.create_group(
+    result = client.put(
+        GROUPS,
         args.tenant,
         args.group,
-        args.network,
-        ip_pool=args.ip_pool,
+        networkName=args.network,
+        ipPool=args.ip_pool,
         policies=policies,
-        net_profile=args.networkprofile,
+        netProfile=args.networkprofile,
     )
     emit_quiet(args, result, out)
 
@@ -138,34 +142,36 @@ def group_update(client: MasterClient, args: argparse.Namespace, out: TextIO) ->
     profile = "" if args.no_netprofile else (args.networkprofile or None)
     if policies is None and profile is None:
         args.parser.error("nothing to change; give -p, --no-policy, -n or --no-netprofile")
-    result = client.update_group(args.tenant, args.group, policies=policies, net_profile=profile)
+    fields = {"policies": policies, "netProfile": profile}
+    changes = {k: v for k, v in fields.items() if v is not None}
+    result = client.patch(GROUPS, args.tenant, args.group, **changes)
     emit_quiet(args, result, out)
 
 
 def group_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl group rm."""
-    emit_quiet(args, client.delete_group(args.tenant, args.group), out)
+    emit_quiet(args, client.delete(GROUPS, args.tenant, args.group), out)
 
 
 def group_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl group ls."""
-    items = client.list_groups(None if args.all else args.tenant)
+    items = client.list(GROUPS, None if args.all else args.tenant)
     emit_list(args, items, GROUP_COLUMNS, out)
 
 
 def group_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl group inspect."""
-    emit_json(client.inspect_group(args.tenant, args.group), out)
+    emit_json(client.inspect(GROUPS, args.tenant, args.group), out)
 
 
 def endpoint_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl endpoint inspect."""
-    emit_json(client.inspect_endpoint(args.id), out)
+    emit_json(client.inspect(ENDPOINTS, args.id), out)
 
 
 def endpoint_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl endpoint ls."""
-    emit_list(args, client.list_endpoints(), ENDPOINT_COLUMNS, out)
+    emit_list(args, client.list(ENDPOINTS), ENDPOINT_COLUMNS, out)
 
 
 def version(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:

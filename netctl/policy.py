@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
+from common.kinds import POLICIES, RULES
+
 from .args import Commands, name, tenant_option
 from .client import MasterClient
 from .output import Column, emit_json, emit_list, emit_quiet, field, json_wanted, render_table
@@ -63,41 +65,41 @@ RULE_FLAGS = {
 
 def policy_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl policy create."""
-    emit_quiet(args, client.create_policy(args.tenant, args.name), out)
+    emit_quiet(args, client.put(POLICIES, args.tenant, args.name), out)
 
 
 def policy_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl policy rm: the policy and its rules."""
-    emit_quiet(args, client.delete_policy(args.tenant, args.name), out)
+    emit_quiet(args, client.delete(POLICIES, args.tenant, args.name), out)
 
 
 def policy_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl policy ls."""
-    items = client.list_policies(None if args.all else args.tenant)
+    items = client.list(POLICIES, None if args.all else args.tenant)
     emit_list(args, items, POLICY_COLUMNS, out)
 
 
 def policy_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl policy inspect."""
-    emit_json(client.inspect_policy(args.tenant, args.name), out)
+    emit_json(client.inspect(POLICIES, args.tenant, args.name), out)
 
 
 def rule_add(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl policy rule-add: create the rule, or replace the one of that id."""
     fields = {rest: getattr(args, flag) for flag, rest in RULE_FLAGS.items()}
-    result = client.create_rule(args.tenant, args.policy, args.rule_id, **fields)
+    result = client.put(RULES, args.tenant, args.policy, args.rule_id, **fields)
     emit_quiet(args, result, out)
 
 
 def rule_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl policy rule-rm."""
-    emit_quiet(args, client.delete_rule(args.tenant, args.policy, args.rule_id), out)
+    emit_quiet(args, client.delete(RULES, args.tenant, args.policy, args.rule_id), out)
 
 
 def rule_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl policy rule-ls: the policy's rules, incoming then outgoing, as Contiv shows them."""
-    client.get_policy(args.tenant, args.policy)  # an unknown policy is an error, not no rules
-    rules = [r for r in client.list_rules(args.tenant) if r.get("policyName") == args.policy]
+    client.get(POLICIES, args.tenant, args.policy)  # an unknown policy is an error, not no rules
+    rules = [r for r in client.list(RULES, args.tenant) if r.get("policyName") == args.policy]
     if json_wanted(args):
         emit_json(rules, out)
         return

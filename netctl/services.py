@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
+from common.kinds import NETPROFILES, SERVICES
+
 from .args import Commands, name, tenant_option
 from .client import MasterClient
 from .output import Column, emit_json, emit_list, emit_quiet, field
-
-PROFILES = "netprofiles"
-SERVICES = "serviceLBs"
 
 PROFILE_COLUMNS: list[Column] = [
     ("Tenant", field("tenantName")),
@@ -53,53 +52,48 @@ def _listed(values: list[str]) -> list[str]:
 
 def profile_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl netprofile create: create the profile, or change the one of that name."""
-    body = {
-        "tenantName": args.tenant,
-        "profileName": args.name,
-        "bandwidth": args.bandwidth,
-        "burst": args.burst,
-        "DSCP": args.dscp,
-    }
-    emit_quiet(args, client.put_object(PROFILES, args.tenant, args.name, body), out)
+    profile = {"bandwidth": args.bandwidth, "burst": args.burst, "DSCP": args.dscp}
+    emit_quiet(args, client.put(NETPROFILES, args.tenant, args.name, **profile), out)
 
 
 def profile_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    emit_quiet(args, client.delete_object(PROFILES, args.tenant, args.name), out)
+    emit_quiet(args, client.delete(NETPROFILES, args.tenant, args.name), out)
 
 
 def profile_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    items = client.list_of(PROFILES, None if args.all else args.tenant)
+    items = client.list(NETPROFILES, None if args.all else args.tenant)
     emit_list(args, items, PROFILE_COLUMNS, out)
 
 
 def profile_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    emit_json(client.inspect_object(PROFILES, args.tenant, args.name), out)
+    emit_json(client.inspect(NETPROFILES, args.tenant, args.name), out)
 
 
 def service_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl service create: create the service, or change the one of that name."""
-    body = {
-        "tenantName": args.tenant,
-        "serviceName": args.name,
-        "networkName": args.network,
-        "ipAddress": args.preferred_ip,
-        "selectors": _listed(args.selector),
-        "ports": _listed(args.port),
-    }
-    emit_quiet(args, client.put_object(SERVICES, args.tenant, args.name, body), out)
+    result = client.put(
+        SERVICES,
+        args.tenant,
+        args.name,
+        networkName=args.network,
+        ipAddress=args.preferred_ip,
+        selectors=_listed(args.selector),
+        ports=_listed(args.port),
+    )
+    emit_quiet(args, result, out)
 
 
 def service_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    emit_quiet(args, client.delete_object(SERVICES, args.tenant, args.name), out)
+    emit_quiet(args, client.delete(SERVICES, args.tenant, args.name), out)
 
 
 def service_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    items = client.list_of(SERVICES, None if args.all else args.tenant)
+    items = client.list(SERVICES, None if args.all else args.tenant)
     emit_list(args, items, SERVICE_COLUMNS, out)
 
 
 def service_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    emit_json(client.inspect_object(SERVICES, args.tenant, args.name), out)
+    emit_json(client.inspect(SERVICES, args.tenant, args.name), out)
 
 
 def _crud(commands: Commands, noun: str, help_: str, handlers: dict[str, Any]) -> Any:

@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 from real_master import real_master
 
 from master.app import create_app
-from master.service import ClusterState
+from master.state import ClusterState
 from store import open_store
 
 

@@ -19,7 +19,7 @@ from requests.structures import CaseInsensitiveDict
 from common import keys
 from master.app import create_app
 from master.auth import Caller, Role, TokenTable
-from master.service import ClusterState
+from master.state import ClusterState
 from store.embedded import EmbeddedStore
 
 URL = "http://netmaster.test:9999"

@@ -212,11 +212,11 @@ def test_docker_network_create_rename_and_rm_work_with_the_agent_role(tmp_path: 
         ep = {"NetworkID": NID, "EndpointID": "e" * 64, "Interface": iface, "Options": {}}
         r = call(plugin, "NetworkDriver.CreateEndpoint", ep)
         assert r.status_code == 200, r.get_json()
-        assert [n.networkName for n in m.state.list_networks()] == ["web"]
+        assert [n.networkName for n in m.state.networks.list()] == ["web"]
         ids = {"NetworkID": NID, "EndpointID": "e" * 64}
         assert call(plugin, "NetworkDriver.DeleteEndpoint", ids).status_code == 200
         assert call(plugin, "NetworkDriver.DeleteNetwork", {"NetworkID": NID}).status_code == 200
-        assert m.state.list_networks() == []
+        assert m.state.networks.list() == []
 
 
 def test_a_reader_token_cannot_create_a_network_and_docker_is_told_why(tmp_path: Path) -> None:
@@ -226,7 +226,7 @@ def test_a_reader_token_cannot_create_a_network_and_docker_is_told_why(tmp_path:
         body = {"NetworkID": NID, "Options": {}, "IPv4Data": [{"Pool": "10.5.0.0/24"}]}
         r = call(plugin, "NetworkDriver.CreateNetwork", body)
         assert r.status_code != 200 and "it needs role agent" in r.get_json()["Err"]
-        assert m.state.list_networks() == []
+        assert m.state.networks.list() == []
 
 
 def test_agent_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -169,12 +169,12 @@ class FakeNetns:
 @pytest.fixture
 def master(tmp_path: Path) -> Iterator[RealMaster]:
     with real_master(tmp_path) as m:
-        m.state.put_network(Network(networkName="pn", subnet="10.9.0.0/24"))
+        m.state.networks.put(Network(networkName="pn", subnet="10.9.0.0/24"))
         for name, n in (("d1", 7), ("d2", 6)):
-            m.state.put_network(
+            m.state.networks.put(
                 Network(networkName=name, subnet=f"10.{n}.0.0/24", ipv6Subnet=f"fd0{n}::/64")
             )
-        m.state.put_group(EndpointGroup(groupName="web", networkName="pn"))
+        m.state.groups.put(EndpointGroup(groupName="web", networkName="pn"))
         yield m
 
 
@@ -194,7 +194,7 @@ def test_add_check_del_and_del_again(
     svc, dp, ns = service
     result = svc.add(req())
     eid = cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0")
-    ep = master.state.get_endpoint(eid)
+    ep = master.state.endpoints.get(eid)
     assert (ep.networkName, ep.host, ep.containerID) == ("pn", "host1", ENV["CNI_CONTAINERID"])
     assert result["ips"] == [
         {"address": f"{ep.ipAddress}/24", "gateway": "10.9.0.1", "interface": 1}
@@ -210,7 +210,7 @@ def test_add_check_del_and_del_again(
     svc.delete(req("DEL"))
     assert eid not in dp.ports
     with pytest.raises(Exception, match="not found"):
-        master.state.get_endpoint(eid)
+        master.state.endpoints.get(eid)
     svc.delete(req("DEL"))  # again: fine
     svc.delete(req("DEL", CNI_NETNS="", CNI_CONTAINERID="never-seen"))  # unknown: fine
 
@@ -310,7 +310,7 @@ def test_pod_labels_choose_the_group_and_become_the_endpoints(
 ) -> None:
     svc, _, _ = service
     svc.add(req(CNI_ARGS="K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0"))
-    ep = master.state.get_endpoint(cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0"))
+    ep = master.state.endpoints.get(cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0"))
     assert (ep.groupName, ep.containerName, ep.labels["app"]) == ("web", "web-0", "web")
 
 

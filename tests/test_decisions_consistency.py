@@ -20,7 +20,7 @@ from common.models import (
     Rule,
 )
 from master.decisions.consistency import Problem, check_state
-from master.service import ClusterState
+from master.state import ClusterState
 
 POOL = "default:10.70.0.0/24"
 DOCKER_POOL = "default:10.71.0.0/24"
@@ -30,16 +30,16 @@ DOCKER_POOL = "default:10.71.0.0/24"
 def scan(state: ClusterState) -> dict[str, bytes]:
     """A full scan of a store the control plane wrote: a network with endpoints (IPv4 and
     dual stack), a Docker pool with plain address requests, and an adopted address."""
-    state.put_network(Network(networkName="n1", subnet="10.70.0.0/24"))
-    state.put_network(Network(networkName="n6", subnet="10.72.0.0/24", ipv6Subnet="fd00:72::/64"))
+    state.networks.put(Network(networkName="n1", subnet="10.70.0.0/24"))
+    state.networks.put(Network(networkName="n6", subnet="10.72.0.0/24", ipv6Subnet="fd00:72::/64"))
     for i in range(3):
-        state.create_endpoint(EndpointRequest(endpointID=f"e{i}", networkName="n1", host="h1"))
-    state.create_endpoint(EndpointRequest(endpointID="e6", networkName="n6", host="h1"))
-    state.request_pool(PoolRequest(pool="10.71.0.0/24"))
-    state.request_address(AddressRequest(poolID=DOCKER_POOL, owner="req:a"))
-    state.request_address(AddressRequest(poolID=DOCKER_POOL, owner="req:b"))
-    got = state.request_address(AddressRequest(poolID=POOL, owner="req:c")).split("/")[0]
-    state.create_endpoint(
+        state.endpoints.create(EndpointRequest(endpointID=f"e{i}", networkName="n1", host="h1"))
+    state.endpoints.create(EndpointRequest(endpointID="e6", networkName="n6", host="h1"))
+    state.pools.request_pool(PoolRequest(pool="10.71.0.0/24"))
+    state.pools.request_address(AddressRequest(poolID=DOCKER_POOL, owner="req:a"))
+    state.pools.request_address(AddressRequest(poolID=DOCKER_POOL, owner="req:b"))
+    got = state.pools.request_address(AddressRequest(poolID=POOL, owner="req:c")).split("/")[0]
+    state.endpoints.create(
         EndpointRequest(endpointID="adopter", networkName="n1", ipAddress=got, adoptAddress=True)
     )
     return {kv.key: kv.value for kv in state.store.range(keys.ROOT).kvs}
@@ -184,23 +184,23 @@ def test_releasing_a_pool_frees_its_requests_owner_records(state: ClusterState) 
     """Found by this check: ReleasePool left the owner records of its address requests, so
     the same owner, after a new RequestPool, got the old address back unbooked, and the
     next request was given it too."""
-    state.request_pool(PoolRequest(pool="10.75.0.0/24"))
+    state.pools.request_pool(PoolRequest(pool="10.75.0.0/24"))
     pool = "default:10.75.0.0/24"
-    first = state.request_address(AddressRequest(poolID=pool, owner="req:o1"))
-    state.release_pool(pool)
+    first = state.pools.request_address(AddressRequest(poolID=pool, owner="req:o1"))
+    state.pools.release_pool(pool)
     assert _check(state) == []
-    state.request_pool(PoolRequest(pool="10.75.0.0/24"))
-    again = state.request_address(AddressRequest(poolID=pool, owner="req:o1"))
-    other = state.request_address(AddressRequest(poolID=pool, owner="req:o2"))
+    state.pools.request_pool(PoolRequest(pool="10.75.0.0/24"))
+    again = state.pools.request_address(AddressRequest(poolID=pool, owner="req:o1"))
+    other = state.pools.request_address(AddressRequest(poolID=pool, owner="req:o2"))
     assert again == first and other != again
     assert _check(state) == []
 
 
 def test_deleting_a_network_frees_its_requests_owner_records(state: ClusterState) -> None:
-    state.put_network(Network(networkName="gone", subnet="10.76.0.0/24"))
+    state.networks.put(Network(networkName="gone", subnet="10.76.0.0/24"))
     aux = AddressRequest(poolID="default:10.76.0.0/24", owner="addr:x", address="10.76.0.9")
-    state.request_address(aux)
-    state.delete_network("default", "gone")
+    state.pools.request_address(aux)
+    state.networks.delete("default", "gone")
     assert _check(state) == []
     assert state.store.get(keys.owner("addr:x")) is None
 
@@ -209,17 +209,17 @@ def test_a_network_adopting_dockers_pool_takes_its_gateway_whole(state: ClusterS
     """Docker's flow: RequestPool, RequestAddress for the gateway, then CreateNetwork; the
     network takes the gateway over, and the request's owner record goes with it."""
     pool = "default:10.77.0.0/24"
-    state.request_pool(PoolRequest(pool="10.77.0.0/24"))
+    state.pools.request_pool(PoolRequest(pool="10.77.0.0/24"))
     gw = owners.docker_gateway(pool, "10.77.0.1")
-    state.request_address(
+    state.pools.request_address(
         AddressRequest(poolID=pool, owner=gw, address="10.77.0.1", kind="gateway")
     )
     assert _check(state) == []
-    state.put_network(Network(networkName="dk", subnet="10.77.0.0/24", gateway="10.77.0.1"))
+    state.networks.put(Network(networkName="dk", subnet="10.77.0.0/24", gateway="10.77.0.1"))
     assert _check(state) == []
     assert state.store.get(keys.owner(gw)) is None
     again = AddressRequest(poolID=pool, owner=gw, address="10.77.0.1", kind="gateway")
-    assert state.request_address(again) == "10.77.0.1/24"  # Docker's retry still gets it
+    assert state.pools.request_address(again) == "10.77.0.1/24"  # Docker's retry still gets it
     assert _check(state) == []
 
 
@@ -230,12 +230,12 @@ def test_a_network_adopting_dockers_pool_takes_its_gateway_whole(state: ClusterS
 def pscan(state: ClusterState) -> dict[str, bytes]:
     """Groups a (tag 1) and b (tag 2) on network n, b attaching policy p, whose rules name
     group a and network n."""
-    state.put_network(Network(networkName="n", subnet="10.80.0.0/24"))
-    state.put_policy(Policy(policyName="p"))
-    state.put_group(EndpointGroup(groupName="a", networkName="n"))
-    state.put_group(EndpointGroup(groupName="b", networkName="n", policies=["p"]))
-    state.put_rule(Rule(policyName="p", ruleId="1", fromEndpointGroup="a", fromNetwork="n"))
-    state.put_rule(Rule(policyName="p", ruleId="2", direction="out", toEndpointGroup="a"))
+    state.networks.put(Network(networkName="n", subnet="10.80.0.0/24"))
+    state.policies.put(Policy(policyName="p"))
+    state.groups.put(EndpointGroup(groupName="a", networkName="n"))
+    state.groups.put(EndpointGroup(groupName="b", networkName="n", policies=["p"]))
+    state.rules.put(Rule(policyName="p", ruleId="1", fromEndpointGroup="a", fromNetwork="n"))
+    state.rules.put(Rule(policyName="p", ruleId="2", direction="out", toEndpointGroup="a"))
     scan = {kv.key: kv.value for kv in state.store.range(keys.ROOT).kvs}
     assert check_state(scan) == []
     return scan

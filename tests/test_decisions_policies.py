@@ -10,8 +10,10 @@ import pytest
 
 from common.models import EndpointGroup, Network, Rule
 from master.decisions import groups, networks, policies, tenants
+from master.decisions.groups import normalize_group
+from master.decisions.rules import normalize_rule
 from master.errors import BadRequest, Conflict, NotFound
-from master.validate import normalize_group, normalize_rule, parse_body
+from master.validate import parse_body
 
 
 def rule(**fields: Any) -> Rule:

@@ -123,15 +123,15 @@ def run(plugin: FlaskClient, pool_id: str, eid: str = EID, address: str = "") ->
 
 
 def oper(master: RealMaster, tenant: str = "default", name: str = NAME) -> dict[str, Any]:
-    return dict(master.state.inspect_network(tenant, name)["Oper"])
+    return dict(master.state.networks.inspect(tenant, name)["Oper"])
 
 
 def endpoint_ids(master: RealMaster) -> list[str]:
-    return [e.endpointID for e in master.state.list_endpoints()]
+    return [e.endpointID for e in master.state.endpoints.list()]
 
 
 def network_ids(master: RealMaster) -> list[str]:
-    return [n.id for n in master.state.list_networks()]
+    return [n.id for n in master.state.networks.list()]
 
 
 def holder(master: RealMaster, pool_id: str, address: str) -> str:
@@ -158,7 +158,7 @@ def test_network_create_run_stop_and_rm(
         "Data": {},
     }
     ok(create_network(plugin, ("10.5.0.0/24", "10.5.0.1/24"), encap="vlan", **{"pkt-tag": "100"}))
-    net = master.state.get_network("default", NAME)
+    net = master.state.networks.get("default", NAME)
     assert (net.subnet, net.gateway, net.encap, net.pktTag) == (
         "10.5.0.0/24",
         "10.5.0.1",
@@ -175,7 +175,7 @@ def test_network_create_run_stop_and_rm(
     r = ok(create_endpoint(plugin, address))
     mac = r["Interface"]["MacAddress"]
     assert r == {"Interface": {"MacAddress": mac}}
-    ep = master.state.get_endpoint(EID)
+    ep = master.state.endpoints.get(EID)
     assert (ep.ipAddress, ep.macAddress, ep.host, ep.ipv4Pool) == (
         "10.5.0.2",
         mac,
@@ -203,7 +203,7 @@ def test_network_create_run_stop_and_rm(
     ok(call(plugin, "IpamDriver.ReleaseAddress", {"PoolID": pool_id, "Address": "10.5.0.1"}))
     ok(call(plugin, "IpamDriver.ReleasePool", {"PoolID": pool_id}))
     assert network_ids(master) == [] and datapath.removed_networks == [f"default:{NAME}"]
-    assert master.state.inspect_global()["Oper"]["vlansInUse"] == ""
+    assert master.state.settings.inspect()["Oper"]["vlansInUse"] == ""
     assert [k for k in leftovers(master) if not k.startswith(keys.OWNERS)] == []
 
 
@@ -256,7 +256,7 @@ def test_address_requests_static_mac_and_anonymous(plugin: FlaskClient, master: 
 
     # `docker run --ip 10.5.0.9`: the endpoint takes the address the static request holds.
     ok(create_endpoint(plugin, static))
-    assert master.state.get_endpoint(EID).ipAddress == "10.5.0.9"
+    assert master.state.endpoints.get(EID).ipAddress == "10.5.0.9"
     assert holder(master, pool_id, "10.5.0.9") == owners.endpoint(EID)
     assert oper(master)["allocatedAddressesCount"] == 5
     for address in (by_mac, first, second):
@@ -291,7 +291,7 @@ def test_dual_stack(plugin: FlaskClient, master: RealMaster) -> None:
     a4 = ok(request_address(plugin, v4))["Address"]
     a6 = ok(request_address(plugin, v6))["Address"]
     ok(create_endpoint(plugin, a4, a6))
-    ep = master.state.get_endpoint(EID)
+    ep = master.state.endpoints.get(EID)
     assert (ep.ipAddress, ep.ipv6Address) == (a4.split("/")[0], a6.split("/")[0])
     assert holder(master, v6, ep.ipv6Address) == owners.endpoint(EID)
     assert oper(master)["allocatedIPv6Addresses"] == ["fd00:5::1", ep.ipv6Address]
@@ -306,7 +306,7 @@ def test_a_default_ipv6_pool(plugin: FlaskClient) -> None:
 
 
 def test_tenant_from_o_and_ipam_opt(plugin: FlaskClient, master: RealMaster) -> None:
-    master.state.put_tenant(Tenant(tenantName="blue"))
+    master.state.tenants.put(Tenant(tenantName="blue"))
     pool_id = ok(request_pool(plugin, "10.9.0.0/24", tenant="blue"))["PoolID"]
     assert pool_id == "blue:10.9.0.0/24"
     gateway = ok(request_address(plugin, pool_id, options=GW_OPTS))["Address"]
@@ -314,15 +314,15 @@ def test_tenant_from_o_and_ipam_opt(plugin: FlaskClient, master: RealMaster) -> 
     assert network_ids(master) == [f"blue:{NAME}"]
     assert oper(master, "blue")["ipv4Pool"] == pool_id  # one pool, booked once
     run(plugin, pool_id)
-    ep = master.state.get_endpoint(EID)
+    ep = master.state.endpoints.get(EID)
     assert (ep.tenantName, ep.networkName, ep.ipv4Pool) == ("blue", NAME, pool_id)
 
 
 def test_a_cluster_network_named_by_ipam_opt(
     plugin: FlaskClient, master: RealMaster, datapath: FakeDatapath
 ) -> None:
-    master.state.put_tenant(Tenant(tenantName="blue"))
-    master.state.put_network(
+    master.state.tenants.put(Tenant(tenantName="blue"))
+    master.state.networks.put(
         Network(tenantName="blue", networkName="web", subnet="10.7.0.0/24", gateway="10.7.0.1")
     )
     before = master.snapshot()
@@ -335,7 +335,7 @@ def test_a_cluster_network_named_by_ipam_opt(
     ok(create_network(plugin, ("10.7.0.0/24", gateway), **opts))
     assert master.snapshot() == before  # joined: nothing created
     address = run(plugin, pool["PoolID"])
-    ep = master.state.get_endpoint(EID)
+    ep = master.state.endpoints.get(EID)
     assert (ep.tenantName, ep.networkName, f"{ep.ipAddress}/24") == ("blue", "web", address)
     assert oper(master, "blue", "web")["numEndpoints"] == 1
     assert datapath.ports[EID]["ipv4"] == ep.ipAddress
@@ -406,11 +406,11 @@ def test_a_docker_network_naming_a_group_puts_its_containers_in_the_group(
     plugin: FlaskClient, master: RealMaster
 ) -> None:
     """README: `docker network create -o tenant=T -o network=N -o group=G` for a group."""
-    master.state.put_tenant(Tenant(tenantName="blue"))
-    master.state.put_network(
+    master.state.tenants.put(Tenant(tenantName="blue"))
+    master.state.networks.put(
         Network(tenantName="blue", networkName="web", subnet="10.7.0.0/24", gateway="10.7.0.1")
     )
-    master.state.put_group(
+    master.state.groups.put(
         EndpointGroup(
             tenantName="blue", groupName="front", networkName="web", ipPool="10.7.0.100-10.7.0.110"
         )
@@ -420,6 +420,6 @@ def test_a_docker_network_naming_a_group_puts_its_containers_in_the_group(
     ok(request_address(plugin, pool_id, options=GW_OPTS))
     ok(create_network(plugin, ("10.7.0.0/24", "10.7.0.1/24"), **opts))
     ok(create_endpoint(plugin))  # Docker leaves the address to the driver here
-    ep = master.state.get_endpoint(EID)
+    ep = master.state.endpoints.get(EID)
     assert (ep.tenantName, ep.networkName, ep.groupName) == ("blue", "web", "front")
     assert 100 <= int(ep.ipAddress.rsplit(".", 1)[1]) <= 110  # from the group's ipPool

@@ -44,10 +44,10 @@ NID2 = "a" * 64
 @pytest.fixture
 def cluster(master: RealMaster) -> RealMaster:  # noqa: F811
     """Network blue:web with group front (an ip-pool) and network blue:db."""
-    master.state.put_tenant(Tenant(tenantName="blue"))
+    master.state.tenants.put(Tenant(tenantName="blue"))
     for name, subnet in (("web", "10.7.0.0/24"), ("db", "10.8.0.0/24")):
-        master.state.put_network(Network(tenantName="blue", networkName=name, subnet=subnet))
-    master.state.put_group(
+        master.state.networks.put(Network(tenantName="blue", networkName=name, subnet=subnet))
+    master.state.groups.put(
         EndpointGroup(
             tenantName="blue", groupName="front", networkName="web", ipPool="10.7.0.100-10.7.0.110"
         )
@@ -65,7 +65,7 @@ def group_network(plugin: FlaskClient, nid: str = NID, **opts: str) -> str:  # n
 
 
 def group_ids(master: RealMaster) -> list[str]:  # noqa: F811
-    return [g.id for g in master.state.list_groups()]
+    return [g.id for g in master.state.groups.list()]
 
 
 def refusal(r: Any, status: int) -> str:
@@ -86,7 +86,7 @@ def test_a_groups_docker_network_from_run_to_rm(
 
     address = run(plugin, pool_id)
     assert address == "10.7.0.100/24"  # the group's ip-pool, not the pool's first address
-    ep = cluster.state.get_endpoint(EID)
+    ep = cluster.state.endpoints.get(EID)
     assert (ep.networkName, ep.groupName, ep.ipAddress, ep.ipv4Pool) == (
         "web",
         "front",
@@ -106,7 +106,7 @@ def test_a_groups_docker_network_from_run_to_rm(
     # `docker network rm front`: the group goes, the network and its switch state stay.
     ok(call(plugin, "NetworkDriver.DeleteNetwork", {"NetworkID": NID}))
     assert "blue:front" not in group_ids(cluster)  # an agent token may delete groups
-    assert cluster.state.get_network("blue", "web").subnet == "10.7.0.0/24"
+    assert cluster.state.networks.get("blue", "web").subnet == "10.7.0.0/24"
     assert datapath.removed_networks == []
     # Docker then lets go of the gateway and the pool: both stay the network's.
     ok(call(plugin, "IpamDriver.ReleaseAddress", {"PoolID": pool_id, "Address": "10.7.0.1"}))
@@ -138,7 +138,7 @@ def test_a_groups_docker_network_left_behind_by_a_moved_group_goes_alone(
     """The group moved to network db (it had no endpoints): the docker sync removes its old
     docker network, and that must not delete the group."""
     group_network(plugin)
-    cluster.state.put_group(EndpointGroup(tenantName="blue", groupName="front", networkName="db"))
+    cluster.state.groups.put(EndpointGroup(tenantName="blue", groupName="front", networkName="db"))
     before = cluster.snapshot()
     ok(call(plugin, "NetworkDriver.DeleteNetwork", {"NetworkID": NID}))
     assert cluster.snapshot() == before and datapath.removed_networks == []
@@ -148,11 +148,11 @@ def test_a_group_without_an_ip_pool_books_in_the_whole_pool(
     plugin: FlaskClient,  # noqa: F811
     cluster: RealMaster,
 ) -> None:
-    cluster.state.put_group(EndpointGroup(tenantName="blue", groupName="back", networkName="web"))
+    cluster.state.groups.put(EndpointGroup(tenantName="blue", groupName="back", networkName="web"))
     pool_id = group_network(plugin, tenant="blue", network="web", group="back")
     assert pool_id == f"{POOL}@back"
     assert run(plugin, pool_id) == "10.7.0.2/24"
-    assert cluster.state.get_endpoint(EID).groupName == "back"
+    assert cluster.state.endpoints.get(EID).groupName == "back"
 
 
 def test_docker_networks_of_groups_that_are_not_there_are_refused(
@@ -209,7 +209,7 @@ def test_a_restarted_plugin_knows_a_groups_docker_network_from_its_options(
     plugin = create_app(driver).test_client()  # noqa: F811
     ok(call(plugin, "NetworkDriver.DeleteNetwork", {"NetworkID": NID}))
     assert group_ids(cluster) == []
-    assert cluster.state.get_network("blue", "web").networkName == "web"
+    assert cluster.state.networks.get("blue", "web").networkName == "web"
     assert datapath.removed_networks == []
 
 
@@ -218,12 +218,12 @@ def test_a_dual_stack_groups_docker_network(
     cluster: RealMaster,
 ) -> None:
     """The group's ip-pool is IPv4: its IPv6 addresses come from the whole IPv6 pool."""
-    cluster.state.put_network(
+    cluster.state.networks.put(
         Network(
             tenantName="blue", networkName="dual", subnet="10.9.0.0/24", ipv6Subnet="fd00:9::/64"
         )
     )
-    cluster.state.put_group(
+    cluster.state.groups.put(
         EndpointGroup(
             tenantName="blue", groupName="duo", networkName="dual", ipPool="10.9.0.50-10.9.0.60"
         )

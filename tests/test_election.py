@@ -27,7 +27,7 @@ from master.election import (
     decide,
     forward_target,
 )
-from master.service import ClusterState
+from master.state import ClusterState
 from store import KV, Lease, Store, StoreUnavailable
 from store.embedded import EmbeddedStore
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from master.app import create_app
 from master.auth import CALLER_ENVIRON, parse_tokens
 from master.httplog import AccessLogger, safe_atoms, without_userinfo
-from master.service import ClusterState
+from master.state import ClusterState
 from store.embedded import EmbeddedStore
 
 TOKEN = "tok-0123456789abcdef0123456789"

@@ -18,11 +18,10 @@ from common.models import Network, PoolRequest
 from common.records import HostRecord
 from ipam import UnusableSubnet, check_ownable, parse_network
 from ipam.subnets import WIDEST, unusable
-from master.decisions.networks import check_clear_of_hosts
+from master.decisions.networks import check_clear_of_hosts, normalize_network
 from master.decisions.pools import plan_pool_request
 from master.errors import BadRequest, Conflict
-from master.service import ClusterState
-from master.validate import normalize_network
+from master.state import ClusterState
 from plugin.app import create_app
 from plugin.driver import Driver
 from plugin.master_client import MasterClient
@@ -214,15 +213,15 @@ def test_a_network_is_not_made_over_a_registered_hosts_address(state: ClusterSta
     register(state, "h1", vtep="192.168.77.1")
     before = {kv.key for kv in state.store.range(keys.ROOT).kvs}
     with pytest.raises(Conflict, match=r"192\.168\.77\.1, the VTEP address of host h1"):
-        state.put_network(Network(networkName="x", subnet="192.168.77.0/24"))
+        state.networks.put(Network(networkName="x", subnet="192.168.77.0/24"))
     assert {kv.key for kv in state.store.range(keys.ROOT).kvs} == before
     # Readdressing onto it is refused too; other changes of the network are not checked.
-    state.put_network(Network(networkName="x", subnet="192.168.78.0/24"))
+    state.networks.put(Network(networkName="x", subnet="192.168.78.0/24"))
     with pytest.raises(Conflict, match="the VTEP address of host h1"):
-        state.put_network(Network(networkName="x", subnet="192.168.77.0/24"))
+        state.networks.put(Network(networkName="x", subnet="192.168.77.0/24"))
     register(state, "h2", ctrl="192.168.78.9")  # registered after the network was made
-    state.put_network(Network(networkName="x", subnet="192.168.78.0/24", nwType="infra"))
-    assert state.get_network("default", "x").nwType == "infra"
+    state.networks.put(Network(networkName="x", subnet="192.168.78.0/24", nwType="infra"))
+    assert state.networks.get("default", "x").nwType == "infra"
 
 
 def test_a_host_registered_meanwhile_is_seen(state: ClusterState) -> None:
@@ -230,5 +229,5 @@ def test_a_host_registered_meanwhile_is_seen(state: ClusterState) -> None:
         state, keys.network("default", "x"), lambda: register(state, "h1", vtep="10.9.0.7")
     )
     with pytest.raises(Conflict, match=r"10\.9\.0\.7, the VTEP address of host h1"):
-        state.put_network(Network(networkName="x", subnet="10.9.0.0/24"))
-    assert state.list_networks() == []
+        state.networks.put(Network(networkName="x", subnet="10.9.0.0/24"))
+    assert state.networks.list() == []

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from flask.testing import FlaskClient
 
-from master.service import ClusterState
+from master.state import ClusterState
 
 
 def test_docker_style_request_without_content_type(client: FlaskClient) -> None:
@@ -74,10 +74,10 @@ def test_network_update_without_endpoints_rewrites_pool(
 def test_threads_never_share_an_address(state: ClusterState) -> None:
     from common.models import EndpointRequest, Network
 
-    state.put_network(Network(networkName="n", subnet="10.3.0.0/24"))
+    state.networks.put(Network(networkName="n", subnet="10.3.0.0/24"))
 
     def create(i: int) -> str:
-        ep, _ = state.create_endpoint(EndpointRequest(endpointID=f"e{i}", networkName="n"))
+        ep, _ = state.endpoints.create(EndpointRequest(endpointID=f"e{i}", networkName="n"))
         return ep.ipAddress
 
     with ThreadPoolExecutor(32) as pool:
@@ -100,61 +100,67 @@ def test_openapi_covers_every_route(client: FlaskClient) -> None:
 def test_retry_with_static_address_is_idempotent(state: ClusterState) -> None:
     from common.models import EndpointRequest, Network
 
-    state.put_network(Network(networkName="n", subnet="10.4.0.0/24", ipv6Subnet="fd00:4::/64"))
+    state.networks.put(Network(networkName="n", subnet="10.4.0.0/24", ipv6Subnet="fd00:4::/64"))
     req = EndpointRequest(endpointID="s1", networkName="n", ipAddress="10.4.0.9")
-    first, created = state.create_endpoint(req)
-    again, created_again = state.create_endpoint(req)
+    first, created = state.endpoints.create(req)
+    again, created_again = state.endpoints.create(req)
     assert created and not created_again
     assert again.ipAddress == first.ipAddress == "10.4.0.9"
     assert again.ipv6Address == first.ipv6Address
-    assert state.inspect_network("default", "n")["Oper"]["allocatedIPv6AddressesCount"] == 2
+    assert state.networks.inspect("default", "n")["Oper"]["allocatedIPv6AddressesCount"] == 2
 
 
 def test_stale_cached_network_is_reread(state: ClusterState) -> None:
     from common.models import EndpointRequest, Network
 
-    state.put_network(Network(networkName="n", subnet="10.5.0.0/24"))
-    state.create_endpoint(EndpointRequest(endpointID="a", networkName="n"))
-    state.delete_endpoint("a")
-    state.put_network(Network(networkName="n", subnet="10.6.0.0/24"))  # rewrites the pool
-    ep, _ = state.create_endpoint(EndpointRequest(endpointID="b", networkName="n"))
+    state.networks.put(Network(networkName="n", subnet="10.5.0.0/24"))
+    state.endpoints.create(EndpointRequest(endpointID="a", networkName="n"))
+    state.endpoints.delete("a")
+    state.networks.put(Network(networkName="n", subnet="10.6.0.0/24"))  # rewrites the pool
+    ep, _ = state.endpoints.create(EndpointRequest(endpointID="b", networkName="n"))
     assert ep.ipAddress.startswith("10.6.0.")
-    state.delete_endpoint("b")
-    state.delete_network("default", "n")
+    state.endpoints.delete("b")
+    state.networks.delete("default", "n")
     with pytest.raises(Exception, match="network default:n"):
-        state.create_endpoint(EndpointRequest(endpointID="c", networkName="n"))
+        state.endpoints.create(EndpointRequest(endpointID="c", networkName="n"))
 
 
 def test_endpoint_adopts_the_address_docker_requested(state: ClusterState) -> None:
     from common.models import AddressRelease, AddressRequest, EndpointRequest, Network, PoolRequest
     from master.errors import Conflict
 
-    pool = state.request_pool(PoolRequest(pool="10.8.0.0/24"))
-    gw = state.request_address(AddressRequest(poolID=pool["poolID"], owner="gw", kind="gateway"))
-    state.put_network(Network(networkName="d", subnet="10.8.0.0/24", gateway=gw.split("/")[0]))
-    addr = state.request_address(AddressRequest(poolID=pool["poolID"], owner="req-1")).split("/")[0]
+    pool = state.pools.request_pool(PoolRequest(pool="10.8.0.0/24"))
+    gw = state.pools.request_address(
+        AddressRequest(poolID=pool["poolID"], owner="gw", kind="gateway")
+    )
+    state.networks.put(Network(networkName="d", subnet="10.8.0.0/24", gateway=gw.split("/")[0]))
+    addr = state.pools.request_address(AddressRequest(poolID=pool["poolID"], owner="req-1")).split(
+        "/"
+    )[0]
     # Without adoptAddress a REST user cannot take an address someone else holds.
     with pytest.raises(Conflict, match="req-1"):
-        state.create_endpoint(EndpointRequest(endpointID="x", networkName="d", ipAddress=addr))
+        state.endpoints.create(EndpointRequest(endpointID="x", networkName="d", ipAddress=addr))
     req = EndpointRequest(endpointID="e", networkName="d", ipAddress=addr, adoptAddress=True)
-    ep, created = state.create_endpoint(req)
+    ep, created = state.endpoints.create(req)
     assert created and ep.ipAddress == addr
-    again_ep, again_created = state.create_endpoint(req)  # a retry is idempotent
+    again_ep, again_created = state.endpoints.create(req)  # a retry is idempotent
     assert not again_created and again_ep.dump() == ep.dump()
     # A second endpoint cannot adopt an address another endpoint holds.
     with pytest.raises(Conflict, match="ep:e"):
-        state.create_endpoint(
+        state.endpoints.create(
             EndpointRequest(endpointID="f", networkName="d", ipAddress=addr, adoptAddress=True)
         )
     # Docker's order on stop: DeleteEndpoint then ReleaseAddress; the address is freed once.
-    state.delete_endpoint("e")
-    assert state.release_address(AddressRelease(poolID=pool["poolID"], address=addr)) is False
-    assert state.inspect_network("default", "d")["Oper"]["allocatedAddresses"] == [gw.split("/")[0]]
-    # The adoption dropped req-1's owner index: asking again is a new, stored allocation.
-    again = state.request_address(AddressRequest(poolID=pool["poolID"], owner="req-1")).split("/")[
-        0
+    state.endpoints.delete("e")
+    assert state.pools.release_address(AddressRelease(poolID=pool["poolID"], address=addr)) is False
+    assert state.networks.inspect("default", "d")["Oper"]["allocatedAddresses"] == [
+        gw.split("/")[0]
     ]
-    allocated = state.inspect_network("default", "d")["Oper"]["allocatedAddresses"]
+    # The adoption dropped req-1's owner index: asking again is a new, stored allocation.
+    again = state.pools.request_address(AddressRequest(poolID=pool["poolID"], owner="req-1")).split(
+        "/"
+    )[0]
+    allocated = state.networks.inspect("default", "d")["Oper"]["allocatedAddresses"]
     assert again in allocated and len(allocated) == 2
 
 
@@ -192,12 +198,12 @@ def test_rename_network(client: FlaskClient, state: ClusterState) -> None:
 def test_a_refusal_never_rests_on_a_stale_cached_record(state: ClusterState) -> None:
     from common.models import EndpointRequest, Network
 
-    state.put_network(Network(networkName="n", subnet="10.5.0.0/24"))
-    state.create_endpoint(EndpointRequest(endpointID="a", networkName="n"))  # caches n
-    state.delete_endpoint("a")
-    state.put_network(Network(networkName="n", subnet="10.6.0.0/24"))
+    state.networks.put(Network(networkName="n", subnet="10.5.0.0/24"))
+    state.endpoints.create(EndpointRequest(endpointID="a", networkName="n"))  # caches n
+    state.endpoints.delete("a")
+    state.networks.put(Network(networkName="n", subnet="10.6.0.0/24"))
     # The cached record says 10.6.0.9 is outside the subnet; the fresh one says it is fine.
-    ep, created = state.create_endpoint(
+    ep, created = state.endpoints.create(
         EndpointRequest(endpointID="b", networkName="n", ipAddress="10.6.0.9")
     )
     assert created and ep.ipAddress == "10.6.0.9"
@@ -206,9 +212,9 @@ def test_a_refusal_never_rests_on_a_stale_cached_record(state: ClusterState) -> 
 def test_commit_stats(client: FlaskClient, state: ClusterState) -> None:
     from common.models import EndpointRequest, Network
 
-    state.put_network(Network(networkName="n", subnet="10.7.0.0/24"))
+    state.networks.put(Network(networkName="n", subnet="10.7.0.0/24"))
     for i in range(3):
-        state.create_endpoint(EndpointRequest(endpointID=f"e{i}", networkName="n"))
+        state.endpoints.create(EndpointRequest(endpointID=f"e{i}", networkName="n"))
     got = client.get("/stats/commits").json
     assert got["groupCommit"] is True and got["txns"] == 3 and got["sizes"] == {"1": 3}
     assert got["worker"] > 0

@@ -29,7 +29,7 @@ from master.auth import (
     parse_tokens,
     required_role,
 )
-from master.service import ClusterState
+from master.state import ClusterState
 from store.embedded import EmbeddedStore
 
 ADMIN = "admin-0123456789abcdef0123"

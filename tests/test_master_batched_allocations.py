@@ -30,7 +30,7 @@ from common.models import AddressRequest, EndpointRequest, Network, PoolRequest
 from common.records import OwnerRecord, decode_endpoint
 from master.decisions.consistency import check_state
 from master.errors import ApiError
-from master.service import ClusterState
+from master.state import ClusterState
 from store import Compare, Op, Store, Txn, TxnResult, open_store
 from store.batch import split_batch
 
@@ -117,12 +117,12 @@ class Stepped:
 def new_state(d: str, group_commit: bool) -> ClusterState:
     state = ClusterState(open_store(None, d), group_commit=group_commit)
     state.ensure_defaults()
-    state.put_network(Network(networkName="n", subnet="10.1.0.0/29"))
+    state.networks.put(Network(networkName="n", subnet="10.1.0.0/29"))
     return state
 
 
 def pool_of(state: ClusterState) -> str:
-    return str(state.request_pool(PoolRequest(pool="10.2.0.0/29"))["poolID"])
+    return str(state.pools.request_pool(PoolRequest(pool="10.2.0.0/29"))["poolID"])
 
 
 def call(state: ClusterState, pool: str, ask: Ask) -> Any:
@@ -132,9 +132,9 @@ def call(state: ClusterState, pool: str, ask: Ask) -> Any:
             req = EndpointRequest(
                 endpointID=ask.ident, networkName=ask.where, ipAddress=ask.address
             )
-            ep, created = state.create_endpoint(req)
+            ep, created = state.endpoints.create(req)
             return (ep.endpointID, ep.ipAddress, created)
-        return state.request_address(
+        return state.pools.request_address(
             AddressRequest(poolID=pool, owner=ask.ident, address=ask.address)
         )
     except ApiError as e:

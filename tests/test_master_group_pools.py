@@ -22,7 +22,7 @@ from common.models import (
 )
 from common.records import AllocRecord, OwnerRecord
 from master.errors import BadRequest, Conflict, NotFound
-from master.service import ClusterState
+from master.state import ClusterState
 
 POOL = "default:10.7.0.0/24"
 FRONT = f"{POOL}@front"
@@ -31,16 +31,16 @@ FRONT = f"{POOL}@front"
 @pytest.fixture
 def state(state: ClusterState) -> ClusterState:
     """A network with two groups: ``front`` with an ip-pool, ``back`` without."""
-    state.put_network(Network(networkName="web", subnet="10.7.0.0/24", gateway="10.7.0.1"))
-    state.put_group(
+    state.networks.put(Network(networkName="web", subnet="10.7.0.0/24", gateway="10.7.0.1"))
+    state.groups.put(
         EndpointGroup(groupName="front", networkName="web", ipPool="10.7.0.100-10.7.0.102")
     )
-    state.put_group(EndpointGroup(groupName="back", networkName="web"))
+    state.groups.put(EndpointGroup(groupName="back", networkName="web"))
     return state
 
 
 def request(state: ClusterState, pool_id: str, owner: str, **kw: str) -> str:
-    return state.request_address(AddressRequest(poolID=pool_id, owner=owner, **kw))
+    return state.pools.request_address(AddressRequest(poolID=pool_id, owner=owner, **kw))
 
 
 def last_octet(cidr: str) -> int:
@@ -76,7 +76,7 @@ def test_a_static_address_may_be_any_of_the_subnet(state: ClusterState) -> None:
 def test_an_endpoint_of_the_group_adopts_the_address(state: ClusterState) -> None:
     got = request(state, FRONT, owners.docker_mac(FRONT, "02:42:0a:07:00:64"))
     address = got.split("/")[0]
-    ep, _ = state.create_endpoint(
+    ep, _ = state.endpoints.create(
         EndpointRequest(
             endpointID="e1",
             networkName="web",
@@ -89,13 +89,13 @@ def test_an_endpoint_of_the_group_adopts_the_address(state: ClusterState) -> Non
     kv = state.store.get(keys.alloc(POOL, address))
     assert kv is not None and AllocRecord.decode(kv.value).owner == owners.endpoint("e1")
     # Docker releases it after the endpoint is gone: nothing left to free.
-    state.delete_endpoint("e1")
-    assert state.release_address(AddressRelease(poolID=FRONT, address=address)) is False
+    state.endpoints.delete("e1")
+    assert state.pools.release_address(AddressRelease(poolID=FRONT, address=address)) is False
 
 
 def test_release_address_frees_it_in_the_networks_pool(state: ClusterState) -> None:
     got = request(state, FRONT, "o").split("/")[0]
-    assert state.release_address(AddressRelease(poolID=FRONT, address=got)) is True
+    assert state.pools.release_address(AddressRelease(poolID=FRONT, address=got)) is True
     assert state.store.get(keys.alloc(POOL, got)) is None
     assert state.store.get(keys.owner("o")) is None
 
@@ -103,18 +103,18 @@ def test_release_address_frees_it_in_the_networks_pool(state: ClusterState) -> N
 def test_releasing_a_group_pool_leaves_the_networks_pool(state: ClusterState) -> None:
     request(state, FRONT, "o")
     before = [(kv.key, kv.value) for kv in state.store.range(keys.ROOT).kvs]
-    state.release_pool(FRONT)
-    state.release_pool("default:10.99.0.0/24@front")  # no such pool either: a no-op
+    state.pools.release_pool(FRONT)
+    state.pools.release_pool("default:10.99.0.0/24@front")  # no such pool either: a no-op
     assert [(kv.key, kv.value) for kv in state.store.range(keys.ROOT).kvs] == before
 
 
 def test_a_group_pool_refusals_name_the_group(state: ClusterState) -> None:
-    state.put_network(Network(networkName="db", subnet="10.8.0.0/24"))
+    state.networks.put(Network(networkName="db", subnet="10.8.0.0/24"))
     with pytest.raises(NotFound, match="endpoint group default:nosuch"):
         request(state, f"{POOL}@nosuch", "o")
     with pytest.raises(BadRequest, match="default:front belongs to network web, not db"):
         request(state, "default:10.8.0.0/24@front", "o")
-    docker_pool = state.request_pool(PoolRequest(pool="10.9.0.0/24"))["poolID"]
+    docker_pool = state.pools.request_pool(PoolRequest(pool="10.9.0.0/24"))["poolID"]
     with pytest.raises(BadRequest, match="is no network's"):
         request(state, f"{docker_pool}@front", "o")
     with pytest.raises(NotFound, match=re.escape("pool default:10.99.0.0/24")):
@@ -130,7 +130,7 @@ def test_a_group_pool_request_is_one_round_trip(state: ClusterState) -> None:
 
 def test_a_changed_ip_pool_is_read_again(state: ClusterState) -> None:
     request(state, FRONT, "warm")  # the group is in the hot cache now
-    state.put_group(
+    state.groups.put(
         EndpointGroup(groupName="front", networkName="web", ipPool="10.7.0.200-10.7.0.201")
     )
     assert last_octet(request(state, FRONT, "o")) in (200, 201)

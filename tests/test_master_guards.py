@@ -19,7 +19,7 @@ from common.models import (
 )
 from master.decisions.consistency import check_state
 from master.errors import Conflict, NotFound
-from master.service import ClusterState
+from master.state import ClusterState
 from store import Compare, Op, TxnResult
 
 
@@ -37,94 +37,94 @@ def before_commit_of(state: ClusterState, key: str, writer: Callable[[], object]
 
 
 def join(state: ClusterState, eid: str = "e", group: str = "") -> Callable[[], object]:
-    return lambda: state.create_endpoint(
+    return lambda: state.endpoints.create(
         EndpointRequest(endpointID=eid, networkName="n", groupName=group)
     )
 
 
 def test_a_group_does_not_move_under_an_endpoint_that_just_joined(state: ClusterState) -> None:
-    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.networks.put(Network(networkName="n", subnet="10.1.0.0/24"))
     g = EndpointGroup(groupName="g", networkName="n", ipPool="10.1.0.10-10.1.0.20")
-    state.put_group(g)
+    state.groups.put(g)
     before_commit_of(
         state,
         keys.group("default", "g"),
         join(state, group="g"),
     )
     with pytest.raises(Conflict, match="cannot change while 1 endpoint"):
-        state.put_group(g.model_copy(update={"ipPool": "10.1.0.30-10.1.0.40"}))
-    assert state.get_group("default", "g").ipPool == "10.1.0.10-10.1.0.20"
-    assert state.get_endpoint("e").ipAddress == "10.1.0.10"
+        state.groups.put(g.model_copy(update={"ipPool": "10.1.0.30-10.1.0.40"}))
+    assert state.groups.get("default", "g").ipPool == "10.1.0.10-10.1.0.20"
+    assert state.endpoints.get("e").ipAddress == "10.1.0.10"
 
 
 def test_a_group_goes_only_without_members(state: ClusterState) -> None:
-    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
-    state.put_group(EndpointGroup(groupName="g", networkName="n"))
+    state.networks.put(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.groups.put(EndpointGroup(groupName="g", networkName="n"))
     before_commit_of(state, keys.group("default", "g"), join(state, group="g"))
     with pytest.raises(Conflict, match="endpoint group default:g: it still has 1 endpoint"):
-        state.delete_group("default", "g")
-    assert state.get_group("default", "g").groupName == "g"
+        state.groups.delete("default", "g")
+    assert state.groups.get("default", "g").groupName == "g"
 
 
 def test_a_network_is_readdressed_only_without_endpoints(state: ClusterState) -> None:
-    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.networks.put(Network(networkName="n", subnet="10.1.0.0/24"))
     before_commit_of(state, keys.network("default", "n"), join(state))
     with pytest.raises(Conflict, match="cannot change while 1 endpoint"):
-        state.put_network(Network(networkName="n", subnet="10.2.0.0/24"))
-    assert state.get_network("default", "n").subnet == "10.1.0.0/24"
-    assert state.get_endpoint("e").ipAddress == "10.1.0.2"
+        state.networks.put(Network(networkName="n", subnet="10.2.0.0/24"))
+    assert state.networks.get("default", "n").subnet == "10.1.0.0/24"
+    assert state.endpoints.get("e").ipAddress == "10.1.0.2"
 
 
 def test_fwd_mode_changes_only_without_networks(state: ClusterState) -> None:
-    routing = state.get_global().model_copy(update={"fwdMode": "routing"})
+    routing = state.settings.get().model_copy(update={"fwdMode": "routing"})
     before_commit_of(
         state,
         keys.GLOBAL,
-        lambda: state.put_network(Network(networkName="n", subnet="10.1.0.0/24")),
+        lambda: state.networks.put(Network(networkName="n", subnet="10.1.0.0/24")),
     )
     with pytest.raises(
         Conflict, match=r"fwd-mode cannot change from bridge to routing while 1 network\(s\) exist"
     ):
-        state.put_global(routing)
-    assert state.get_global().fwdMode == "bridge"
+        state.settings.put(routing)
+    assert state.settings.get().fwdMode == "bridge"
 
 
 def test_a_tag_range_does_not_shrink_below_a_new_network(state: ClusterState) -> None:
-    narrow = state.get_global().model_copy(update={"vxlans": "2-100"})
+    narrow = state.settings.get().model_copy(update={"vxlans": "2-100"})
     before_commit_of(
         state,
         keys.GLOBAL,
-        lambda: state.put_network(Network(networkName="n", subnet="10.1.0.0/24")),
+        lambda: state.networks.put(Network(networkName="n", subnet="10.1.0.0/24")),
     )
     with pytest.raises(Conflict, match="would exclude vxlan tag 1 in use by network default:n"):
-        state.put_global(narrow)
-    assert state.get_global().vxlans == "1-10000"
+        state.settings.put(narrow)
+    assert state.settings.get().vxlans == "1-10000"
 
 
 def test_a_network_goes_only_without_endpoints(state: ClusterState) -> None:
-    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.networks.put(Network(networkName="n", subnet="10.1.0.0/24"))
     before_commit_of(
         state,
         keys.network("default", "n"),
-        lambda: state.create_endpoint(EndpointRequest(endpointID="e", networkName="n", host="h1")),
+        lambda: state.endpoints.create(EndpointRequest(endpointID="e", networkName="n", host="h1")),
     )
     with pytest.raises(Conflict, match=r"it still has 1 endpoint\(s\) on host\(s\) h1"):
-        state.delete_network("default", "n")
-    assert state.get_network("default", "n").subnet == "10.1.0.0/24"
+        state.networks.delete("default", "n")
+    assert state.networks.get("default", "n").subnet == "10.1.0.0/24"
 
 
 def test_a_tenant_goes_only_without_children(state: ClusterState) -> None:
-    state.put_tenant(Tenant(tenantName="blue"))
+    state.tenants.put(Tenant(tenantName="blue"))
     before_commit_of(
         state,
         keys.tenant("blue"),
-        lambda: state.put_network(
+        lambda: state.networks.put(
             Network(tenantName="blue", networkName="n", subnet="10.1.0.0/24")
         ),
     )
     with pytest.raises(Conflict, match="tenant blue: it still has network blue:n"):
-        state.delete_tenant("blue")
-    assert state.get_tenant("blue").tenantName == "blue"
+        state.tenants.delete("blue")
+    assert state.tenants.get("blue").tenantName == "blue"
 
 
 # --- policies, rules and groups: each side of every race, and the store holds together ---
@@ -138,152 +138,154 @@ def holds_together(state: ClusterState) -> None:
 @pytest.fixture
 def pol(state: ClusterState) -> ClusterState:
     """A network n, a group g on it and a policy p, all in the default tenant."""
-    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
-    state.put_group(EndpointGroup(groupName="g", networkName="n"))
-    state.put_policy(Policy(policyName="p"))
+    state.networks.put(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.groups.put(EndpointGroup(groupName="g", networkName="n"))
+    state.policies.put(Policy(policyName="p"))
     return state
 
 
 def attach(state: ClusterState, group: str = "g") -> Callable[[], object]:
-    return lambda: state.put_group(EndpointGroup(groupName=group, networkName="n", policies=["p"]))
+    return lambda: state.groups.put(EndpointGroup(groupName=group, networkName="n", policies=["p"]))
 
 
 def add_rule(state: ClusterState, rule_id: str = "1", **fields: object) -> Callable[[], object]:
-    return lambda: state.put_rule(Rule(policyName="p", ruleId=rule_id, **fields))  # type: ignore[arg-type]
+    return lambda: state.rules.put(Rule(policyName="p", ruleId=rule_id, **fields))  # type: ignore[arg-type]
 
 
 def test_a_policy_is_not_deleted_under_a_group_that_just_attached_it(pol: ClusterState) -> None:
     before_commit_of(pol, keys.policy("default", "p"), attach(pol))
     with pytest.raises(Conflict, match="policy default:p: it is attached to endpoint group"):
-        pol.delete_policy("default", "p")
-    assert pol.get_group("default", "g").policies == ["p"]
+        pol.policies.delete("default", "p")
+    assert pol.groups.get("default", "g").policies == ["p"]
     holds_together(pol)
 
 
 def test_a_group_does_not_attach_a_policy_deleted_meanwhile(pol: ClusterState) -> None:
-    before_commit_of(pol, keys.group("default", "g"), lambda: pol.delete_policy("default", "p"))
+    before_commit_of(pol, keys.group("default", "g"), lambda: pol.policies.delete("default", "p"))
     with pytest.raises(NotFound, match="policy default:p not found; create it first"):
         attach(pol)()
-    assert pol.get_group("default", "g").policies == []
+    assert pol.groups.get("default", "g").policies == []
     holds_together(pol)
 
 
 def test_a_group_is_not_deleted_under_a_rule_that_just_named_it(pol: ClusterState) -> None:
     before_commit_of(pol, keys.group("default", "g"), add_rule(pol, fromEndpointGroup="g"))
     with pytest.raises(Conflict, match="it is named by rule\\(s\\) default:p:1; remove"):
-        pol.delete_group("default", "g")
-    assert pol.get_rule("default", "p", "1").fromEndpointGroup == "g"
+        pol.groups.delete("default", "g")
+    assert pol.rules.get("default", "p", "1").fromEndpointGroup == "g"
     holds_together(pol)
 
 
 def test_a_rule_does_not_name_a_group_deleted_meanwhile(pol: ClusterState) -> None:
-    before_commit_of(pol, keys.rule("default", "p", "1"), lambda: pol.delete_group("default", "g"))
+    before_commit_of(pol, keys.rule("default", "p", "1"), lambda: pol.groups.delete("default", "g"))
     with pytest.raises(NotFound, match="endpoint group default:g not found"):
         add_rule(pol, direction="out", toEndpointGroup="g")()
-    assert pol.list_rules() == []
+    assert pol.rules.list() == []
     holds_together(pol)
 
 
 def test_a_rule_added_while_its_policy_goes_goes_with_it(pol: ClusterState) -> None:
     before_commit_of(pol, keys.policy("default", "p"), add_rule(pol))
-    pol.delete_policy("default", "p")
-    assert pol.list_rules() == []  # the cascade took the rule written after the read
+    pol.policies.delete("default", "p")
+    assert pol.rules.list() == []  # the cascade took the rule written after the read
     holds_together(pol)
 
 
 def test_a_rule_is_not_added_to_a_policy_deleted_meanwhile(pol: ClusterState) -> None:
-    before_commit_of(pol, keys.rule("default", "p", "1"), lambda: pol.delete_policy("default", "p"))
+    before_commit_of(
+        pol, keys.rule("default", "p", "1"), lambda: pol.policies.delete("default", "p")
+    )
     with pytest.raises(NotFound, match="rule default:p:1: policy default:p not found"):
         add_rule(pol)()
-    assert pol.list_rules() == []
+    assert pol.rules.list() == []
     holds_together(pol)
 
 
 def test_a_network_is_not_deleted_under_a_rule_that_just_named_it(state: ClusterState) -> None:
-    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
-    state.put_policy(Policy(policyName="p"))
+    state.networks.put(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.policies.put(Policy(policyName="p"))
     before_commit_of(state, keys.network("default", "n"), add_rule(state, fromNetwork="n"))
     with pytest.raises(Conflict, match="network default:n: it is named by rule\\(s\\) default:p:1"):
-        state.delete_network("default", "n")
-    assert state.get_network("default", "n").networkName == "n"
+        state.networks.delete("default", "n")
+    assert state.networks.get("default", "n").networkName == "n"
     holds_together(state)
 
 
 def test_a_network_is_not_renamed_under_a_rule_that_just_named_it(state: ClusterState) -> None:
-    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
-    state.put_policy(Policy(policyName="p"))
+    state.networks.put(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.policies.put(Policy(policyName="p"))
     before_commit_of(state, keys.network("default", "n2"), add_rule(state, fromNetwork="n"))
     with pytest.raises(Conflict, match="network default:n: it is named by rule\\(s\\) default:p:1"):
-        state.rename_network("default", "n", "n2")
-    assert [n.networkName for n in state.list_networks()] == ["n"]
+        state.networks.rename("default", "n", "n2")
+    assert [n.networkName for n in state.networks.list()] == ["n"]
     holds_together(state)
 
 
 def test_a_rule_does_not_name_a_network_deleted_meanwhile(state: ClusterState) -> None:
-    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
-    state.put_policy(Policy(policyName="p"))
+    state.networks.put(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.policies.put(Policy(policyName="p"))
     before_commit_of(
-        state, keys.rule("default", "p", "1"), lambda: state.delete_network("default", "n")
+        state, keys.rule("default", "p", "1"), lambda: state.networks.delete("default", "n")
     )
     with pytest.raises(NotFound, match="field 'fromNetwork': network default:n not found"):
         add_rule(state, fromNetwork="n")()
-    assert state.list_rules() == []
+    assert state.rules.list() == []
     holds_together(state)
 
 
 def test_a_tenant_is_not_deleted_under_a_policy_just_made(state: ClusterState) -> None:
-    state.put_tenant(Tenant(tenantName="blue"))
+    state.tenants.put(Tenant(tenantName="blue"))
     before_commit_of(
         state,
         keys.tenant("blue"),
-        lambda: state.put_policy(Policy(tenantName="blue", policyName="p")),
+        lambda: state.policies.put(Policy(tenantName="blue", policyName="p")),
     )
     with pytest.raises(Conflict, match="tenant blue: it still has policy p; delete them first"):
-        state.delete_tenant("blue")
-    assert state.get_policy("blue", "p").id == "blue:p"
+        state.tenants.delete("blue")
+    assert state.policies.get("blue", "p").id == "blue:p"
     holds_together(state)
 
 
 def test_a_policy_is_not_made_in_a_tenant_deleted_meanwhile(state: ClusterState) -> None:
-    state.put_tenant(Tenant(tenantName="blue"))
-    before_commit_of(state, keys.policy("blue", "p"), lambda: state.delete_tenant("blue"))
+    state.tenants.put(Tenant(tenantName="blue"))
+    before_commit_of(state, keys.policy("blue", "p"), lambda: state.tenants.delete("blue"))
     with pytest.raises(NotFound, match="tenant blue: not found; create it first"):
-        state.put_policy(Policy(tenantName="blue", policyName="p"))
-    assert state.list_policies() == []
+        state.policies.put(Policy(tenantName="blue", policyName="p"))
+    assert state.policies.list() == []
     holds_together(state)
 
 
 def test_a_group_and_a_network_made_at_once_under_one_name(state: ClusterState) -> None:
-    state.put_network(Network(networkName="n", subnet="10.1.0.0/24"))
+    state.networks.put(Network(networkName="n", subnet="10.1.0.0/24"))
     web = Network(networkName="web", subnet="10.2.0.0/24")
-    before_commit_of(state, keys.group("default", "web"), lambda: state.put_network(web))
+    before_commit_of(state, keys.group("default", "web"), lambda: state.networks.put(web))
     with pytest.raises(Conflict, match="network default:web has the name web"):
-        state.put_group(EndpointGroup(groupName="web", networkName="n"))
-    assert state.list_groups() == []
+        state.groups.put(EndpointGroup(groupName="web", networkName="n"))
+    assert state.groups.list() == []
     before_commit_of(
         state,
         keys.network("default", "db"),
-        lambda: state.put_group(EndpointGroup(groupName="db", networkName="n")),
+        lambda: state.groups.put(EndpointGroup(groupName="db", networkName="n")),
     )
     with pytest.raises(Conflict, match="endpoint group default:db has the name db"):
-        state.put_network(Network(networkName="db", subnet="10.3.0.0/24"))
-    assert [n.networkName for n in state.list_networks()] == ["n", "web"]
+        state.networks.put(Network(networkName="db", subnet="10.3.0.0/24"))
+    assert [n.networkName for n in state.networks.list()] == ["n", "web"]
     holds_together(state)
 
 
 def test_two_groups_made_at_once_get_different_tags(state: ClusterState) -> None:
     # Tags are cluster-wide: groups of two tenants (which no other guard orders) race for 1.
-    state.put_tenant(Tenant(tenantName="blue"))
+    state.tenants.put(Tenant(tenantName="blue"))
     for t in ("default", "blue"):
-        state.put_network(Network(tenantName=t, networkName="n", subnet="10.1.0.0/24"))
+        state.networks.put(Network(tenantName=t, networkName="n", subnet="10.1.0.0/24"))
     before_commit_of(
         state,
         keys.group("default", "a"),
-        lambda: state.put_group(EndpointGroup(tenantName="blue", groupName="b", networkName="n")),
+        lambda: state.groups.put(EndpointGroup(tenantName="blue", groupName="b", networkName="n")),
     )
-    state.put_group(EndpointGroup(groupName="a", networkName="n"))
+    state.groups.put(EndpointGroup(groupName="a", networkName="n"))
     tags = {
-        t: state.inspect_group(t, g)["Oper"]["groupTag"]
+        t: state.groups.inspect(t, g)["Oper"]["groupTag"]
         for t, g in (("default", "a"), ("blue", "b"))
     }
     assert tags == {"blue": 1, "default": 2}  # a chose 1 too, lost the race, and chose again
@@ -291,13 +293,13 @@ def test_two_groups_made_at_once_get_different_tags(state: ClusterState) -> None
 
 
 def test_two_patches_of_a_group_both_hold(pol: ClusterState) -> None:
-    pol.put_netprofile(NetProfile(profileName="gold", DSCP=46))
+    pol.netprofiles.put(NetProfile(profileName="gold", DSCP=46))
     before_commit_of(
         pol,
         keys.group("default", "g"),
-        lambda: pol.patch_group("default", "g", {"netProfile": "gold"}),
+        lambda: pol.groups.patch("default", "g", {"netProfile": "gold"}),
     )
-    pol.patch_group("default", "g", {"policies": ["p"]})
-    g = pol.get_group("default", "g")
+    pol.groups.patch("default", "g", {"policies": ["p"]})
+    g = pol.groups.get("default", "g")
     assert (g.policies, g.netProfile) == (["p"], "gold")  # GET+PUT would have lost one
     holds_together(pol)

@@ -13,15 +13,11 @@ from common.models import (
     Tenant,
     docker_name,
 )
+from master.decisions.groups import normalize_group
+from master.decisions.networks import normalize_network
+from master.decisions.settings import parse_tag_range, tag_range, validate_global
 from master.errors import BadRequest
-from master.validate import (
-    normalize_group,
-    normalize_network,
-    parse_body,
-    parse_tag_range,
-    tag_range,
-    validate_global,
-)
+from master.validate import parse_body
 
 
 def net(**kw: object) -> Network:

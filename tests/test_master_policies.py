@@ -15,7 +15,7 @@ from common.models import EndpointGroup, EndpointRequest, Network, Policy, Rule,
 from common.records import GroupRecord, decode_config, encode_config
 from master.decisions.consistency import check_state
 from master.errors import ApiError, BadRequest, Conflict, NotFound
-from master.service import ClusterState
+from master.state import ClusterState
 
 
 def everything(state: ClusterState) -> dict[str, bytes]:
@@ -43,9 +43,9 @@ def tag_of(state: ClusterState, tenant: str, name: str) -> int:
 
 @pytest.fixture
 def net(state: ClusterState) -> ClusterState:
-    state.put_tenant(Tenant(tenantName="t"))
-    state.put_network(Network(tenantName="t", networkName="n", subnet="10.1.0.0/24"))
-    state.put_network(Network(tenantName="t", networkName="m", subnet="10.2.0.0/24"))
+    state.tenants.put(Tenant(tenantName="t"))
+    state.networks.put(Network(tenantName="t", networkName="n", subnet="10.1.0.0/24"))
+    state.networks.put(Network(tenantName="t", networkName="m", subnet="10.2.0.0/24"))
     return state
 
 
@@ -64,139 +64,139 @@ def a_rule(policy: str = "p", rule_id: str = "1", **fields: Any) -> Rule:
 
 def test_policy_and_rule_lifecycle(net: ClusterState) -> None:
     s = net
-    assert s.put_policy(Policy(tenantName="t", policyName="p")).id == "t:p"
-    s.put_policy(Policy(tenantName="t", policyName="p"))  # again: nothing changes
-    stored = s.put_rule(a_rule(protocol="6", port=80, fromIpAddress="10.9.0.7", priority=10))
+    assert s.policies.put(Policy(tenantName="t", policyName="p")).id == "t:p"
+    s.policies.put(Policy(tenantName="t", policyName="p"))  # again: nothing changes
+    stored = s.rules.put(a_rule(protocol="6", port=80, fromIpAddress="10.9.0.7", priority=10))
     assert (stored.protocol, stored.fromIpAddress) == ("tcp", "10.9.0.7/32")
-    assert s.get_rule("t", "p", "1") == stored
+    assert s.rules.get("t", "p", "1") == stored
     assert decode_config(Rule, s.store.get(keys.rule("t", "p", "1")).value) == stored  # type: ignore[union-attr]
-    s.put_rule(a_rule(rule_id="2", direction="out", action="deny"))
-    assert [r.id for r in s.list_rules("t")] == ["t:p:1", "t:p:2"]
-    assert s.list_rules("default") == []
-    assert [p.id for p in s.list_policies()] == ["t:p"]
-    s.put_rule(a_rule(rule_id="2", direction="out", action="allow"))  # an update
-    assert s.get_rule("t", "p", "2").action == "allow"
-    s.delete_rule("t", "p", "2")
+    s.rules.put(a_rule(rule_id="2", direction="out", action="deny"))
+    assert [r.id for r in s.rules.list("t")] == ["t:p:1", "t:p:2"]
+    assert s.rules.list("default") == []
+    assert [p.id for p in s.policies.list()] == ["t:p"]
+    s.rules.put(a_rule(rule_id="2", direction="out", action="allow"))  # an update
+    assert s.rules.get("t", "p", "2").action == "allow"
+    s.rules.delete("t", "p", "2")
     with pytest.raises(NotFound, match="rule t:p:2: not found"):
-        s.get_rule("t", "p", "2")
+        s.rules.get("t", "p", "2")
     holds_together(s)
 
 
 def test_deleting_a_policy_deletes_its_rules(net: ClusterState) -> None:
     s = net
     for name in ("p", "pq"):
-        s.put_policy(Policy(tenantName="t", policyName=name))
-        s.put_rule(a_rule(name, "1"))
-    s.delete_policy("t", "p")
-    assert [r.id for r in s.list_rules("t")] == ["t:pq:1"]  # not a prefix match on "p"
+        s.policies.put(Policy(tenantName="t", policyName=name))
+        s.rules.put(a_rule(name, "1"))
+    s.policies.delete("t", "p")
+    assert [r.id for r in s.rules.list("t")] == ["t:pq:1"]  # not a prefix match on "p"
     with pytest.raises(NotFound, match="policy t:p: not found"):
-        s.get_policy("t", "p")
+        s.policies.get("t", "p")
     holds_together(s)
 
 
 def test_policy_refusals_change_nothing(net: ClusterState) -> None:
     s = net
-    s.put_policy(Policy(tenantName="t", policyName="p"))
-    s.put_group(group("web", "p"))
-    s.put_rule(a_rule(fromEndpointGroup="web", fromNetwork="n"))
+    s.policies.put(Policy(tenantName="t", policyName="p"))
+    s.groups.put(group("web", "p"))
+    s.rules.put(a_rule(fromEndpointGroup="web", fromNetwork="n"))
     cases: list[tuple[Callable[[], object], type[ApiError], str]] = [
         (
-            lambda: s.put_policy(Policy(tenantName="nosuch", policyName="p")),
+            lambda: s.policies.put(Policy(tenantName="nosuch", policyName="p")),
             NotFound,
             "tenant nosuch: not found; create it first",
         ),
         (
-            lambda: s.put_policy(Policy(tenantName="t", policyName="a:b")),
+            lambda: s.policies.put(Policy(tenantName="t", policyName="a:b")),
             BadRequest,
             "policy 'a:b': invalid name; use 1-64 letters, digits, '_', '.' or '-', starting "
             "with a letter or digit",
         ),
         (
-            lambda: s.delete_policy("t", "p"),
+            lambda: s.policies.delete("t", "p"),
             Conflict,
             "policy t:p: it is attached to endpoint group(s) web; detach it first",
         ),
-        (lambda: s.delete_policy("t", "q"), NotFound, "policy t:q: not found"),
+        (lambda: s.policies.delete("t", "q"), NotFound, "policy t:q: not found"),
         (
-            lambda: s.put_rule(a_rule("q")),
+            lambda: s.rules.put(a_rule("q")),
             NotFound,
             "rule t:q:1: policy t:q not found; create it first",
         ),
         (
-            lambda: s.put_rule(a_rule(rule_id="2", fromEndpointGroup="db")),
+            lambda: s.rules.put(a_rule(rule_id="2", fromEndpointGroup="db")),
             NotFound,
             "rule t:p:2: field 'fromEndpointGroup': endpoint group t:db not found; create it first",
         ),
         (
-            lambda: s.put_rule(a_rule(rule_id="2", direction="out", toNetwork="x")),
+            lambda: s.rules.put(a_rule(rule_id="2", direction="out", toNetwork="x")),
             NotFound,
             "rule t:p:2: field 'toNetwork': network t:x not found; create it first",
         ),
         (
-            lambda: s.put_rule(a_rule(rule_id="2", port=22)),
+            lambda: s.rules.put(a_rule(rule_id="2", port=22)),
             BadRequest,
             "rule t:p:2: field 'port': a port needs protocol tcp or udp",
         ),
         (
-            lambda: s.put_rule(a_rule(rule_id="2", fromIpAddress="10.1.1.5/24")),
+            lambda: s.rules.put(a_rule(rule_id="2", fromIpAddress="10.1.1.5/24")),
             BadRequest,
             "rule t:p:2: field 'fromIpAddress': 10.1.1.5/24 has host bits set; did you mean "
             "10.1.1.0/24?",
         ),
-        (lambda: s.delete_rule("t", "p", "9"), NotFound, "rule t:p:9: not found"),
+        (lambda: s.rules.delete("t", "p", "9"), NotFound, "rule t:p:9: not found"),
         (
-            lambda: s.put_group(group("db", "p", "nosuch")),
+            lambda: s.groups.put(group("db", "p", "nosuch")),
             NotFound,
             "endpoint group t:db: policy t:nosuch not found; create it first",
         ),
         (
-            lambda: s.put_group(group("web", "p", "nosuch")),
+            lambda: s.groups.put(group("web", "p", "nosuch")),
             NotFound,
             "endpoint group t:web: policy t:nosuch not found; create it first",
         ),
         (
-            lambda: s.delete_group("t", "web"),
+            lambda: s.groups.delete("t", "web"),
             Conflict,
             "endpoint group t:web: it is named by rule(s) t:p:1; remove the rule(s) first",
         ),
     ]
     for call, error, message in cases:
         refused(s, call, error, message)
-    s.put_rule(a_rule(rule_id="3", fromNetwork="m"))
+    s.rules.put(a_rule(rule_id="3", fromNetwork="m"))
     refused(
         s,
-        lambda: s.delete_network("t", "m"),
+        lambda: s.networks.delete("t", "m"),
         Conflict,
         "network t:m: it is named by rule(s) t:p:3; remove the rule(s) first",
     )
     refused(
         s,
-        lambda: s.rename_network("t", "m", "m2"),
+        lambda: s.networks.rename("t", "m", "m2"),
         Conflict,
         "network t:m: it is named by rule(s) t:p:3; remove the rule(s) first",
     )
     refused(
         s,
-        lambda: s.delete_tenant("t"),
+        lambda: s.tenants.delete("t"),
         Conflict,
         "tenant t: it still has network t:m, network t:n, endpoint group web, policy p; "
         "delete them first",
     )
     holds_together(s)
-    s.delete_rule("t", "p", "3")
-    s.rename_network("t", "m", "m2")
-    s.delete_network("t", "m2")
-    s.delete_rule("t", "p", "1")
-    s.delete_group("t", "web")
-    s.delete_network("t", "n")
+    s.rules.delete("t", "p", "3")
+    s.networks.rename("t", "m", "m2")
+    s.networks.delete("t", "m2")
+    s.rules.delete("t", "p", "1")
+    s.groups.delete("t", "web")
+    s.networks.delete("t", "n")
     refused(
         s,
-        lambda: s.delete_tenant("t"),
+        lambda: s.tenants.delete("t"),
         Conflict,
         "tenant t: it still has policy p; delete them first",
     )
-    s.delete_policy("t", "p")
-    s.delete_tenant("t")
+    s.policies.delete("t", "p")
+    s.tenants.delete("t")
     holds_together(s)
 
 
@@ -240,28 +240,28 @@ def test_a_rule_of_the_default_tenant_by_rest(client: FlaskClient) -> None:
 
 def test_group_tags_are_allocated_kept_and_freed(net: ClusterState) -> None:
     s = net
-    s.put_group(group("a"))
-    s.put_group(group("b"))
+    s.groups.put(group("a"))
+    s.groups.put(group("b"))
     assert (tag_of(s, "t", "a"), tag_of(s, "t", "b")) == (1, 2)
     assert s.store.get(keys.group_tag(1)).value == b"t:a"  # type: ignore[union-attr]
-    s.put_policy(Policy(tenantName="t", policyName="p"))
-    s.put_group(group("a", "p", network="m"))  # an update keeps the tag
+    s.policies.put(Policy(tenantName="t", policyName="p"))
+    s.groups.put(group("a", "p", network="m"))  # an update keeps the tag
     assert tag_of(s, "t", "a") == 1
-    s.delete_group("t", "a")
+    s.groups.delete("t", "a")
     assert s.store.get(keys.group_tag(1)) is None
-    s.put_group(group("c"))
+    s.groups.put(group("c"))
     assert tag_of(s, "t", "c") == 1  # the freed tag is the first free one
-    assert s.inspect_group("t", "c")["Oper"]["groupTag"] == 1
+    assert s.groups.inspect("t", "c")["Oper"]["groupTag"] == 1
     holds_together(s)
 
 
 def test_groups_stored_before_tags_get_one_at_start(net: ClusterState) -> None:
     s = net
-    s.put_group(group("new"))
+    s.groups.put(group("new"))
     for name in ("old1", "old2"):  # as an earlier master wrote them: no tag, no tag key
         s.store.put(keys.group("t", name), encode_config(group(name)))
     assert tag_of(s, "t", "old1") == 0
-    assert s.get_group("t", "old1").groupName == "old1"  # readers read them as ever
+    assert s.groups.get("t", "old1").groupName == "old1"  # readers read them as ever
     assert [p.what for p in check_state(everything(s))] == [
         "has no group tag (the master gives it one when it starts)"
     ] * 2
@@ -273,25 +273,25 @@ def test_groups_stored_before_tags_get_one_at_start(net: ClusterState) -> None:
     assert everything(s) == before
     # An update of a group with no tag gives it one too.
     s.store.put(keys.group("t", "old3"), encode_config(group("old3")))
-    s.put_group(group("old3"))
+    s.groups.put(group("old3"))
     assert tag_of(s, "t", "old3") == 4
     holds_together(s)
 
 
 def test_inspect_policy(net: ClusterState) -> None:
     s = net
-    s.put_policy(Policy(tenantName="t", policyName="p"))
-    s.put_policy(Policy(tenantName="t", policyName="q"))
-    s.put_group(group("web", "p", "q"))
-    s.put_group(group("db", "q", network="m"))
-    s.put_group(group("other"))
-    s.put_rule(a_rule("q", "1", fromEndpointGroup="web"))
-    s.put_rule(a_rule("q", "2", protocol="udp"))
+    s.policies.put(Policy(tenantName="t", policyName="p"))
+    s.policies.put(Policy(tenantName="t", policyName="q"))
+    s.groups.put(group("web", "p", "q"))
+    s.groups.put(group("db", "q", network="m"))
+    s.groups.put(group("other"))
+    s.rules.put(a_rule("q", "1", fromEndpointGroup="web"))
+    s.rules.put(a_rule("q", "2", protocol="udp"))
     for eid, net_name, grp in (("e1", "n", "web"), ("e2", "m", "db"), ("e3", "n", "other")):
-        s.create_endpoint(
+        s.endpoints.create(
             EndpointRequest(endpointID=eid, tenantName="t", networkName=net_name, groupName=grp)
         )
-    view = s.inspect_policy("t", "q")
+    view = s.policies.inspect("t", "q")
     assert view["Config"] == {"key": "t:q", "tenantName": "t", "policyName": "q"}
     oper = view["Oper"]
     assert (oper["endpointGroups"], oper["numEndpoints"], oper["numRules"]) == (
@@ -301,34 +301,34 @@ def test_inspect_policy(net: ClusterState) -> None:
     )
     assert sorted(e["endpointID"] for e in oper["endpoints"]) == ["e1", "e2"]
     assert oper["rules"] == ["1", "2"]
-    assert s.inspect_policy("t", "p")["Oper"]["numRules"] == 0
+    assert s.policies.inspect("t", "p")["Oper"]["numRules"] == 0
     with pytest.raises(NotFound, match="policy t:x: not found"):
-        s.inspect_policy("t", "x")
+        s.policies.inspect("t", "x")
 
 
 def test_patch_changes_only_the_given_fields(net: ClusterState) -> None:
     s = net
-    s.put_policy(Policy(tenantName="t", policyName="p"))
-    s.put_group(
+    s.policies.put(Policy(tenantName="t", policyName="p"))
+    s.groups.put(
         EndpointGroup(tenantName="t", groupName="g", networkName="n", ipPool="10.1.0.10-10.1.0.20")
     )
-    got = s.patch_group("t", "g", {"policies": ["p", "p"]})
+    got = s.groups.patch("t", "g", {"policies": ["p", "p"]})
     assert (got.policies, got.ipPool) == (["p"], "10.1.0.10-10.1.0.20")
-    assert s.get_group("t", "g") == got
+    assert s.groups.get("t", "g") == got
     refused(
         s,
-        lambda: s.patch_group("t", "g", {"policies": ["x"]}),
+        lambda: s.groups.patch("t", "g", {"policies": ["x"]}),
         NotFound,
         "endpoint group t:g: policy t:x not found; create it first",
     )
     refused(
         s,
-        lambda: s.patch_group("t", "g", {"policies": "p"}),
+        lambda: s.groups.patch("t", "g", {"policies": "p"}),
         BadRequest,
         "endpoint group t:g: field 'policies': Input should be a valid list",
     )
-    refused(s, lambda: s.patch_group("t", "x", {}), NotFound, "endpoint group t:x: not found")
-    assert s.patch_group("t", "g", {"policies": []}).policies == []
+    refused(s, lambda: s.groups.patch("t", "x", {}), NotFound, "endpoint group t:x: not found")
+    assert s.groups.patch("t", "g", {"policies": []}).policies == []
     holds_together(s)
 
 
@@ -355,28 +355,28 @@ def test_patch_by_rest(client: FlaskClient) -> None:
 
 def test_a_group_and_a_network_never_share_a_name(net: ClusterState) -> None:
     s = net
-    s.put_group(group("web"))
+    s.groups.put(group("web"))
     refused(
         s,
-        lambda: s.put_group(group("m")),
+        lambda: s.groups.put(group("m")),
         Conflict,
         "endpoint group t:m: network t:m has the name m (both would be docker network m/t); "
         "choose another name",
     )
     refused(
         s,
-        lambda: s.put_network(Network(tenantName="t", networkName="web", subnet="10.3.0.0/24")),
+        lambda: s.networks.put(Network(tenantName="t", networkName="web", subnet="10.3.0.0/24")),
         Conflict,
         "network t:web: endpoint group t:web has the name web (both would be docker network "
         "web/t); choose another name",
     )
     refused(
         s,
-        lambda: s.rename_network("t", "m", "web"),
+        lambda: s.networks.rename("t", "m", "web"),
         Conflict,
         "network t:m: endpoint group t:web has the name web (both would be docker network "
         "web/t); choose another name",
     )
     # Other tenants' names do not clash.
-    s.put_network(Network(networkName="web", subnet="10.3.0.0/24"))
+    s.networks.put(Network(networkName="web", subnet="10.3.0.0/24"))
     holds_together(s)

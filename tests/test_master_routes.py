@@ -1,4 +1,5 @@
-"""The REST object table (master/kinds.py) and the routes registered from it."""
+"""The kinds table (common/kinds.py, bound to families in master/kinds.py) and the routes
+registered from it."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from common.kinds import TENANT_NAME, BadKey, Kind, PartsKey, SingletonKey
 from master.errors import ApiError, BadRequest, NotFound
-from master.kinds import KINDS, TENANT_NAME, ObjectKind, Op, PartsKey, SingletonKey
+from master.kinds import KINDS, Row
 from master.routes import Api, register_kinds
-from master.service import ClusterState
+from master.state import ClusterState
 
-KIND = {k.plural: k for k in KINDS}
+KIND = {k.kind.plural: k for k in KINDS}
 
 
 def _rules(app: Flask) -> set[tuple[str, str]]:
@@ -36,10 +38,10 @@ def _kind_of(rule: str) -> str | None:
     return parts[4] if parts[3] == "inspect" else parts[3]
 
 
-def _declared(kind: ObjectKind) -> set[tuple[str, str]]:
-    """The routes ObjectKind's docstring promises for the operations a kind declares."""
-    every = f"/api/v1/{kind.plural}"
-    one = f"{every}/<{kind.key.param}>"
+def _declared(kind: Row) -> set[tuple[str, str]]:
+    """The routes Row's docstring promises for the operations a kind declares."""
+    every = f"/api/v1/{kind.kind.plural}"
+    one = f"{every}/<{kind.kind.key.param}>"
     routes: set[tuple[str, str]] = set()
     if kind.list:
         routes.add((every, "GET"))
@@ -54,7 +56,7 @@ def _declared(kind: ObjectKind) -> set[tuple[str, str]]:
     if kind.delete:
         routes.add((one, "DELETE"))
     if kind.inspect:
-        routes.add((f"/api/v1/inspect/{kind.plural}/<{kind.key.param}>", "GET"))
+        routes.add((f"/api/v1/inspect/{kind.kind.plural}/<{kind.kind.key.param}>", "GET"))
     return routes
 
 
@@ -71,8 +73,8 @@ def test_todays_kinds_and_what_each_allows() -> None:
     }
     assert allowed["endpointGroups"] == crud | {"patch"}  # netctl group update
     assert allowed["rules"] == crud - {"inspect"}
-    assert KIND["rules"].key.parse("rule", "web:1") == ("default", "web", "1")
-    assert KIND["rules"].key.parse("rule", "t:web:1") == ("t", "web", "1")
+    assert KIND["rules"].parse("web:1") == ("default", "web", "1")
+    assert KIND["rules"].parse("t:web:1") == ("t", "web", "1")
     assert allowed["networks"] == crud | {"rename"}
     assert allowed["globals"] == {"list", "get", "put", "inspect"}  # one object, never deleted
     assert allowed["endpoints"] == {"list", "get", "inspect"}  # written by the allocation API
@@ -80,10 +82,10 @@ def test_todays_kinds_and_what_each_allows() -> None:
     assert len(KIND) == len(KINDS)  # one declaration per plural
 
 
-@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.plural)
-def test_every_declared_kind_gets_its_routes(kind: ObjectKind, client: FlaskClient) -> None:
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.kind.plural)
+def test_every_declared_kind_gets_its_routes(kind: Row, client: FlaskClient) -> None:
     # Exactly the declared routes live under the kind's URLs.
-    mine = {(r, m) for r, m in _rules(client.application) if _kind_of(r) == kind.plural}
+    mine = {(r, m) for r, m in _rules(client.application) if _kind_of(r) == kind.kind.plural}
     assert mine == _declared(kind)
 
 
@@ -128,21 +130,22 @@ def test_undeclared_operations_are_refused(client: FlaskClient) -> None:
 
 def test_openapi_summaries_come_from_the_table(client: FlaskClient) -> None:
     paths = client.get("/api/v1/openapi.json").json["paths"]
-    for kind in KINDS:
+    for row in KINDS:
+        kind = row.kind
         one = f"/api/v1/{kind.plural}/{{{kind.key.param}}}"
-        for op, path, methods in [
-            (kind.list, f"/api/v1/{kind.plural}", ["get"]),
-            (kind.get, one, ["get"]),
-            (kind.put, one, ["post", "put"]),
-            (kind.rename, f"{one}/rename", ["post"]),
-            (kind.delete, one, ["delete"]),
-            (kind.inspect, f"/api/v1/inspect/{kind.plural}/{{{kind.key.param}}}", ["get"]),
+        for summary, path, methods in [
+            (row.list, f"/api/v1/{kind.plural}", ["get"]),
+            (row.get, one, ["get"]),
+            (row.put, one, ["post", "put"]),
+            (row.rename, f"{one}/rename", ["post"]),
+            (row.delete, one, ["delete"]),
+            (row.inspect, f"/api/v1/inspect/{kind.plural}/{{{kind.key.param}}}", ["get"]),
         ]:
             for m in methods:
-                if op is None:
+                if summary is None:
                     assert m not in paths.get(path, {}), (kind.plural, path, m)
                 else:
-                    assert paths[path][m]["summary"] == op.summary
+                    assert paths[path][m]["summary"] == summary
     assert paths["/api/v1/networks/{key}"]["put"]["requestBody"]["content"]["application/json"][
         "schema"
     ] == {"$ref": "#/components/schemas/Network"}
@@ -150,34 +153,37 @@ def test_openapi_summaries_come_from_the_table(client: FlaskClient) -> None:
 
 def test_malformed_declarations_raise() -> None:
     with pytest.raises(ValueError, match="2 key part"):
-        ObjectKind("xs", "x", BaseModel, TENANT_NAME, fields=("tenantName",))
+        Kind("xs", "x", BaseModel, TENANT_NAME, fields=("tenantName",))
+    y = Kind("ys", "y", BaseModel, SingletonKey("y", "y"))
     with pytest.raises(ValueError, match="merge over get"):
-        ObjectKind("ys", "y", BaseModel, SingletonKey("y", "y"), put=Op("put_y", "p"), merge=True)
+        Row(y, lambda s: s.settings, put="p", merge=True)
     with pytest.raises(ValueError, match="rename needs a key field"):
-        ObjectKind("zs", "z", BaseModel, SingletonKey("z", "z"), rename=Op("rename_z", "r"))
+        Row(y, lambda s: s.settings, rename="r")
 
 
-def test_every_named_call_is_a_cluster_state_method() -> None:
-    for kind in KINDS:
-        for op in (kind.list, kind.get, kind.put, kind.rename, kind.delete, kind.inspect):
-            if op is not None and isinstance(op.call, str):
-                assert callable(getattr(ClusterState, op.call, None)), (kind.plural, op.call)
+def test_every_declared_operation_is_a_method_of_the_family(state: ClusterState) -> None:
+    ops = ("list", "get", "put", "patch", "rename", "delete", "inspect")
+    for row in KINDS:
+        family = row.family(state)
+        for op in ops:
+            if getattr(row, op) is not None:
+                assert callable(getattr(family, op, None)), (row.kind.plural, op)
 
 
 # --- key shapes ---
 
 
 def test_a_bare_name_means_the_default_tenant() -> None:
-    assert TENANT_NAME.parse("network", "net1") == ("default", "net1")
-    assert TENANT_NAME.parse("network", "t1:net1") == ("t1", "net1")
-    assert KIND["networks"].name(("t1", "net1")) == "network t1:net1"
-    assert KIND["endpointGroups"].name(("default", "g")) == "endpoint group default:g"
+    assert TENANT_NAME.parse("net1") == ("default", "net1")
+    assert TENANT_NAME.parse("t1:net1") == ("t1", "net1")
+    assert KIND["networks"].kind.name(("t1", "net1")) == "network t1:net1"
+    assert KIND["endpointGroups"].kind.name(("default", "g")) == "endpoint group default:g"
 
 
 @pytest.mark.parametrize("key", ["a:b:c", ":b", "a:", ":", "::", "a::b"])
 def test_a_bad_tenant_name_key_is_refused(key: str) -> None:
     with pytest.raises(BadRequest) as e:
-        KIND["endpointGroups"].key.parse("endpoint group", key)
+        KIND["endpointGroups"].parse(key)
     assert e.value.obj == f"endpoint group {key}"
     assert e.value.reason == "key must be TENANT:NAME"
 
@@ -187,32 +193,32 @@ _part = st.text(st.characters(blacklist_characters=":"), min_size=1, max_size=12
 
 @given(_part, _part)
 def test_tenant_name_keys_round_trip(tenant: str, name: str) -> None:
-    assert TENANT_NAME.parse("network", f"{tenant}:{name}") == (tenant, name)
-    assert TENANT_NAME.parse("network", name) == ("default", name)
+    assert TENANT_NAME.parse(f"{tenant}:{name}") == (tenant, name)
+    assert TENANT_NAME.parse(name) == ("default", name)
 
 
 @given(st.text(min_size=1, max_size=20))
 def test_single_name_and_opaque_keys_are_taken_whole(key: str) -> None:
-    assert KIND["tenants"].key.parse("tenant", key) == (key,)
-    assert KIND["endpoints"].key.parse("endpoint", key) == (key,)
+    assert KIND["tenants"].parse(key) == (key,)
+    assert KIND["endpoints"].parse(key) == (key,)
 
 
 def test_a_three_part_key_fits() -> None:
     rule = PartsKey(("TENANT", "POLICY", "RULEID"), default_tenant=True)
-    assert rule.parse("rule", "t:p:1") == ("t", "p", "1")
-    assert rule.parse("rule", "p:1") == ("default", "p", "1")
+    assert rule.parse("t:p:1") == ("t", "p", "1")
+    assert rule.parse("p:1") == ("default", "p", "1")
     assert rule.tenant_scoped
     for bad in ("1", "t:p:1:x", "t::1", ":p:1", "p:"):
-        with pytest.raises(BadRequest, match="key must be TENANT:POLICY:RULEID"):
-            rule.parse("rule", bad)
+        with pytest.raises(BadKey, match="key must be TENANT:POLICY:RULEID"):
+            rule.parse(bad)
 
 
 def test_the_only_global_is_global() -> None:
     globals_ = KIND["globals"]
-    assert globals_.key.parse("global", "global") == ()
-    assert globals_.name(()) == "global"
+    assert globals_.parse("global") == ()
+    assert globals_.kind.name(()) == "global"
     with pytest.raises(BadRequest) as e:
-        globals_.key.parse("global", "other")
+        globals_.parse("other")
     assert e.value.obj == "global other"
     assert e.value.reason == "the only global settings object is 'global'"
 
@@ -221,7 +227,7 @@ def test_the_only_global_is_global() -> None:
 
 
 def _everything(client: FlaskClient) -> dict[str, Any]:
-    seen = {k.plural: client.get(f"/api/v1/{k.plural}").json for k in KINDS if k.list}
+    seen = {p: client.get(f"/api/v1/{p}").json for p, k in KIND.items() if k.list}
     seen["inspect/globals"] = client.get("/api/v1/inspect/globals/global").json
     return seen
 
@@ -379,7 +385,7 @@ def test_the_tenant_filter_applies_to_tenant_scoped_kinds(client: FlaskClient) -
     assert len(client.get("/api/v1/tenants?tenant=t2").json) == 3
 
 
-# --- a kind declared later: one table entry plus its ClusterState methods ---
+# --- a kind declared later: its family and one table row ---
 
 
 class Rule(BaseModel):
@@ -392,62 +398,70 @@ class Rule(BaseModel):
         return {"key": f"{self.tenantName}:{self.policyName}:{self.ruleId}", **self.model_dump()}
 
 
-class RuleState:
-    """What ClusterState would grow for rules, over a dict."""
+class FakeRules:
+    """A family of rules over a dict."""
 
     def __init__(self) -> None:
         self.rules: dict[tuple[str, str, str], Rule] = {}
 
-    def list_rules(self, tenant: str | None) -> list[Rule]:
+    def list(self, tenant: str | None) -> list[Rule]:
         return [r for k, r in sorted(self.rules.items()) if tenant in (None, k[0])]
 
-    def get_rule(self, tenant: str, policy: str, rule_id: str) -> Rule:
+    def get(self, tenant: str, policy: str, rule_id: str) -> Rule:
         try:
             return self.rules[tenant, policy, rule_id]
         except KeyError:
             raise NotFound(f"rule {tenant}:{policy}:{rule_id}") from None
 
-    def put_rule(self, rule: Rule) -> Rule:
+    def put(self, rule: Rule) -> Rule:
         self.rules[rule.tenantName, rule.policyName, rule.ruleId] = rule
         return rule
 
-    def delete_rule(self, tenant: str, policy: str, rule_id: str) -> None:
-        self.get_rule(tenant, policy, rule_id)
+    def delete(self, tenant: str, policy: str, rule_id: str) -> None:
+        self.get(tenant, policy, rule_id)
         del self.rules[tenant, policy, rule_id]
 
-    def inspect_rule(self, tenant: str, policy: str, rule_id: str) -> dict[str, Any]:
-        return {"Config": self.get_rule(tenant, policy, rule_id).dump(), "Oper": {}}
+    def inspect(self, tenant: str, policy: str, rule_id: str) -> dict[str, Any]:
+        return {"Config": self.get(tenant, policy, rule_id).dump(), "Oper": {}}
 
 
-RULES = ObjectKind(
-    "rules",
-    "rule",
-    Rule,
-    PartsKey(("TENANT", "POLICY", "RULEID"), default_tenant=True),
-    fields=("tenantName", "policyName", "ruleId"),
-    list=Op("list_rules", "List rules"),
-    get=Op("get_rule", "Get a rule"),
-    put=Op("put_rule", "Create or update a rule"),
-    delete=Op("delete_rule", "Delete a rule"),
-    inspect=Op("inspect_rule", "Rule config and oper state"),
+class FakeState:
+    def __init__(self) -> None:
+        self.rules = FakeRules()
+
+
+RULES = Row(
+    Kind(
+        "rules",
+        "rule",
+        Rule,
+        PartsKey(("TENANT", "POLICY", "RULEID"), default_tenant=True),
+        fields=("tenantName", "policyName", "ruleId"),
+    ),
+    lambda s: s.rules,
+    list="List rules",
+    get="Get a rule",
+    put="Create or update a rule",
+    delete="Delete a rule",
+    inspect="Rule config and oper state",
 )
 
 
 @pytest.fixture
-def rules() -> tuple[FlaskClient, RuleState]:
+def rules() -> tuple[FlaskClient, FakeRules]:
     app = Flask("rules")
-    fake = RuleState()
+    fake = FakeState()
 
     @app.errorhandler(ApiError)
     def api_error(e: ApiError) -> tuple[dict[str, str], int]:
         return e.to_json(), e.status
 
     register_kinds(Api(app), cast(ClusterState, fake), [RULES])
-    return app.test_client(), fake
+    return app.test_client(), fake.rules
 
 
-def test_a_three_part_kind_needs_only_its_table_entry(
-    rules: tuple[FlaskClient, RuleState],
+def test_a_three_part_kind_needs_only_its_family_and_table_row(
+    rules: tuple[FlaskClient, FakeRules],
 ) -> None:
     client, fake = rules
     assert _rules(client.application) == _declared(RULES)

@@ -22,14 +22,14 @@ from common.models import (
 )
 from common.records import AllocRecord, NetworkRecord, ServiceRecord
 from master.errors import BadRequest, Conflict, NotFound
-from master.service import ClusterState
+from master.state import ClusterState
 
 
 @pytest.fixture
 def net(state: ClusterState) -> ClusterState:
-    state.put_tenant(Tenant(tenantName="t"))
-    state.put_network(Network(tenantName="t", networkName="n", subnet="10.1.0.0/24"))
-    state.put_network(Network(tenantName="t", networkName="m", subnet="10.2.0.0/24"))
+    state.tenants.put(Tenant(tenantName="t"))
+    state.networks.put(Network(tenantName="t", networkName="n", subnet="10.1.0.0/24"))
+    state.networks.put(Network(tenantName="t", networkName="m", subnet="10.2.0.0/24"))
     return state
 
 
@@ -63,29 +63,29 @@ def booked(state: ClusterState, address: str, network: str = "n") -> str | None:
 
 def test_netprofile_lifecycle_and_its_groups(net: ClusterState) -> None:
     s = net
-    stored = s.put_netprofile(profile(bandwidth="10 Mbps", burst=300, DSCP=46))
+    stored = s.netprofiles.put(profile(bandwidth="10 Mbps", burst=300, DSCP=46))
     assert (stored.bandwidth, stored.burst, stored.DSCP) == ("10mbps", 300, 46)
-    assert s.get_netprofile("t", "p") == stored
-    s.put_group(EndpointGroup(tenantName="t", groupName="g", networkName="n", netProfile="p"))
+    assert s.netprofiles.get("t", "p") == stored
+    s.groups.put(EndpointGroup(tenantName="t", groupName="g", networkName="n", netProfile="p"))
     holds_together(s)
     refused(
         s,
-        lambda: s.delete_netprofile("t", "p"),
+        lambda: s.netprofiles.delete("t", "p"),
         Conflict,
         "netprofile t:p: it is used by endpoint group(s) g; give them another profile (or "
         "none) first",
     )
-    assert s.inspect_netprofile("t", "p")["Oper"]["endpointGroups"] == ["g"]
+    assert s.netprofiles.inspect("t", "p")["Oper"]["endpointGroups"] == ["g"]
     refused(
         s,
-        lambda: s.delete_tenant("t"),
+        lambda: s.tenants.delete("t"),
         Conflict,
         "tenant t: it still has network t:m, network t:n, endpoint group g, netprofile p; "
         "delete them first",
     )
-    s.patch_group("t", "g", {"netProfile": ""})
-    s.delete_netprofile("t", "p")
-    assert s.list_netprofiles("t") == []
+    s.groups.patch("t", "g", {"netProfile": ""})
+    s.netprofiles.delete("t", "p")
+    assert s.netprofiles.list("t") == []
     holds_together(s)
 
 
@@ -105,7 +105,7 @@ def test_bad_netprofile_fields_are_refused_naming_the_field(
 ) -> None:
     before = everything(net)
     with pytest.raises(BadRequest) as e:
-        net.put_netprofile(profile(**fields))
+        net.netprofiles.put(profile(**fields))
     assert e.value.obj == "netprofile t:p"
     assert e.value.reason.startswith(reason)
     assert everything(net) == before
@@ -114,7 +114,7 @@ def test_bad_netprofile_fields_are_refused_naming_the_field(
 def test_a_group_names_only_an_existing_netprofile(net: ClusterState) -> None:
     refused(
         net,
-        lambda: net.put_group(
+        lambda: net.groups.put(
             EndpointGroup(tenantName="t", groupName="g", networkName="n", netProfile="nope")
         ),
         NotFound,
@@ -124,19 +124,19 @@ def test_a_group_names_only_an_existing_netprofile(net: ClusterState) -> None:
 
 def test_a_profile_and_a_group_naming_it_race_one_wins(net: ClusterState) -> None:
     s = net
-    s.put_netprofile(profile(bandwidth="1mbps"))
-    s.put_group(EndpointGroup(tenantName="t", groupName="g", networkName="n"))
+    s.netprofiles.put(profile(bandwidth="1mbps"))
+    s.groups.put(EndpointGroup(tenantName="t", groupName="g", networkName="n"))
     errors: list[Exception] = []
 
     def attach() -> None:
         try:
-            s.patch_group("t", "g", {"netProfile": "p"})
+            s.groups.patch("t", "g", {"netProfile": "p"})
         except Exception as e:
             errors.append(e)
 
     def delete() -> None:
         try:
-            s.delete_netprofile("t", "p")
+            s.netprofiles.delete("t", "p")
         except Exception as e:
             errors.append(e)
 
@@ -172,17 +172,17 @@ def test_netprofiles_by_rest(client: FlaskClient) -> None:
 
 def test_a_service_books_its_vip_and_frees_it_with_itself(net: ClusterState) -> None:
     s = net
-    s.put_service(service())
+    s.services.put(service())
     rec = ServiceRecord.decode(s.store.get(keys.service("t", "web")).value)  # type: ignore[union-attr]
     assert rec.vip == "10.1.0.2" and rec.tag == 1  # .1 is the gateway
     assert booked(s, rec.vip) == owners.service("t:web")
     holds_together(s)
-    oper = s.inspect_service("t", "web")["Oper"]
+    oper = s.services.inspect("t", "web")["Oper"]
     assert (oper["serviceVip"], oper["numProviders"]) == ("10.1.0.2", 0)
     # An endpoint cannot take the VIP, even when Docker asks for it by address.
     refused(
         s,
-        lambda: s.create_endpoint(
+        lambda: s.endpoints.create(
             EndpointRequest(
                 endpointID="e1",
                 tenantName="t",
@@ -194,9 +194,9 @@ def test_a_service_books_its_vip_and_frees_it_with_itself(net: ClusterState) -> 
         Conflict,
         "endpoint e1: address 10.1.0.2 is already in use in pool t:10.1.0.0/24 (by svc:t:web)",
     )
-    s.put_service(service(selectors=["app=web", "tier=front"]))  # an update keeps the VIP
+    s.services.put(service(selectors=["app=web", "tier=front"]))  # an update keeps the VIP
     assert ServiceRecord.decode(s.store.get(keys.service("t", "web")).value).vip == "10.1.0.2"  # type: ignore[union-attr]
-    s.delete_service("t", "web")
+    s.services.delete("t", "web")
     assert booked(s, "10.1.0.2") is None
     assert s.store.get(keys.service_tag(1)) is None
     holds_together(s)
@@ -204,12 +204,12 @@ def test_a_service_books_its_vip_and_frees_it_with_itself(net: ClusterState) -> 
 
 def test_a_preferred_vip_and_moving_a_service(net: ClusterState) -> None:
     s = net
-    s.put_service(service(ipAddress="10.1.0.100"))
+    s.services.put(service(ipAddress="10.1.0.100"))
     assert booked(s, "10.1.0.100") == owners.service("t:web")
-    s.put_service(service(ipAddress="10.1.0.101"))  # another preferred VIP: rebooked at once
+    s.services.put(service(ipAddress="10.1.0.101"))  # another preferred VIP: rebooked at once
     assert booked(s, "10.1.0.100") is None
     assert booked(s, "10.1.0.101") == owners.service("t:web")
-    s.put_service(service(networkName="m"))  # another network: a VIP of its pool
+    s.services.put(service(networkName="m"))  # another network: a VIP of its pool
     assert booked(s, "10.1.0.101") is None
     assert booked(s, "10.2.0.2", "m") == owners.service("t:web")
     holds_together(s)
@@ -242,60 +242,60 @@ def test_bad_services_are_refused_with_nothing_booked(
 ) -> None:
     before = everything(net)
     with pytest.raises(error) as e:  # type: ignore[call-overload]
-        net.put_service(service(**fields))
+        net.services.put(service(**fields))
     assert reason in str(e.value)
     assert everything(net) == before
 
 
 def test_a_vip_in_use_is_refused(net: ClusterState) -> None:
-    net.create_endpoint(EndpointRequest(endpointID="e1", tenantName="t", networkName="n"))
+    net.endpoints.create(EndpointRequest(endpointID="e1", tenantName="t", networkName="n"))
     refused(
         net,
-        lambda: net.put_service(service(ipAddress="10.1.0.2")),
+        lambda: net.services.put(service(ipAddress="10.1.0.2")),
         Conflict,
         "service t:web: address 10.1.0.2 is already in use in pool t:10.1.0.0/24 (by ep:e1)",
     )
 
 
 def test_a_network_with_services_neither_goes_nor_changes_its_name(net: ClusterState) -> None:
-    net.put_service(service())
+    net.services.put(service())
     refused(
         net,
-        lambda: net.delete_network("t", "n"),
+        lambda: net.networks.delete("t", "n"),
         Conflict,
         "network t:n: it cannot be deleted while service(s) t:web use it; delete them first",
     )
     refused(
         net,
-        lambda: net.rename_network("t", "n", "n2"),
+        lambda: net.networks.rename("t", "n", "n2"),
         Conflict,
         "network t:n: it cannot be renamed while service(s) t:web use it; delete them first",
     )
-    net.delete_service("t", "web")
-    net.delete_network("t", "n")
+    net.services.delete("t", "web")
+    net.networks.delete("t", "n")
     holds_together(net)
 
 
 def test_providers_are_the_labelled_endpoints_of_the_network(net: ClusterState) -> None:
     s = net
-    s.put_service(service())
+    s.services.put(service())
     for eid, labels in (("e1", {"app": "web"}), ("e2", {"app": "db"}), ("e3", {"app": "web"})):
-        s.create_endpoint(
+        s.endpoints.create(
             EndpointRequest(endpointID=eid, tenantName="t", networkName="n", host="h1")
         )
-        s.set_endpoint_container(
+        s.endpoints.set_container(
             eid, EndpointContainer(containerID=f"c-{eid}", containerName=eid, labels=labels)
         )
-    oper = s.inspect_service("t", "web")["Oper"]
+    oper = s.services.inspect("t", "web")["Oper"]
     assert oper["numProviders"] == 2
     assert [(p["containerName"], p["host"]) for p in oper["providers"]] == [
         ("e1", "h1"),
         ("e3", "h1"),
     ]
-    assert s.get_endpoint("e2").labels == {"app": "db"}
+    assert s.endpoints.get("e2").labels == {"app": "db"}
     holds_together(s)
     with pytest.raises(NotFound):
-        s.set_endpoint_container("nope", EndpointContainer(containerID="x"))
+        s.endpoints.set_container("nope", EndpointContainer(containerID="x"))
 
 
 def test_services_and_container_reports_by_rest(client: FlaskClient) -> None:

@@ -167,7 +167,7 @@ def test_decisions_import_no_store_and_no_io() -> None:
         "    importlib.import_module('master.decisions.' + m.name)\n"
         "bad = sorted(n for n in sys.modules if n.split('.')[0] in "
         "('store', 'flask', 'requests', 'sqlite3', 'datapath', 'plugin') "
-        "or n in ('master.txn', 'master.addresses', 'master.service'))\n"
+        "or n in ('master.txn', 'master.addresses', 'master.state'))\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -20,7 +20,7 @@ from master.app import create_app
 from master.auth import Caller, TokenTable
 from master.election import Elector
 from master.errors import Conflict
-from master.service import ClusterState
+from master.state import ClusterState
 from master.txn import MAX_ATTEMPTS, Retry, retrying
 from store.embedded import EmbeddedStore
 

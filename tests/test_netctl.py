@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
+from common.kinds import TENANTS
 from netctl import __version__
 from netctl.cli import main, render_table
 from netctl.client import MasterClient, MasterError, normalize_url
@@ -623,7 +624,7 @@ def test_client_raises_master_error_with_status(fake: FakeSession) -> None:
     fake.answer("POST", "/api/v1/tenants/a", {"error": "tenant a: bad"}, status=400)
     client = MasterClient("m:1", timeout=5, session=fake)
     with pytest.raises(MasterError) as info:
-        client.create_tenant("a")
+        client.put(TENANTS, "a")
     assert (info.value.message, info.value.status) == ("tenant a: bad", 400)
     assert str(info.value) == "tenant a: bad"
 

@@ -17,7 +17,7 @@ from test_master_guards import before_commit_of, holds_together
 from common import keys
 from common.models import EndpointGroup, Network
 from master.decisions.consistency import check_state
-from master.service import ClusterState
+from master.state import ClusterState
 
 SUBNET = "10.61.0.0/24"
 WEB_POOL = "10.61.0.100-10.61.0.110"
@@ -92,24 +92,24 @@ def test_a_renamed_network_keeps_its_groups(master: RealMaster) -> None:
 
 
 def test_a_group_made_on_the_old_name_meanwhile_is_carried_too(state: ClusterState) -> None:
-    state.put_network(Network(networkName="a", subnet=SUBNET))
-    state.put_group(EndpointGroup(groupName="web", networkName="a"))
+    state.networks.put(Network(networkName="a", subnet=SUBNET))
+    state.groups.put(EndpointGroup(groupName="web", networkName="a"))
     late = EndpointGroup(groupName="late", networkName="a")
-    before_commit_of(state, keys.network("default", "b"), lambda: state.put_group(late))
-    state.rename_network("default", "a", "b")
-    assert {g.groupName: g.networkName for g in state.list_groups()} == {"late": "b", "web": "b"}
+    before_commit_of(state, keys.network("default", "b"), lambda: state.groups.put(late))
+    state.networks.rename("default", "a", "b")
+    assert {g.groupName: g.networkName for g in state.groups.list()} == {"late": "b", "web": "b"}
     holds_together(state)
 
 
 def test_a_group_changed_meanwhile_is_carried_as_it_now_is(state: ClusterState) -> None:
-    state.put_network(Network(networkName="a", subnet=SUBNET))
-    state.put_group(EndpointGroup(groupName="web", networkName="a", ipPool=WEB_POOL))
+    state.networks.put(Network(networkName="a", subnet=SUBNET))
+    state.groups.put(EndpointGroup(groupName="web", networkName="a", ipPool=WEB_POOL))
     moved = {"ipPool": "10.61.0.200-10.61.0.210"}
     before_commit_of(
-        state, keys.network("default", "b"), lambda: state.patch_group("default", "web", moved)
+        state, keys.network("default", "b"), lambda: state.groups.patch("default", "web", moved)
     )
-    state.rename_network("default", "a", "b")
-    web = state.get_group("default", "web")
+    state.networks.rename("default", "a", "b")
+    web = state.groups.get("default", "web")
     assert (web.networkName, web.ipPool) == ("b", "10.61.0.200-10.61.0.210")
     holds_together(state)
 
@@ -117,10 +117,10 @@ def test_a_group_changed_meanwhile_is_carried_as_it_now_is(state: ClusterState) 
 def test_a_network_renamed_meanwhile_takes_no_group(state: ClusterState) -> None:
     """A group made on a network whose rename commits between the group's reads and its own
     commit is refused (the network it names is gone), never stranded."""
-    state.put_network(Network(networkName="a", subnet=SUBNET))
-    rename = lambda: state.rename_network("default", "a", "b")  # noqa: E731
+    state.networks.put(Network(networkName="a", subnet=SUBNET))
+    rename = lambda: state.networks.rename("default", "a", "b")  # noqa: E731
     before_commit_of(state, keys.group("default", "web"), rename)
     with pytest.raises(Exception, match="network default:a: not found"):
-        state.put_group(EndpointGroup(groupName="web", networkName="a"))
-    assert state.list_groups() == []
+        state.groups.put(EndpointGroup(groupName="web", networkName="a"))
+    assert state.groups.list() == []
     holds_together(state)

@@ -39,8 +39,8 @@ X = "10.60.0.0/24"
 @pytest.fixture
 def master(tmp_path: Path) -> Iterator[RealMaster]:
     with real_master(tmp_path, "agent") as m:
-        m.state.put_tenant(Tenant(tenantName="blue"))
-        m.state.put_tenant(Tenant(tenantName="red"))
+        m.state.tenants.put(Tenant(tenantName="blue"))
+        m.state.tenants.put(Tenant(tenantName="red"))
         yield m
 
 
@@ -158,7 +158,7 @@ def consistent(master: RealMaster) -> None:
 
 
 def network_of(master: RealMaster, nid: str) -> Network:
-    (net,) = [n for n in master.state.list_networks() if n.dockerNetworkID == nid]
+    (net,) = [n for n in master.state.networks.list() if n.dockerNetworkID == nid]
     return net
 
 
@@ -179,9 +179,9 @@ def test_o_tenant_alone_books_every_address_once_in_the_tenants_pool(
     assert bookings(master, "10.60.0.1") == [keys.alloc(f"blue:{X}", "10.60.0.1")]
     address = run(plugin, net)
     assert bookings(master, address) == [keys.alloc(f"blue:{X}", address)]
-    ep = master.state.get_endpoint(EID1)
+    ep = master.state.endpoints.get(EID1)
     assert (ep.tenantName, ep.ipAddress, ep.ipv4Pool) == ("blue", address, f"blue:{X}")
-    oper = master.state.inspect_network("blue", n.networkName)["Oper"]
+    oper = master.state.networks.inspect("blue", n.networkName)["Oper"]
     assert oper["allocatedAddresses"] == ["10.60.0.1", address]
     consistent(master)
     stop(plugin, net, address)
@@ -249,7 +249,7 @@ def test_a_tenants_network_then_a_default_one_with_the_same_subnet(
     blue = create(plugin, tenant="blue")
     plain = create(plugin, nid=NID2)  # default:X is blue's alias: a twin pool id
     assert plain.pool_id == f"default:{X}~2"
-    assert master.state.inspect_network("default", NID2[:12])["Oper"]["ipv4Pool"] == plain.pool_id
+    assert master.state.networks.inspect("default", NID2[:12])["Oper"]["ipv4Pool"] == plain.pool_id
     a = run(plugin, blue, EID1)
     b = run(plugin, plain, EID2)
     assert a == b == "10.60.0.2"  # one address in two tenants, each booked once
@@ -289,8 +289,8 @@ def test_a_default_network_then_a_tenants_with_the_same_subnet(
 @pytest.fixture
 def web(master: RealMaster) -> RealMaster:
     """Network blue:web (10.7.0.0/24) with group front (ip-pool .100-.110)."""
-    master.state.put_network(Network(tenantName="blue", networkName="web", subnet="10.7.0.0/24"))
-    master.state.put_group(
+    master.state.networks.put(Network(tenantName="blue", networkName="web", subnet="10.7.0.0/24"))
+    master.state.groups.put(
         EndpointGroup(
             tenantName="blue", groupName="front", networkName="web", ipPool="10.7.0.100-10.7.0.110"
         )
@@ -303,7 +303,7 @@ def test_o_network_alone_books_in_the_networks_pool(plugin: FlaskClient, web: Re
     net = create(plugin, "10.7.0.0/24", tenant="blue", network="web")
     address = run(plugin, net)
     assert bookings(web, address) == [keys.alloc("blue:10.7.0.0/24", address)]
-    assert web.state.get_endpoint(EID1).networkName == "web"
+    assert web.state.endpoints.get(EID1).networkName == "web"
     consistent(web)
     stop(plugin, net, address)
     # Group front uses web: DeleteNetwork is refused, dockerd drops its copy all the same
@@ -319,7 +319,7 @@ def test_o_group_alone_books_in_the_groups_ip_pool(plugin: FlaskClient, web: Rea
     address = run(plugin, net)
     assert address == "10.7.0.100"
     assert bookings(web, address) == [keys.alloc("blue:10.7.0.0/24", address)]
-    ep = web.state.get_endpoint(EID1)
+    ep = web.state.endpoints.get(EID1)
     assert (ep.groupName, ep.ipAddress) == ("front", address)
     consistent(web)
     stop(plugin, net, address)
@@ -375,7 +375,7 @@ def test_ipam_opt_tenant_against_o_tenant(
 
 
 def test_ipam_opt_network_against_o_network(plugin: FlaskClient, web: RealMaster) -> None:
-    web.state.put_network(Network(tenantName="blue", networkName="db", subnet="10.8.0.0/24"))
+    web.state.networks.put(Network(tenantName="blue", networkName="db", subnet="10.8.0.0/24"))
     before = web.snapshot()
     err = refusal(
         plugin,
@@ -408,7 +408,7 @@ def test_o_network_with_another_subnet_or_gateway(plugin: FlaskClient, web: Real
 
 
 def test_ipam_opt_group_against_o_group(plugin: FlaskClient, web: RealMaster) -> None:
-    web.state.put_group(EndpointGroup(tenantName="blue", groupName="back", networkName="web"))
+    web.state.groups.put(EndpointGroup(tenantName="blue", groupName="back", networkName="web"))
     before = web.snapshot()
     ipam = {"tenant": "blue", "network": "web", "group": "back"}
     err = refusal(

@@ -11,7 +11,7 @@ from common import keys
 from common.models import Endpoint, EndpointRequest, Network
 from master.errors import Conflict
 from master.reclaim import Reclaimer, default_interval, plan_reclaim
-from master.service import ClusterState
+from master.state import ClusterState
 from store import open_store
 
 
@@ -96,7 +96,7 @@ def state(tmp_path: Path) -> Iterator[ClusterState]:
     store = open_store(None, str(tmp_path))
     s = ClusterState(store)
     s.ensure_defaults()
-    s.put_network(Network(networkName="n", subnet="10.7.0.0/24"))
+    s.networks.put(Network(networkName="n", subnet="10.7.0.0/24"))
     yield s
     store.close()
 
@@ -108,7 +108,7 @@ def register(state: ClusterState, host: str) -> int:
 
 
 def endpoint(state: ClusterState, eid: str, host: str) -> Endpoint:
-    return state.create_endpoint(EndpointRequest(endpointID=eid, networkName="n", host=host))[0]
+    return state.endpoints.create(EndpointRequest(endpointID=eid, networkName="n", host=host))[0]
 
 
 def allocated(state: ClusterState) -> set[str]:
@@ -133,18 +133,18 @@ def setup(state: ClusterState) -> Setup:
 
 def test_reclaims_gone_host_after_grace(setup: Setup) -> None:
     state, reclaimer, clock, _, gone_lease = setup
-    gone_addrs = {state.get_endpoint(f"gone{i}").ipAddress for i in range(3)}
+    gone_addrs = {state.endpoints.get(f"gone{i}").ipAddress for i in range(3)}
     state.store.lease_revoke(gone_lease)
     assert reclaimer.tick() == []  # first seen missing: the clock starts
     clock.now = 29
     assert reclaimer.tick() == []
     clock.now = 30
     assert sorted(ids(reclaimer.tick())) == ["gone0", "gone1", "gone2"]
-    left = {e.endpointID for e in state.list_endpoints()}
+    left = {e.endpointID for e in state.endpoints.list()}
     assert left == {"alive0", "alive1", "alive2", "nohost"}
     assert not gone_addrs & allocated(state)  # the addresses are back in the pool
     # ...and can be handed out again.
-    again = state.create_endpoint(
+    again = state.endpoints.create(
         EndpointRequest(
             endpointID="new", networkName="n", host="alive", ipAddress=sorted(gone_addrs)[0]
         )
@@ -179,7 +179,7 @@ def test_nothing_is_reclaimed_while_no_host_registers(state: ClusterState) -> No
     assert reclaimer.tick() == []
     clock.now = 10_000
     assert reclaimer.tick() == []
-    assert [e.endpointID for e in state.list_endpoints()] == ["e1"]
+    assert [e.endpointID for e in state.endpoints.list()] == ["e1"]
 
 
 def test_host_back_in_time_keeps_its_endpoints(setup: Setup) -> None:
@@ -189,14 +189,14 @@ def test_host_back_in_time_keeps_its_endpoints(setup: Setup) -> None:
     register(state, "gone")  # the agent restarted within the grace period
     clock.now = 31
     assert reclaimer.tick() == []
-    assert len(state.list_endpoints()) == 7
+    assert len(state.endpoints.list()) == 7
 
 
 def test_reclaim_endpoint_refuses_a_registered_host(state: ClusterState) -> None:
     endpoint(state, "e1", "h1")
     register(state, "h1")
     with pytest.raises(Conflict, match="registered again"):
-        state.reclaim_endpoint("e1", "h1")
+        state.endpoints.delete("e1", "h1")
     with pytest.raises(Conflict, match="belongs to host"):
-        state.reclaim_endpoint("e1", "h2")
-    assert state.get_endpoint("e1").host == "h1"
+        state.endpoints.delete("e1", "h2")
+    assert state.endpoints.get("e1").host == "h1"

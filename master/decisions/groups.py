@@ -6,9 +6,12 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Collection, Iterable, Sequence
 
-from common.models import Endpoint, EndpointGroup, docker_name
+from common.models import NAME_RE, NAME_RULE, Endpoint, EndpointGroup, Network, docker_name
+from ipam import parse_network, parse_range
+from ipam.errors import IpamError
 
-from ..errors import Conflict, NotFound
+from ..errors import BadRequest, Conflict, NotFound
+from ..validate import check_name
 
 # Group tags are 1..2**31-1: the datapath keeps bit 31 of the tag register for "local".
 MAX_GROUP_TAG = 2**31 - 1
@@ -103,3 +106,24 @@ def choose_group_tag(group_id: str, used: Collection[int]) -> int:
     if tag > MAX_GROUP_TAG:
         raise Conflict(f"endpoint group {group_id}", f"no free group tag left (1-{MAX_GROUP_TAG})")
     return tag
+
+
+def normalize_group(g: EndpointGroup, net: Network) -> EndpointGroup:
+    """Validate ``g`` against its network: the ip-pool must lie inside the network's subnet.
+    Its policies are names, each once (the first mention keeps its place)."""
+    obj = f"endpoint group {g.id}"
+    check_name("endpoint group", g.groupName)
+    for p in g.policies:
+        if not NAME_RE.match(p):
+            raise BadRequest(obj, f"field 'policies': {p!r} is not a policy name; use {NAME_RULE}")
+    if len(set(g.policies)) != len(g.policies):
+        g = g.model_copy(update={"policies": list(dict.fromkeys(g.policies))})
+    if not g.ipPool:
+        return g
+    if not net.subnet:
+        raise BadRequest(obj, f"ip-pool given but network {net.id} has no IPv4 subnet")
+    try:
+        lo, hi = parse_range(g.ipPool, parse_network(net.subnet, "subnet"), "ip-pool")
+    except IpamError as e:
+        raise BadRequest(obj, str(e)) from None
+    return g.model_copy(update={"ipPool": f"{ipaddress.ip_address(lo)}-{ipaddress.ip_address(hi)}"})

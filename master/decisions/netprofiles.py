@@ -9,11 +9,14 @@ from common.models import EndpointGroup, NetProfile
 from common.profiles import MAX_BURST_KB, MAX_DSCP, bandwidth_kbps, spell_kbps
 
 from ..errors import BadRequest, Conflict, NotFound
+from ..validate import check_name
 
 
 def normalize_profile(p: NetProfile) -> NetProfile:
-    """Check a profile's fields, each failure a 400 naming the field; the profile as stored
+    """Check a profile's names and fields, each failure a 400 naming it; the profile as stored
     (the bandwidth spelled canonically, e.g. "10mbps")."""
+    check_name("tenant", p.tenantName)
+    check_name("netprofile", p.profileName)
     obj = f"netprofile {p.id}"
     try:
         kbps = bandwidth_kbps(p.bandwidth)

@@ -7,13 +7,16 @@ from dataclasses import dataclass, field, replace
 from ipaddress import ip_address
 from typing import Any
 
-from common.models import GlobalSettings, Network, docker_name
+from common.models import MAX_VLAN, GlobalSettings, Network, docker_name
 from common.records import GroupRecord, HostRecord, NetworkRecord, PoolRecord
-from ipam import parse_network
+from ipam import check_ownable, parse_address, parse_network
+from ipam.errors import IpamError
+from ipam.parse import usable_bounds
 
 from ..errors import BadRequest, Conflict
-from ..validate import tag_range
+from ..validate import check_name
 from .pools import free_pool_id, pool_id_for
+from .settings import tag_range
 
 
 def addressing(n: Network) -> tuple[Any, ...]:
@@ -241,3 +244,45 @@ def carried_groups(groups: Iterable[GroupRecord], old: str, new: str) -> list[Gr
         for g in groups
         if g.config.networkName == old
     ]
+
+
+def normalize_network(n: Network) -> Network:
+    """Validate the addressing of ``n`` and fill defaults (gateway = first usable address)."""
+    obj = f"network {n.id}"
+    check_name("tenant", n.tenantName)
+    check_name("network", n.networkName)
+    if n.encap == "vlan" and n.pktTag > MAX_VLAN:
+        raise BadRequest(obj, f"pkt-tag {n.pktTag} is not a valid VLAN id (1-{MAX_VLAN})")
+    if not n.subnet and not n.ipv6Subnet:
+        raise BadRequest(obj, "a subnet is required (e.g. -s 10.1.1.0/24)")
+    update: dict[str, str] = {}
+    try:
+        if n.subnet:
+            net4 = check_ownable(parse_network(n.subnet, "subnet", version=4))
+            update["subnet"] = str(net4)
+            gw = _gateway(obj, n.gateway, net4, "gateway")
+            update["gateway"] = str(gw) if gw else ""
+        elif n.gateway:
+            raise BadRequest(obj, "gateway given without a subnet")
+        if n.ipv6Subnet:
+            net6 = check_ownable(
+                parse_network(n.ipv6Subnet, "ipv6-subnet", version=6), "ipv6-subnet"
+            )
+            update["ipv6Subnet"] = str(net6)
+            gw6 = _gateway(obj, n.ipv6Gateway, net6, "ipv6-gateway")
+            update["ipv6Gateway"] = str(gw6) if gw6 else ""
+        elif n.ipv6Gateway:
+            raise BadRequest(obj, "ipv6-gateway given without an ipv6-subnet")
+    except IpamError as e:
+        raise BadRequest(obj, str(e)) from None
+    return n.model_copy(update=update)
+
+
+def _gateway(obj: str, value: str, net: Any, what: str) -> Any:
+    lo, hi = usable_bounds(net)
+    if not value:
+        return ip_address(lo)
+    gw = parse_address(value, what, version=net.version)
+    if not lo <= int(gw) <= hi:
+        raise BadRequest(obj, f"{what} {gw} is not a usable address of {net}")
+    return gw

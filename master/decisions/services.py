@@ -11,12 +11,15 @@ from common.models import Network, ServiceLB
 from common.services import MAX_PORTS, MAX_SERVICE_TAG, parse_port, parse_selector
 
 from ..errors import BadRequest, Conflict
+from ..validate import check_name
 
 
 def normalize_service(s: ServiceLB) -> ServiceLB:
-    """Check a service's fields alone, each failure a 400 naming the field; the service as
+    """Check a service's names and fields alone, each failure a 400 naming it; the service as
     stored: selectors "key=value" and ports "SVC:PROV:PROTO" in canonical spelling, each once,
     in the order given."""
+    check_name("tenant", s.tenantName)
+    check_name("service", s.serviceName)
     obj = f"service {s.id}"
     if not s.selectors:
         raise BadRequest(obj, "field 'selectors': give at least one label selector, e.g. app=web")

@@ -20,8 +20,7 @@ from common.records import NetworkRecord, ServiceRecord
 from common.services import providers
 from ipam.parse import Network, usable_bounds
 
-from ..validate import tag_range
-from .settings import TagUse
+from .settings import TagUse, tag_range
 
 
 def ranges(values: Iterable[int]) -> str:
