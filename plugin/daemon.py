@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from common import keys
-from common.credentials import CredentialError, client_cert, client_token
+from common.credentials import AGENT_TOKEN_ENV, CredentialError, client_cert, client_token
 from common.etcd_tls import EtcdTls
 from common.flags import split_endpoints
 from common.models import Network
@@ -33,7 +33,6 @@ from store.startup import open_store_at_start
 
 from . import kube
 from .app import create_app
-from .cli import TOKEN_ENV
 from .cluster import ClusterView, HostRegistration
 from .cluster_sync import ClusterSync, local_network, resync
 from .cni_api import create_cni_app
@@ -244,7 +243,7 @@ def audit_forever(
 def run(args: Any) -> None:
     """Start everything; serve until SIGINT/SIGTERM, then exit (os-ken threads need os._exit)."""
     try:
-        token = client_token(args.auth_token_file, os.environ.get(TOKEN_ENV, ""))
+        token = client_token(args.auth_token_file, os.environ.get(AGENT_TOKEN_ENV, ""))
     except CredentialError as e:
         raise SystemExit(f"netplugin: --auth-token-file: {e}") from None
     try:
