@@ -11,7 +11,7 @@ from typing import Any
 
 from common.models import Endpoint
 from common.records import NetworkRecord
-from datapath.agent import DatapathAgent, LocalEndpoint, LocalNetwork
+from datapath.host import HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.pipeline import RemoteEndpointState
 from datapath.policy import GroupState
 from datapath.services import ServiceState
@@ -63,7 +63,7 @@ class ClusterSync:
     group policies and netprofiles, service LBs) whenever it changes, once the agent has
     resynced."""
 
-    def __init__(self, view: ClusterView, agent: DatapathAgent, host: str) -> None:
+    def __init__(self, view: ClusterView, agent: HostDatapath, host: str) -> None:
         self.view = view
         self.agent = agent
         self.host = host
@@ -139,7 +139,7 @@ def cluster_state(
     return state, [*unresolved, *skipped]
 
 
-def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]:
+def resync(agent: HostDatapath, view: ClusterView, host: str) -> dict[str, int]:
     """After a (re)start: this host's endpoints and the cluster, reconciled with the switch."""
     nets = {rec.id: local_network(rec) for rec in view.networks.values().values()}
     endpoints = view.endpoints.values()

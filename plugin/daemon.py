@@ -18,7 +18,7 @@ from common.etcd_tls import EtcdTls
 from common.flags import split_endpoints
 from common.models import Network
 from common.records import HostRecord
-from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
+from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.hostnat import Iptables, PortMapping
 from datapath.hostports import HostPorts
 from datapath.netns import NetlinkNetns
@@ -59,9 +59,9 @@ def _mirrored_network(view: ClusterView, tenant: str, name: str) -> Network | No
 
 
 class AgentDatapath:
-    """The driver's Datapath, backed by the host's DatapathAgent; networks arrive on demand."""
+    """The driver's Datapath, backed by this host's HostDatapath; networks arrive on demand."""
 
-    def __init__(self, agent: DatapathAgent, master: MasterClient) -> None:
+    def __init__(self, agent: HostDatapath, master: MasterClient) -> None:
         self.agent = agent
         self.master = master
 
@@ -230,7 +230,7 @@ def open_cluster_store(args: Any) -> Store:
 
 
 def audit_forever(
-    agent: DatapathAgent, interval: float, stop: threading.Event, metrics: AgentMetrics
+    agent: HostDatapath, interval: float, stop: threading.Event, metrics: AgentMetrics
 ) -> None:
     """Every ``interval`` seconds, repair what was changed behind our back (agent.audit)."""
     while not stop.wait(interval):
@@ -279,7 +279,7 @@ def run(args: Any) -> None:
     ovs = Ovs(args.ovsdb)
     datapath_type = detect_datapath_type()
     underlay = _underlay(args, ovs, datapath_type)
-    config = AgentConfig(
+    config = HostConfig(
         bridge=args.bridge,
         controller=f"tcp:127.0.0.1:{args.of_port}",
         datapath_type=datapath_type,
@@ -290,7 +290,7 @@ def run(args: Any) -> None:
         tunnels=underlay is not None,
     )
     links, ports = NetlinkLinks(args.proc_sys), HostPorts(args.proc_sys)
-    agent = DatapathAgent(config, ovs, controller, Iptables(), links, ports)
+    agent = HostDatapath(config, ovs, controller, Iptables(), links, ports)
     controller.on_connect = agent.switch_connected
     agent.start()
 

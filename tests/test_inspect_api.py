@@ -1,4 +1,4 @@
-"""The agent's inspect API (plugin.inspect_api): a real DatapathAgent on the effect fakes, a
+"""The agent's inspect API (plugin.inspect_api): a real HostDatapath on the effect fakes, a
 real ClusterView on an embedded store, and a controller fake that reads back a switch."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
 from common import keys
 from common.models import Endpoint, GlobalSettings
 from common.records import HostRecord, encode_config, encode_endpoint
-from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.flows import flow
+from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.local import tunnel_port_name
 from datapath.report import flow_report
 from datapath.veth import veth_names
@@ -73,8 +73,8 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
     )
     store.put(keys.endpoint("default", "n1", EID), encode_endpoint(record))
     ctl = ReadBackController()
-    agent = DatapathAgent(
-        AgentConfig(datapath_type="netdev", tunnels=True),
+    agent = HostDatapath(
+        HostConfig(datapath_type="netdev", tunnels=True),
         FakeOvs(),
         ctl,
         FakeIptables(),
