@@ -9,13 +9,13 @@ import os
 import signal
 import socket
 import threading
-import time
 from typing import Any
 
 from common import keys
 from common.credentials import AGENT_TOKEN_ENV, CredentialError, client_cert, client_token
 from common.etcd_tls import EtcdTls
 from common.flags import split_endpoints
+from common.loop import Backoff, Reconciler
 from common.models import Network
 from common.records import HostRecord
 from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
@@ -34,7 +34,7 @@ from store.startup import open_store_at_start
 from . import kube
 from .app import create_app
 from .cluster import ClusterView, HostRegistration
-from .cluster_sync import ClusterSync, local_network, resync
+from .cluster_sync import ClusterSync, local_network
 from .cni_api import create_cni_app
 from .cni_api import parse_error as cni_parse_error
 from .cni_service import CniService
@@ -229,17 +229,6 @@ def open_cluster_store(args: Any) -> Store:
         raise SystemExit(f"netplugin: {e}") from None
 
 
-def audit_forever(
-    agent: HostDatapath, interval: float, stop: threading.Event, metrics: AgentMetrics
-) -> None:
-    """Every ``interval`` seconds, repair what was changed behind our back (agent.audit)."""
-    while not stop.wait(interval):
-        try:
-            metrics.audit_started(agent.audit())
-        except Exception:
-            log.exception("audit of the datapath failed; trying again in %gs", interval)
-
-
 def run(args: Any) -> None:
     """Start everything; serve until SIGINT/SIGTERM, then exit (os-ken threads need os._exit)."""
     try:
@@ -320,7 +309,18 @@ def run(args: Any) -> None:
         master.set_endpoint_container,
         events=docker.new_client,
     )
-    cluster_sync = ClusterSync(view, agent, args.host)
+
+    def resynced(result: dict[str, int]) -> None:
+        status.resynced(result)
+        docker_sync.poke()
+
+    cluster_sync = ClusterSync(
+        view,
+        agent,
+        args.host,
+        on_resync=resynced,
+        store_flags=f"--data-dir {args.data_dir}, --etcd-endpoints {args.etcd_endpoints!r}",
+    )
     registration = HostRegistration(
         store,
         HostRecord(
@@ -371,48 +371,16 @@ def run(args: Any) -> None:
         inspect = make_socket_server(args.api_socket, inspect_app, error_body=inspect_parse_error)
         api_servers.append(inspect)
         threading.Thread(target=inspect.serve_forever, name="inspect", daemon=True).start()
-    view.start()
-    registration.start()
-    cluster_sync.start()
-    docker_sync.start()
-    reporter.start()
-
-    def resync_forever() -> None:
-        # The store may be unreachable at first: the mirrors retry until they have read it.
-        while not view.wait_synced(10):
-            log.warning("still waiting to read the cluster state; the datapath is unchanged")
-        # A store netmaster never used (a wrong --data-dir or --etcd-endpoints) would look
-        # like a cluster without endpoints, and resync would unplug every container here.
-        while not view.globals.values():
-            log.error(
-                "the cluster store has no netmaster state: is it the one netmaster uses "
-                "(--data-dir %s, --etcd-endpoints %r)? The datapath is unchanged",
-                args.data_dir,
-                args.etcd_endpoints,
-            )
-            time.sleep(5)
-        delay = 0.5
-        while True:
-            try:
-                result = resync(agent, view, args.host)
-                status.resynced(result)
-                log.info("resynced with the cluster: %s", result)
-                cluster_sync.poke()
-                docker_sync.poke()
-                return
-            except Exception:
-                log.exception("resync failed; retrying")
-            time.sleep(delay)
-            delay = min(delay * 2, 10)
-
-    threading.Thread(target=resync_forever, name="resync", daemon=True).start()
-    stopping = threading.Event()
+    loops: list[Any] = [view, registration, cluster_sync, docker_sync, reporter]
     if args.audit_interval > 0:
-        threading.Thread(
-            target=audit_forever,
-            args=(agent, args.audit_interval, stopping, metrics),
-            daemon=True,
-        ).start()
+
+        def audit() -> None:  # repair what was changed behind our back
+            metrics.audit_started(agent.audit())
+
+        every = args.audit_interval
+        loops.append(Reconciler("audit", audit, interval=every, backoff=Backoff(every, every)))
+    for loop in loops:
+        loop.start()
 
     def shutdown(signum: int, _frame: Any) -> None:
         log.info("netplugin stopping (signal %d); the datapath keeps forwarding", signum)
@@ -440,11 +408,8 @@ def run(args: Any) -> None:
         for path in filter(None, (args.socket, args.api_socket, args.cni_socket)):
             with contextlib.suppress(OSError):
                 os.unlink(path)
-        stopping.set()
-        docker_sync.stop()
-        reporter.stop()
-        registration.stop()
-        view.stop()
+        for loop in reversed(loops):
+            loop.stop()
         controller.stop()
         ovs.close()
         store.close()
