@@ -39,6 +39,7 @@ from .cni_api import create_cni_app
 from .cni_api import parse_error as cni_parse_error
 from .cni_service import CniService
 from .containers import ContainerReporter
+from .docker_events import DockerEvents
 from .docker_sync import ClusterNetwork, DockerSync, cluster_networks_in
 from .driver import Driver
 from .inspect_api import AgentStatus, Window, create_inspect_app, parse_listen, serve_tcp
@@ -287,7 +288,6 @@ def run(args: Any) -> None:
     docker_sync = DockerSync(
         docker.client,
         lambda: fresh_cluster_networks(store),
-        events=docker.new_client,
         driver=DriverName(args.plugin_name, args.managed, docker.plugins),
     )
     cluster_sync: ClusterSync | None = None
@@ -307,8 +307,10 @@ def run(args: Any) -> None:
         view.endpoints.values,
         lambda: list(docker.client().api.containers(all=True)),
         master.set_endpoint_container,
-        events=docker.new_client,
     )
+    docker_events = DockerEvents(docker.new_client)  # one stream, for both
+    docker_events.subscribe(docker_sync.on_event)
+    docker_events.subscribe(reporter.on_event)
 
     def resynced(result: dict[str, int]) -> None:
         status.resynced(result)
@@ -371,7 +373,7 @@ def run(args: Any) -> None:
         inspect = make_socket_server(args.api_socket, inspect_app, error_body=inspect_parse_error)
         api_servers.append(inspect)
         threading.Thread(target=inspect.serve_forever, name="inspect", daemon=True).start()
-    loops: list[Any] = [view, registration, cluster_sync, docker_sync, reporter]
+    loops: list[Any] = [view, registration, cluster_sync, docker_sync, reporter, docker_events]
     if args.audit_interval > 0:
 
         def audit() -> None:  # repair what was changed behind our back
