@@ -15,6 +15,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
+from typing import Self
 
 log = logging.getLogger("netplugin")
 
@@ -36,7 +37,8 @@ class Backoff:
 
 
 class Reconciler:
-    """One background loop around ``pass_fn`` (see the module's docstring).
+    """One background loop around ``pass_fn`` (see the module's docstring); each loop of
+    the agent is one, or a subclass that passes one of its methods.
 
     ``expected``: the errors a pass may meet in normal life (a store or dockerd away), logged
     without a traceback; any other is a bug, logged with one. ``passes`` and ``failures``
@@ -71,7 +73,7 @@ class Reconciler:
             self._poke.set()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self) -> Reconciler:
+    def start(self) -> Self:
         self._thread.start()
         return self
 

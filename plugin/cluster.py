@@ -47,7 +47,7 @@ def decode_profile(value: bytes) -> NetProfile:
     return decode_config(NetProfile, value)
 
 
-class PrefixMirror(Generic[R]):
+class PrefixMirror(Reconciler, Generic[R]):
     """The keys under one prefix, kept current in a thread; ``on_change`` after each change.
 
     Values are kept as ``decode`` reads them (a record of common.records; plain JSON by
@@ -69,12 +69,11 @@ class PrefixMirror(Generic[R]):
         self._data: dict[str, R] = {}
         self._lock = threading.Lock()
         self._watch: Any = None
-        self._backoff = Backoff()
-        self.loop = Reconciler(
+        super().__init__(
             f"cluster state {prefix}",
             self._read_and_follow,
             coalesce=0,
-            backoff=self._backoff,
+            backoff=Backoff(),
             expected=(StoreError,),
             on_stop=lambda: self._watch is not None and self._watch.cancel(),
             run_at_start=True,
@@ -85,13 +84,6 @@ class PrefixMirror(Generic[R]):
         self.revision = 0
         self.restarts = 0
         self.last_read: float | None = None  # time.time()
-
-    def start(self) -> PrefixMirror:
-        self.loop.start()
-        return self
-
-    def stop(self) -> None:
-        self.loop.stop()
 
     def values(self) -> dict[str, R]:
         """Key (without the prefix) -> decoded value."""
@@ -133,7 +125,7 @@ class PrefixMirror(Generic[R]):
                 log.info("cluster state %s: %d key(s)", self.prefix, len(rr.kvs))
             self.synced.set()
             self.on_change()
-            self._backoff.reset()
+            self.backoff.reset()
             self._watch = self.store.watch(self.prefix, rr.revision + 1)
             watching = True
             for ev in self._watch:
@@ -153,7 +145,7 @@ class PrefixMirror(Generic[R]):
         return 0.0
 
 
-class HostRegistration:
+class HostRegistration(Reconciler):
     """Keeps keys.host(name) alive under a lease, registering again if the lease is lost
     (an etcd outage longer than the TTL); revoking it on stop removes the host at once."""
 
@@ -163,7 +155,7 @@ class HostRegistration:
         self.ttl = ttl
         self.registered = threading.Event()
         self._lease: Lease | None = None
-        self.loop = Reconciler(
+        super().__init__(
             "host registration",
             self._register,
             coalesce=0,
@@ -171,12 +163,8 @@ class HostRegistration:
             run_at_start=True,
         )
 
-    def start(self) -> HostRegistration:
-        self.loop.start()
-        return self
-
     def stop(self) -> None:
-        self.loop.stop()
+        super().stop()
         lease = self._lease
         if lease is not None:
             try:
@@ -194,9 +182,9 @@ class HostRegistration:
             self.store.put(keys.vtep(self.info.host), value)
         log.info("host %s registered (lease %x, ttl %ds)", self.info.host, lease.id, self.ttl)
         self.registered.set()
-        while not self.loop.stopped and not lease.lost.wait(0.5):
+        while not self.stopped and not lease.lost.wait(0.5):
             pass
-        if not self.loop.stopped:
+        if not self.stopped:
             log.warning("host %s: registration lease lost; registering again", self.info.host)
             self.registered.clear()
         return 0.0

@@ -57,7 +57,7 @@ def local_endpoint(ep: Endpoint) -> LocalEndpoint:
     )
 
 
-class ClusterSync:
+class ClusterSync(Reconciler):
     """Brings the datapath to the cluster view: first resync (once every mirror has read its
     prefix, and only from a store netmaster uses: a wrong store would look like a cluster
     without endpoints, and unplug every container here), then peers, other hosts' endpoints,
@@ -79,17 +79,7 @@ class ClusterSync:
         self._last: Any = None
         self._unresolved: set[Unresolved | str] = set()  # logged already
         # Also every GONE_GRACE without a change: networks gone meanwhile.
-        self.loop = Reconciler("cluster sync", self._pass, interval=GONE_GRACE, run_at_start=True)
-
-    def start(self) -> ClusterSync:
-        self.loop.start()
-        return self
-
-    def poke(self) -> None:
-        self.loop.poke()
-
-    def stop(self) -> None:
-        self.loop.stop()
+        super().__init__("cluster sync", self._pass, interval=GONE_GRACE, run_at_start=True)
 
     def _pass(self) -> float | None:
         if not self.agent.ready:

@@ -56,7 +56,7 @@ def reports(
     return out
 
 
-class ContainerReporter:
+class ContainerReporter(Reconciler):
     """Keeps the master told of the containers of this host's endpoints."""
 
     def __init__(
@@ -73,21 +73,11 @@ class ContainerReporter:
         self._told: dict[str, EndpointContainer] = {}  # what we told the master last
         self._since: dict[str, float] = {}  # endpoint -> when it was first seen pending
         self._reset = False
-        self.loop = Reconciler(
+        super().__init__(
             "container reporter",
             lambda: RETRY if self.pass_once() else None,
             expected=(Exception,),  # dockerd away: its containers cannot be listed
         )
-
-    def start(self) -> ContainerReporter:
-        self.loop.start()
-        return self
-
-    def stop(self) -> None:
-        self.loop.stop()
-
-    def poke(self) -> None:
-        self.loop.poke()
 
     def on_event(self, event: Mapping[str, Any] | None) -> None:
         """One of dockerd's events (plugin.docker_events); None: its stream restarted."""
@@ -98,7 +88,7 @@ class ContainerReporter:
         """Try every pending endpoint again, those given up on too (a docker event: a
         container started or joined a network, or the stream came back)."""
         self._reset = True  # the reporting thread clears _since, as it reads it
-        self.loop.poke()
+        self.poke()
 
     def pending(self) -> dict[str, Endpoint]:
         """This host's endpoints that lack their container (and were not told already)."""

@@ -20,7 +20,7 @@ FILTERS = {"type": ["container", "network"], "event": ["start", "connect", "crea
 Subscriber = Callable[[Mapping[str, Any] | None], object]
 
 
-class DockerEvents:
+class DockerEvents(Reconciler):
     """Follows dockerd's event stream on a client of its own (a stream holds its connection)
     made by ``new_client``, again whenever it ends, telling every subscriber of each event."""
 
@@ -28,7 +28,7 @@ class DockerEvents:
         self.new_client = new_client
         self.subscribers: list[Subscriber] = []
         self._stream: Any = None
-        self.loop = Reconciler(
+        super().__init__(
             "dockerd's events",
             self._follow,
             coalesce=0,
@@ -40,13 +40,6 @@ class DockerEvents:
     def subscribe(self, subscriber: Subscriber) -> None:
         self.subscribers.append(subscriber)
 
-    def start(self) -> DockerEvents:
-        self.loop.start()
-        return self
-
-    def stop(self) -> None:
-        self.loop.stop()
-
     def _follow(self) -> float | None:
         """One pass: one stream, followed until it ends."""
         client = self.new_client()
@@ -54,7 +47,7 @@ class DockerEvents:
             self._stream = client.events(decode=True, filters=FILTERS)
             self._tell(None)
             for event in self._stream:
-                if self.loop.stopped:
+                if self.stopped:
                     break
                 self._tell(event)
         finally:

@@ -221,7 +221,7 @@ def created_network_of(event: Mapping[str, Any], driver: str = DRIVER) -> tuple[
     return str(actor["ID"]), str(attrs["name"])
 
 
-class DockerSync:
+class DockerSync(Reconciler):
     """Runs plan() against the local dockerd whenever poked, whenever dockerd destroys a
     network of our driver, and every ``interval``; tells ``created`` of every network of our
     driver dockerd creates, with its name (the driver's CreateNetwork never learns it).
@@ -249,19 +249,9 @@ class DockerSync:
         # announces it: while it answers `docker network create`, before its client can act.
         self.created = created
         self._blocked: set[tuple[Key, str]] = set()  # logged already
-        self.loop = Reconciler(
+        super().__init__(
             "docker network sync", self._pass, interval=interval, expected=(Exception,)
         )
-
-    def start(self) -> DockerSync:
-        self.loop.start()
-        return self
-
-    def poke(self) -> None:
-        self.loop.poke()
-
-    def stop(self) -> None:
-        self.loop.stop()
 
     def _pass(self) -> None:
         self.sync_once()
