@@ -352,9 +352,6 @@ def run(args: Any) -> None:
     server = make_socket_server(args.socket, app)
     # The operator's window (plugin.inspect_api): a unix socket, and TCP if asked (GETs).
     window = Window(agent, controller, view, args.host, args.vtep_ip, status)
-    metrics.watch_state(
-        lambda: counts(agent), lambda: [(m.prefix, m.restarts) for m in view.mirrors()]
-    )
     # The TCP listener first: an operator who sees the unix sockets may use it at once.
     api_servers = []
     if args.api_listen:
@@ -373,7 +370,8 @@ def run(args: Any) -> None:
         inspect = make_socket_server(args.api_socket, inspect_app, error_body=inspect_parse_error)
         api_servers.append(inspect)
         threading.Thread(target=inspect.serve_forever, name="inspect", daemon=True).start()
-    loops: list[Any] = [view, registration, cluster_sync, docker_sync, reporter, docker_events]
+    loops: list[Reconciler] = [*view.mirrors(), registration, cluster_sync, docker_sync]
+    loops += [reporter, docker_events]
     if args.audit_interval > 0:
 
         def audit() -> None:  # repair what was changed behind our back
@@ -381,6 +379,9 @@ def run(args: Any) -> None:
 
         every = args.audit_interval
         loops.append(Reconciler("audit", audit, interval=every, backoff=Backoff(every, every)))
+    metrics.watch_state(
+        lambda: counts(agent), lambda: [(m.prefix, m.restarts) for m in view.mirrors()], loops
+    )
     for loop in loops:
         loop.start()
 

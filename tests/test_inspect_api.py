@@ -233,12 +233,15 @@ def test_metrics_read_endpoints_and_peers_when_scraped(world: dict[str, Any]) ->
     from datapath.report import counts
 
     view, agent, metrics = world["view"], world["agent"], world["metrics"]
-    metrics.watch_state(lambda: counts(agent), lambda: [(m.prefix, 0) for m in view.mirrors()])
+    restarts = lambda: [(m.prefix, 0) for m in view.mirrors()]  # noqa: E731
+    metrics.watch_state(lambda: counts(agent), restarts, view.mirrors())
     r = world["client"].get("/metrics")
     assert r.status_code == 200 and r.content_type.startswith("text/plain")
     text = r.get_data(as_text=True)
     assert "netplugin_local_endpoints 1.0" in text and "netplugin_peers 1.0" in text
     assert f'netplugin_watch_restarts_total{{prefix="{keys.HOSTS}"}} 0.0' in text
+    # Each loop's counts (a mirror's pass lasts as long as its watch: none finished yet).
+    assert f'netplugin_loop_failures_total{{loop="cluster state {keys.HOSTS}"}} 0.0' in text
 
 
 @pytest.mark.parametrize(
