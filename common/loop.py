@@ -87,6 +87,11 @@ class Reconciler:
             with contextlib.suppress(Exception):
                 self.on_stop()
 
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the loop to end after stop() (a loop never started has)."""
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
     @property
     def stopped(self) -> bool:
         return self._stop.is_set()

@@ -23,7 +23,7 @@ def test_a_poke_runs_a_pass_and_stop_ends_the_thread() -> None:
     loop.poke()
     assert ran.wait(WAIT)
     loop.stop()
-    loop._thread.join(WAIT)
+    loop.join(WAIT)
     assert not loop._thread.is_alive() and loop.stopped
 
 
@@ -40,7 +40,7 @@ def test_a_failing_pass_is_retried_until_it_succeeds() -> None:
     loop = Reconciler("t", flaky, coalesce=0, backoff=Backoff(0, 0), run_at_start=True).start()
     assert done.wait(WAIT)
     loop.stop()
-    loop._thread.join(WAIT)
+    loop.join(WAIT)
     assert (loop.failures, loop.passes, loop.last_error) == (2, 1, "away")
 
 
@@ -72,5 +72,5 @@ def test_stop_cuts_a_blocking_pass_short_through_on_stop() -> None:
     loop.start()
     assert entered.wait(WAIT)
     loop.stop()
-    loop._thread.join(WAIT)
+    loop.join(WAIT)
     assert not loop._thread.is_alive() and loop.passes == 1
