@@ -206,16 +206,8 @@ class ClusterView:
         # Netprofiles (what a group's endpoints may send) and service LBs.
         self.netprofiles = PrefixMirror(store, keys.NETPROFILES, on_change, decode_profile)
         self.services = PrefixMirror(store, keys.SERVICES, on_change, ServiceRecord.decode)
-        self._mirrors: tuple[PrefixMirror[Any], ...] = (
-            self.hosts,
-            self.vteps,
-            self.networks,
-            self.endpoints,
-            self.globals,
-            self.groups,
-            self.rules,
-            self.netprofiles,
-            self.services,
+        self._mirrors: tuple[PrefixMirror[Any], ...] = tuple(
+            m for m in vars(self).values() if isinstance(m, PrefixMirror)
         )
 
     def start(self) -> ClusterView:

@@ -40,7 +40,7 @@ from .cni_api import parse_error as cni_parse_error
 from .cni_service import CniService
 from .containers import ContainerReporter
 from .docker_events import DockerEvents
-from .docker_sync import ClusterNetwork, DockerSync, cluster_networks_in
+from .docker_sync import DockerSync, cluster_networks_in
 from .driver import Driver
 from .inspect_api import AgentStatus, Window, create_inspect_app, parse_listen, serve_tcp
 from .inspect_api import parse_error as inspect_parse_error
@@ -184,11 +184,6 @@ class LocalDocker:
         return None if net is None else dict(net.attrs.get("Options") or {})
 
 
-def fresh_cluster_networks(store: Store) -> list[ClusterNetwork]:
-    """Every cluster network and endpoint group, read now (not from a mirror that may lag)."""
-    return cluster_networks_in(store)
-
-
 def _clear_stale_socket(path: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if os.path.exists(path):
@@ -287,20 +282,11 @@ def run(args: Any) -> None:
     docker = LocalDocker(args.docker_host)
     docker_sync = DockerSync(
         docker.client,
-        lambda: fresh_cluster_networks(store),
+        lambda: cluster_networks_in(store),  # read now: a mirror may lag
         driver=DriverName(args.plugin_name, args.managed, docker.plugins),
     )
-    cluster_sync: ClusterSync | None = None
-    reporter: ContainerReporter | None = None
-
-    def changed() -> None:
-        if cluster_sync is not None:
-            cluster_sync.poke()
-        if reporter is not None:
-            reporter.poke()
-        docker_sync.poke()
-
-    view = ClusterView(store, changed)
+    woken: list[Reconciler] = []  # the loops a change of the cluster view wakes
+    view = ClusterView(store, lambda: [loop.poke() for loop in woken])
     # The containers of this host's endpoints (their labels are what services select).
     reporter = ContainerReporter(
         args.host,
@@ -323,6 +309,7 @@ def run(args: Any) -> None:
         on_resync=resynced,
         store_flags=f"--data-dir {args.data_dir}, --etcd-endpoints {args.etcd_endpoints!r}",
     )
+    woken += [cluster_sync, reporter, docker_sync]
     registration = HostRegistration(
         store,
         HostRecord(
