@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from common import keys
-from common.loop import Backoff, Reconciler
+from common.loop import Reconciler
 from common.models import Endpoint, GlobalSettings, NetProfile, Rule
 from common.records import (
     GroupRecord,
@@ -58,7 +58,7 @@ class PrefixMirror(Reconciler, Generic[R]):
         self,
         store: Store,
         prefix: str,
-        on_change: Callable[[], None],
+        on_change: Callable[[], object],
         decoder: Callable[[bytes], R] = decode,
     ) -> None:
         self.store = store
@@ -73,7 +73,6 @@ class PrefixMirror(Reconciler, Generic[R]):
             f"cluster state {prefix}",
             self._read_and_follow,
             coalesce=0,
-            backoff=Backoff(),
             expected=(StoreError,),
             on_stop=lambda: self._watch is not None and self._watch.cancel(),
             run_at_start=True,
@@ -193,7 +192,7 @@ class HostRegistration(Reconciler):
 class ClusterView:
     """The mirrors one agent needs, with a single change callback."""
 
-    def __init__(self, store: Store, on_change: Callable[[], None]) -> None:
+    def __init__(self, store: Store, on_change: Callable[[], object]) -> None:
         self.store = store
         self.hosts = PrefixMirror(store, keys.HOSTS, on_change, HostRecord.decode)
         self.vteps = PrefixMirror(store, keys.VTEPS, on_change, HostRecord.decode)

@@ -30,7 +30,8 @@ from datapath.effects import Netns
 from datapath.netns import NetnsRoute
 from datapath.veth import veth_names
 
-from .attach import Datapath, attach, detach
+from . import attach
+from .attach import Datapath, detach
 from .cni_routes import Route, absent_routes, plan_routes, requested_routes, taken, via
 from .options import mac_for
 
@@ -39,16 +40,12 @@ log = logging.getLogger(__name__)
 PodLabels = Callable[[str, str], Mapping[str, str]]  # (namespace, name) -> labels
 
 
-class Master(Protocol):
+class Master(attach.Master, Protocol):
     def get_network(self, tenant: str, name: str) -> Network: ...
 
     def get_group(self, tenant: str, name: str) -> Any: ...
 
-    def create_endpoint(self, request: EndpointRequest) -> Endpoint: ...
-
     def get_endpoint(self, endpoint_id: str) -> Endpoint: ...
-
-    def delete_endpoint(self, endpoint_id: str) -> Endpoint: ...
 
 
 @dataclass(frozen=True)
@@ -190,7 +187,7 @@ class CniService:
         )
         failed = f"container {req.container_id[:12]}: {req.ifname}"
         try:
-            ep, ifname = attach(self.master, self.datapath, request, net, self.mtu)
+            ep, ifname = attach.attach(self.master, self.datapath, request, net, self.mtu)
         except Exception as e:  # attach undid itself; an interface of an earlier ADD may be left
             self._remove_ours(eid, req)
             if isinstance(e, MasterError):
