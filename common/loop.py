@@ -42,7 +42,7 @@ class Reconciler:
 
     ``expected``: the errors a pass may meet in normal life (a store or dockerd away), logged
     without a traceback; any other is a bug, logged with one. ``passes`` and ``failures``
-    count, and ``last_error`` tells, for the metrics and the operator.
+    count, for the metrics.
     """
 
     def __init__(
@@ -66,7 +66,6 @@ class Reconciler:
         self.on_stop = on_stop
         self.passes = 0
         self.failures = 0
-        self.last_error = ""
         self._poke = threading.Event()
         self._stop = threading.Event()
         if run_at_start:
@@ -96,10 +95,6 @@ class Reconciler:
     def stopped(self) -> bool:
         return self._stop.is_set()
 
-    def sleep(self, seconds: float) -> bool:
-        """Wait inside a pass, cut short by stop(); True once stopped."""
-        return self._stop.wait(seconds)
-
     def _run(self) -> None:
         wait = self.interval
         failing = False
@@ -115,14 +110,13 @@ class Reconciler:
                 if self._stop.is_set():
                     return  # cut short by stop(): not a failure
                 self.failures += 1
-                self.last_error = str(e) or type(e).__name__
                 delay = self.backoff.next()
                 level = logging.DEBUG if failing else logging.WARNING
                 log.log(
                     level,
                     "%s: %s; retrying in %.1fs",
                     self.name,
-                    self.last_error,
+                    str(e) or type(e).__name__,
                     delay,
                     exc_info=not failing and not isinstance(e, self.expected),
                 )
