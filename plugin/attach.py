@@ -3,9 +3,10 @@
 
 Attach: the port is made while the master books the endpoint (both mostly wait on a socket;
 the MAC is final already), its flows once the master has confirmed the addresses. A failure
-undoes exactly what was done, the port first, then the booking: no address, OVS port, veth
-or store key is left. A master's refusal changed nothing, so frees nothing; a master that
-did not answer may have booked, so the endpoint is freed all the same.
+undoes exactly what was done, the port first (a plug that failed removed its own), then the
+booking: no address, OVS port, veth or store key is left. A master's refusal changed
+nothing, so frees nothing; a master that did not answer may have booked, so the endpoint is
+freed all the same.
 """
 
 from __future__ import annotations
@@ -93,9 +94,9 @@ def attach(
     try:
         ep = master.create_endpoint(request)
     except BaseException as e:
-        plugging.exception()  # the port is made (or failed) before it is removed
+        plugged = plugging.exception() is None  # made (or failed) before it is removed
         refused = isinstance(e, MasterError) and e.status < 500
-        _undo(master, datapath, eid, free=not refused)
+        _undo(master, datapath, eid, unplug=plugged, free=not refused)
         raise
     try:
         plugging.result()
@@ -110,7 +111,7 @@ def attach(
         )
     except Exception as failure:
         log.exception("endpoint %s: datapath port failed; undoing it", eid[:12])
-        _undo(master, datapath, eid, free=True)
+        _undo(master, datapath, eid, unplug=plugging.exception() is None, free=True)
         raise DatapathFailure(str(failure)) from failure
     return ep, ifname
 
@@ -128,16 +129,17 @@ def detach(master: Master, datapath: Datapath, endpoint_id: str) -> None:
     unplugging.result()
 
 
-def _undo(master: Master, datapath: Datapath, endpoint_id: str, free: bool) -> None:
-    """A failed attach's rollback: logs what it cannot undo, so the caller's error stands."""
+def _undo(master: Master, datapath: Datapath, endpoint_id: str, unplug: bool, free: bool) -> None:
+    """A failed attach's rollback (a plug that failed removed what it made itself): logs what
+    it cannot undo, so the caller's error stands."""
     try:
-        datapath.delete_endpoint_port(endpoint_id)
+        if unplug:
+            datapath.delete_endpoint_port(endpoint_id)
     except Exception:
         log.exception("endpoint %s: removing its port failed", endpoint_id[:12])
-    if not free:
-        return
     try:
-        master.delete_endpoint(endpoint_id)
+        if free:
+            master.delete_endpoint(endpoint_id)
     except MasterError as e:
         if e.status != 404:
             log.error("endpoint %s: could not free it on the master: %s", endpoint_id[:12], e)

@@ -69,3 +69,15 @@ def test_a_datapath_failure_after_booking_frees_the_booking() -> None:
     with pytest.raises(DatapathFailure, match="add-port failed"):
         attach(master, dp, REQ, NET, 1450)
     assert dp.ports == {} and master.booked == {} and master.freed == [REQ.endpointID]
+
+
+class FlowsRefused(FakeDatapath):
+    def create_endpoint_port(self, *args: Any, **kwargs: Any) -> str:
+        raise RuntimeError("the switch refused its flows")
+
+
+def test_a_port_plugged_before_its_flows_failed_is_removed() -> None:
+    master, dp = Master(), FlowsRefused()
+    with pytest.raises(DatapathFailure, match="refused its flows"):
+        attach(master, dp, REQ, NET, 1450)
+    assert dp.ports == {} and master.booked == {}
