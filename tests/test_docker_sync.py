@@ -377,3 +377,20 @@ def test_a_managed_plugin_compares_and_creates_under_its_full_name() -> None:
     assert args["driver"] == args["ipam"]["Driver"] == name
     assert destroyed_network_of(destroy_event("web", name), name) == "web"
     assert destroyed_network_of(destroy_event("web"), name) is None
+
+
+def test_the_event_stream_is_followed_again_when_it_ends() -> None:
+    """dockerd restarting ends the stream: it is followed again, and each user hears that
+    events may have been missed (None) each time."""
+    events = FakeEvents()
+    events.queue.put(None)  # the first stream ends at once
+    client = SimpleNamespace(events=events.events, close=lambda: None)
+    seen: queue.Queue[object] = queue.Queue()
+    stream = DockerEvents(lambda: client)
+    stream.subscribe(seen.put)
+    stream.start()
+    try:
+        assert [seen.get(timeout=5) for _ in range(2)] == [None, None]
+        assert len(events.filters) == 2
+    finally:
+        stream.stop()
