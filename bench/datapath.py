@@ -174,7 +174,7 @@ def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -
     - incremental_ms: the flow model's apply(): the touched units and their delta;
     - full_reconcile_ms: the controller reads all flows from the (fake) switch, diffs, sends;
     - delta_send_ms: the controller sends the delta's flow-mods and a barrier;
-    - agent_create_ms: DatapathAgent.create_endpoint_port with the fakes, plus the
+    - agent_create_ms: HostDatapath.create_endpoint_port with the fakes, plus the
       controller's turn that sends its delta;
     - flows_changed: the delta's flow-mods; switch_reads: flow-stats reads of the
       incremental path (the full one reads every flow each time).
@@ -185,7 +185,7 @@ def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -
     from fakes_datapath import FakeIptables, FakeLinks, FakeOvs  # type: ignore[import-not-found]
     from fakeswitch import FakeSwitch  # type: ignore[import-not-found]
 
-    from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
+    from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
     from datapath.ofapp import FlowController
 
     out: dict[int, Any] = {}
@@ -233,8 +233,8 @@ def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -
         agent_ctl = FlowController()
         agent_switch = FakeSwitch(agent_ctl)
         agent_ctl._on_connect(agent_switch)
-        agent = DatapathAgent(
-            AgentConfig(datapath_type="system"),
+        agent = HostDatapath(
+            HostConfig(datapath_type="system"),
             FakeOvs(),
             _SendsWhenWaited(agent_ctl),
             FakeIptables(),

@@ -19,6 +19,7 @@ import requests
 
 from .credentials import bearer
 from .http import short_reason, tls_reason
+from .loop import Backoff
 
 API = "/api/v1"
 # With a leader callable, calls are retried this long: beyond a leader failover (the
@@ -202,9 +203,10 @@ class MasterTransport:
         if self.deadline is not None:
             return self._call_until(time.monotonic() + self.deadline, method, path, body, params)
         last: MasterError | None = None
+        delays = Backoff(self.backoff, float("inf"))
         for attempt in range(self.retries):
             if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+                time.sleep(delays.next())
             try:
                 resp = self._send(self.base_url, method, path, body, params, self.timeout)
             except MasterError as e:
@@ -225,7 +227,7 @@ class MasterTransport:
         body: Any,
         params: dict[str, str] | None,
     ) -> Any:
-        delay = self.backoff or 0.05
+        delays = Backoff(self.backoff or 0.05, MAX_BACKOFF)
         failures = 0  # other 5xx answers: a bug, not a failover; keep the attempt limit
         while True:
             base = self.current_url()
@@ -249,8 +251,7 @@ class MasterTransport:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise last
-            time.sleep(min(delay, remaining))
-            delay = min(delay * 2, MAX_BACKOFF)
+            time.sleep(min(delays.next(), remaining))
 
     def _send(
         self,

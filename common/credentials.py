@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+AGENT_TOKEN_ENV = "NETPLUGIN_AUTH_TOKEN"  # netplugin's token itself, when no --auth-token-file
+
 
 class CredentialError(ValueError):
     """A token file that cannot be used."""

@@ -1,6 +1,6 @@
 """What the datapath agent does to the world, as small interfaces.
 
-DatapathAgent decides; these act. The real implementations are thin and tested against the
+HostDatapath decides; these act. The real implementations are thin and tested against the
 real thing in integration/: NetlinkLinks (datapath.veth), Ovs (datapath.ovs), Iptables
 (datapath.hostnat) and FlowController (datapath.ofapp). Unit tests hand the agent fakes.
 """

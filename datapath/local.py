@@ -69,7 +69,7 @@ def tunnel_port_name(remote_ip: str) -> str:
 
 
 @dataclass
-class AgentConfig:
+class HostConfig:
     bridge: str = "netplugin"
     controller: str = "tcp:127.0.0.1:6653"
     datapath_type: str | None = None  # None: system if the kernel module exists, else netdev

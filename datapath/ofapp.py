@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
 
+from common.loop import Reconciler
 from datapath.flows import Flow, FlowDiff, diff, replaced
 from datapath.ofcodec import flow_mod, from_ofp_flow, to_ofp_instructions, to_ofp_match
 from datapath.ofstate import Job, ReconcileStats, SwitchBook
@@ -89,8 +90,6 @@ class FlowController:
         self.on_reconcile: Callable[[ReconcileStats], None] | None = None
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
         self._book = SwitchBook()
         self._datapath: Any = None
         self._connection = 0
@@ -98,7 +97,9 @@ class FlowController:
         self._last: ReconcileStats | None = None
         self._last_error: str | None = None
         self._reconcile_count = 0
-        self._worker: threading.Thread | None = None
+        # Reconciles when poked (a new desired state, a connection), and retry_interval
+        # after a failure; started by start().
+        self._worker = Reconciler("flow reconcile", self._run_once, coalesce=0)
 
     # -- public API
 
@@ -110,7 +111,6 @@ class FlowController:
                 raise RuntimeError("os-ken state is process-wide: one FlowController per process")
             self._check_port_free()
             _started = True
-        self._worker = threading.Thread(target=self._work, name="ofapp-reconcile", daemon=True)
         self._worker.start()
         start_os_ken(self, self.listen_host, self.listen_port)
         log.info("OpenFlow controller listening on %s:%d", self.listen_host, self.listen_port)
@@ -136,7 +136,7 @@ class FlowController:
         """
         with self._lock:
             generation = self._book.set_desired(flows)
-        self._wake.set()
+        self._worker.poke()
         return generation
 
     def apply(self, delta: FlowDiff) -> int:
@@ -147,7 +147,7 @@ class FlowController:
             before = self._book.generation
             generation = self._book.apply(delta)
         if generation != before:
-            self._wake.set()
+            self._worker.poke()
         return generation
 
     def resync(self) -> int:
@@ -155,7 +155,7 @@ class FlowController:
         reconcile), e.g. when something else may have touched them; the generation."""
         with self._lock:
             generation = self._book.resync()
-        self._wake.set()
+        self._worker.poke()
         return generation
 
     def wait_connected(self, timeout: float) -> bool:
@@ -233,16 +233,14 @@ class FlowController:
         os-ken's accept loop cannot be stopped and its threads are not daemons, so the
         process should end with os._exit() after this.
         """
-        self._stopping.set()
-        self._wake.set()
+        self._worker.stop()
         with self._lock:
             dp, self._datapath = self._datapath, None
             self._fail_pending()
         if dp is not None:
             dp.close()
         stop_os_ken()
-        if self._worker is not None:
-            self._worker.join(self.reply_timeout)
+        self._worker.join(self.reply_timeout)
 
     # -- called by the os-ken app (its event thread)
 
@@ -259,7 +257,7 @@ class FlowController:
             self._connection += 1
             self._changed.notify_all()
         log.info("switch %016x connected from %s", datapath.id, datapath.address)
-        self._wake.set()
+        self._worker.poke()
         self._notify()
         if self.on_connect is not None:
             threading.Thread(
@@ -306,16 +304,9 @@ class FlowController:
 
     # -- the reconcile worker
 
-    def _work(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            if self._stopping.is_set():
-                return
-            self._run_once()
-
-    def _run_once(self) -> None:
-        """Take the next job and do it: a full reconcile or a delta's flow-mods."""
+    def _run_once(self) -> float | None:
+        """Take the next job and do it: a full reconcile or a delta's flow-mods; when to
+        try again after a failure."""
         with self._lock:
             dp, connection = self._datapath, self._connection
             # Before the first set_desired nobody has said what the flows should be (e.g. a
@@ -323,7 +314,7 @@ class FlowController:
             # running containers' flows; secure fail-mode keeps them until it is known.
             job = self._book.next_job(connection) if dp is not None else None
         if job is None:
-            return
+            return None
         try:
             if job.full is not None:
                 stats = self._reconcile(dp, connection, job.full, job.generation)
@@ -332,7 +323,7 @@ class FlowController:
         except Disconnected:
             with self._lock:
                 self._book.forget()
-            return  # the next connection triggers a fresh reconcile
+            return None  # the next connection triggers a fresh reconcile
         except Exception as e:
             if not isinstance(e, ReconcileError):
                 log.exception("reconcile crashed")
@@ -341,8 +332,7 @@ class FlowController:
                 self._book.forget()
                 self._last_error = str(e)
                 self._changed.notify_all()
-            self._retry_later()
-            return
+            return self.retry_interval
         with self._changed:
             # After an error reply the switch may hold anything: the retry reads it back.
             self._book.done(job, connection, clean=not stats.errors)
@@ -352,18 +342,13 @@ class FlowController:
             self._changed.notify_all()
         if stats.errors:
             log.error("switch refused %d flow(s): %s", len(stats.errors), stats.errors[:5])
-            self._retry_later()
         if self.on_reconcile is not None:
             try:
                 self.on_reconcile(stats)
             except Exception:
                 log.exception("on_reconcile callback failed")
         self._notify()
-
-    def _retry_later(self) -> None:
-        timer = threading.Timer(self.retry_interval, self._wake.set)
-        timer.daemon = True
-        timer.start()
+        return self.retry_interval if stats.errors else None
 
     def _reconcile(
         self, dp: Any, connection: int, desired: frozenset[Flow], generation: int

@@ -17,7 +17,7 @@ from .local import LocalEndpoint, LocalNetwork
 from .tables import PIPELINE
 
 if TYPE_CHECKING:
-    from .agent import DatapathAgent
+    from .host import HostDatapath
 
 DEFAULT_CAP = 20  # flows listed per kind of difference
 
@@ -37,7 +37,7 @@ class LocalSnapshot:
     uplink_ofport: int | None
 
 
-def snapshot(agent: DatapathAgent) -> LocalSnapshot:
+def snapshot(agent: HostDatapath) -> LocalSnapshot:
     """A copy of the agent's local state, taken under its lock (as its writers hold it)."""
     with agent._lock:
         s = agent._state
@@ -54,7 +54,7 @@ def snapshot(agent: DatapathAgent) -> LocalSnapshot:
         )
 
 
-def counts(agent: DatapathAgent) -> tuple[int, int]:
+def counts(agent: HostDatapath) -> tuple[int, int]:
     """(local endpoints, tunnels) without the lock: for a metrics scrape, which must never
     wait behind a Docker call (each len() is atomic; the pair may be a moment apart)."""
     s = agent._state

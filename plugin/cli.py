@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import socket
 
+from common.credentials import AGENT_TOKEN_ENV
 from common.flags import LOG_LEVELS, EnvArgumentParser, setup_logging
 
 DEFAULT_SOCKET = "/run/docker/plugins/netplugin.sock"
 DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
-TOKEN_ENV = "NETPLUGIN_AUTH_TOKEN"  # the token itself, when no --auth-token-file
 
 
 def parser() -> EnvArgumentParser:
@@ -25,7 +25,7 @@ def parser() -> EnvArgumentParser:
     p.add_argument(
         "--auth-token-file",
         default="",
-        help=f"file holding this agent's bearer token (role agent); else ${TOKEN_ENV}",
+        help=f"file holding this agent's bearer token (role agent); else ${AGENT_TOKEN_ENV}",
     )
     p.add_argument("--etcd-endpoints", default="", help="comma-separated etcd URLs (multi-host)")
     p.add_argument("--host", default=socket.gethostname(), help="this host's label in the cluster")

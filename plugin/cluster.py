@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from common import keys
+from common.loop import Reconciler
 from common.models import Endpoint, GlobalSettings, NetProfile, Rule
 from common.records import (
     GroupRecord,
@@ -46,7 +47,7 @@ def decode_profile(value: bytes) -> NetProfile:
     return decode_config(NetProfile, value)
 
 
-class PrefixMirror(Generic[R]):
+class PrefixMirror(Reconciler, Generic[R]):
     """The keys under one prefix, kept current in a thread; ``on_change`` after each change.
 
     Values are kept as ``decode`` reads them (a record of common.records; plain JSON by
@@ -57,7 +58,7 @@ class PrefixMirror(Generic[R]):
         self,
         store: Store,
         prefix: str,
-        on_change: Callable[[], None],
+        on_change: Callable[[], object],
         decoder: Callable[[bytes], R] = decode,
     ) -> None:
         self.store = store
@@ -67,24 +68,21 @@ class PrefixMirror(Generic[R]):
         self.synced = threading.Event()
         self._data: dict[str, R] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._watch: Any = None
-        self._thread = threading.Thread(target=self._run, name=f"mirror:{prefix}", daemon=True)
+        super().__init__(
+            f"cluster state {prefix}",
+            self._read_and_follow,
+            coalesce=0,
+            expected=(StoreError,),
+            on_stop=lambda: self._watch is not None and self._watch.cancel(),
+            run_at_start=True,
+        )
         # For the operator (plugin.inspect_api) and the metrics: the store revision the
         # mirror holds everything up to, how often its watch had to read the prefix again
         # (compacted history, the store unreachable) and when it last read it whole.
         self.revision = 0
         self.restarts = 0
         self.last_read: float | None = None  # time.time()
-
-    def start(self) -> PrefixMirror:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._watch is not None:
-            self._watch.cancel()
 
     def values(self) -> dict[str, R]:
         """Key (without the prefix) -> decoded value."""
@@ -111,51 +109,42 @@ class PrefixMirror(Generic[R]):
         else:
             data[name] = value
 
-    def _run(self) -> None:
-        delay = 0.5
-        while not self._stop.is_set():
-            watching = False  # a watch that ends in an error is a restart; a first read's is not
-            try:
-                rr = self.store.range(self.prefix)
-                data: dict[str, R] = {}
-                for kv in rr.kvs:
-                    self._put(data, kv)
+    def _read_and_follow(self) -> float | None:
+        """One pass: read the prefix whole, then follow its watch until that ends."""
+        watching = False  # a watch that ends in an error is a restart; a first read's is not
+        try:
+            rr = self.store.range(self.prefix)
+            data: dict[str, R] = {}
+            for kv in rr.kvs:
+                self._put(data, kv)
+            with self._lock:
+                self._data = data
+            self.revision, self.last_read = rr.revision, time.time()
+            if not self.synced.is_set():
+                log.info("cluster state %s: %d key(s)", self.prefix, len(rr.kvs))
+            self.synced.set()
+            self.on_change()
+            self.backoff.reset()
+            self._watch = self.store.watch(self.prefix, rr.revision + 1)
+            watching = True
+            for ev in self._watch:
                 with self._lock:
-                    self._data = data
-                self.revision, self.last_read = rr.revision, time.time()
-                if not self.synced.is_set():
-                    log.info("cluster state %s: %d key(s)", self.prefix, len(rr.kvs))
-                self.synced.set()
+                    if ev.type == "put":
+                        self._put(self._data, ev.kv)
+                    else:
+                        self._data.pop(ev.kv.key[len(self.prefix) :], None)
+                    self.revision = max(self.revision, ev.kv.mod_revision)
                 self.on_change()
-                delay = 0.5
-                self._watch = self.store.watch(self.prefix, rr.revision + 1)
-                watching = True
-                for ev in self._watch:
-                    with self._lock:
-                        if ev.type == "put":
-                            self._put(self._data, ev.kv)
-                        else:
-                            self._data.pop(ev.kv.key[len(self.prefix) :], None)
-                        self.revision = max(self.revision, ev.kv.mod_revision)
-                    self.on_change()
-            except Compacted as e:
-                self.restarts += watching
-                log.info("cluster state %s: %s; reading it again", self.prefix, e)
-            except StoreError as e:
-                self.restarts += watching
-                log.warning(
-                    "cluster state %s unreachable (%s); retrying in %.1fs", self.prefix, e, delay
-                )
-                self._stop.wait(delay)
-                delay = min(delay * 2, 10.0)
-            except Exception:
-                self.restarts += watching
-                log.exception("cluster state %s: watch failed; retrying", self.prefix)
-                self._stop.wait(delay)
-                delay = min(delay * 2, 10.0)
+        except Compacted as e:
+            self.restarts += watching
+            log.info("cluster state %s: %s; reading it again", self.prefix, e)
+        except Exception:
+            self.restarts += watching
+            raise
+        return 0.0
 
 
-class HostRegistration:
+class HostRegistration(Reconciler):
     """Keeps keys.host(name) alive under a lease, registering again if the lease is lost
     (an etcd outage longer than the TTL); revoking it on stop removes the host at once."""
 
@@ -165,15 +154,16 @@ class HostRegistration:
         self.ttl = ttl
         self.registered = threading.Event()
         self._lease: Lease | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="host-registration", daemon=True)
-
-    def start(self) -> HostRegistration:
-        self._thread.start()
-        return self
+        super().__init__(
+            "host registration",
+            self._register,
+            coalesce=0,
+            expected=(StoreError,),
+            run_at_start=True,
+        )
 
     def stop(self) -> None:
-        self._stop.set()
+        super().stop()
         lease = self._lease
         if lease is not None:
             try:
@@ -181,40 +171,28 @@ class HostRegistration:
             except StoreError as e:
                 log.warning("host %s: could not revoke its lease: %s", self.info.host, e)
 
-    def _run(self) -> None:
+    def _register(self) -> float | None:
+        """One pass: register under a new lease, and hold it until it is lost or we stop."""
+        lease = self.store.lease_grant(self.ttl, keepalive=True)
+        self._lease = lease
         value = self.info.encode()
-        delay = 0.5
-        while not self._stop.is_set():
-            try:
-                lease = self.store.lease_grant(self.ttl, keepalive=True)
-                self._lease = lease
-                self.store.put(keys.host(self.info.host), value, lease=lease.id)
-                if self.info.vtep_ip:  # kept after the lease: see keys.vtep
-                    self.store.put(keys.vtep(self.info.host), value)
-                log.info(
-                    "host %s registered (lease %x, ttl %ds)", self.info.host, lease.id, self.ttl
-                )
-                self.registered.set()
-                delay = 0.5
-                while not self._stop.is_set() and not lease.lost.wait(0.5):
-                    pass
-                if not self._stop.is_set():
-                    log.warning(
-                        "host %s: registration lease lost; registering again", self.info.host
-                    )
-                    self.registered.clear()
-            except StoreError as e:
-                log.warning(
-                    "host %s: cannot register (%s); retrying in %.1fs", self.info.host, e, delay
-                )
-                self._stop.wait(delay)
-                delay = min(delay * 2, 10.0)
+        self.store.put(keys.host(self.info.host), value, lease=lease.id)
+        if self.info.vtep_ip:  # kept after the lease: see keys.vtep
+            self.store.put(keys.vtep(self.info.host), value)
+        log.info("host %s registered (lease %x, ttl %ds)", self.info.host, lease.id, self.ttl)
+        self.registered.set()
+        while not self.stopped and not lease.lost.wait(0.5):
+            pass
+        if not self.stopped:
+            log.warning("host %s: registration lease lost; registering again", self.info.host)
+            self.registered.clear()
+        return 0.0
 
 
 class ClusterView:
     """The mirrors one agent needs, with a single change callback."""
 
-    def __init__(self, store: Store, on_change: Callable[[], None]) -> None:
+    def __init__(self, store: Store, on_change: Callable[[], object]) -> None:
         self.store = store
         self.hosts = PrefixMirror(store, keys.HOSTS, on_change, HostRecord.decode)
         self.vteps = PrefixMirror(store, keys.VTEPS, on_change, HostRecord.decode)
@@ -227,16 +205,8 @@ class ClusterView:
         # Netprofiles (what a group's endpoints may send) and service LBs.
         self.netprofiles = PrefixMirror(store, keys.NETPROFILES, on_change, decode_profile)
         self.services = PrefixMirror(store, keys.SERVICES, on_change, ServiceRecord.decode)
-        self._mirrors: tuple[PrefixMirror[Any], ...] = (
-            self.hosts,
-            self.vteps,
-            self.networks,
-            self.endpoints,
-            self.globals,
-            self.groups,
-            self.rules,
-            self.netprofiles,
-            self.services,
+        self._mirrors: tuple[PrefixMirror[Any], ...] = tuple(
+            m for m in vars(self).values() if isinstance(m, PrefixMirror)
         )
 
     def start(self) -> ClusterView:

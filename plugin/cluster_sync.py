@@ -4,14 +4,13 @@ and the other hosts, their endpoints and the groups' policies (whenever they cha
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from common.loop import Reconciler
 from common.models import Endpoint
 from common.records import NetworkRecord
-from datapath.agent import DatapathAgent, LocalEndpoint, LocalNetwork
+from datapath.host import HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.pipeline import RemoteEndpointState
 from datapath.policy import GroupState
 from datapath.services import ServiceState
@@ -58,51 +57,61 @@ def local_endpoint(ep: Endpoint) -> LocalEndpoint:
     )
 
 
-class ClusterSync:
-    """Applies the cluster view to the datapath (peers, other hosts' endpoints, ARP mode,
-    group policies and netprofiles, service LBs) whenever it changes, once the agent has
-    resynced."""
+class ClusterSync(Reconciler):
+    """Brings the datapath to the cluster view: first resync (once every mirror has read its
+    prefix, and only from a store netmaster uses: a wrong store would look like a cluster
+    without endpoints, and unplug every container here), then peers, other hosts' endpoints,
+    ARP mode, group policies and netprofiles and service LBs whenever the view changes."""
 
-    def __init__(self, view: ClusterView, agent: DatapathAgent, host: str) -> None:
+    def __init__(
+        self,
+        view: ClusterView,
+        agent: HostDatapath,
+        host: str,
+        on_resync: Callable[[dict[str, int]], object] = lambda _: None,
+        store_flags: str = "",
+    ) -> None:
         self.view = view
         self.agent = agent
         self.host = host
-        self._poke = threading.Event()
+        self.on_resync = on_resync
+        self.store_flags = store_flags  # how the operator named the store, for the log
         self._last: Any = None
         self._unresolved: set[Unresolved | str] = set()  # logged already
-        self._thread = threading.Thread(target=self._run, name="cluster-sync", daemon=True)
+        # Also every GONE_GRACE without a change: networks gone meanwhile.
+        super().__init__("cluster sync", self._pass, interval=GONE_GRACE, run_at_start=True)
 
-    def start(self) -> ClusterSync:
-        self._thread.start()
-        return self
+    def _pass(self) -> float | None:
+        if not self.agent.ready:
+            return self._resync()
+        current, unresolved = cluster_state(self.view, self.host, self.view.endpoints.values())
+        # Every endpoint change anywhere comes here: what is left out is logged once.
+        log_unresolved(set(unresolved) - self._unresolved)
+        self._unresolved = set(unresolved)
+        if current != self._last:
+            self.agent.set_cluster(*current)
+            self._last = current
+        live = {rec.id for rec in self.view.networks.values().values()}
+        if self.agent.drop_networks_gone(live, GONE_GRACE):
+            self._last = None  # what it told the datapath changed under it
+        return None
 
-    def poke(self) -> None:
-        self._poke.set()
-
-    def _run(self) -> None:
-        while True:
-            self._poke.wait(GONE_GRACE)  # also now and then: networks gone meanwhile
-            self._poke.clear()
-            time.sleep(0.05)  # coalesce a burst of events into one pass
-            if not self.agent.ready:
-                continue  # resync applies the first view itself
-            try:
-                current, unresolved = cluster_state(
-                    self.view, self.host, self.view.endpoints.values()
-                )
-                # Every endpoint change anywhere comes here: what is left out is logged once.
-                log_unresolved(set(unresolved) - self._unresolved)
-                self._unresolved = set(unresolved)
-                if current != self._last:
-                    self.agent.set_cluster(*current)
-                    self._last = current
-                live = {rec.id for rec in self.view.networks.values().values()}
-                if self.agent.drop_networks_gone(live, GONE_GRACE):
-                    self._last = None  # what it told the datapath changed under it
-            except Exception:
-                log.exception("applying the cluster state to the datapath failed; retrying")
-                time.sleep(1.0)
-                self._poke.set()
+    def _resync(self) -> float | None:
+        """Until the agent has read the cluster state it changes nothing on the switch."""
+        if not self.view.wait_synced(10):  # the store may be unreachable: the mirrors retry
+            log.warning("still waiting to read the cluster state; the datapath is unchanged")
+            return 0.0
+        if not self.view.globals.values():
+            log.error(
+                "the cluster store has no netmaster state: is it the one netmaster uses "
+                "(%s)? The datapath is unchanged",
+                self.store_flags,
+            )
+            return 5.0
+        result = resync(self.agent, self.view, self.host)
+        log.info("resynced with the cluster: %s", result)
+        self.on_resync(result)
+        return 0.0  # the view as it is now, at once
 
 
 def log_unresolved(unresolved: Iterable[Unresolved | str]) -> None:
@@ -139,7 +148,7 @@ def cluster_state(
     return state, [*unresolved, *skipped]
 
 
-def resync(agent: DatapathAgent, view: ClusterView, host: str) -> dict[str, int]:
+def resync(agent: HostDatapath, view: ClusterView, host: str) -> dict[str, int]:
     """After a (re)start: this host's endpoints and the cluster, reconciled with the switch."""
     nets = {rec.id: local_network(rec) for rec in view.networks.values().values()}
     endpoints = view.endpoints.values()

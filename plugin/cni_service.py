@@ -25,11 +25,13 @@ from typing import Any, Protocol
 
 from common import cni
 from common.client import MasterError
-from common.models import Endpoint, EndpointRequest, Network, group_id
+from common.models import Endpoint, EndpointRequest, Network
 from datapath.effects import Netns
 from datapath.netns import NetnsRoute
 from datapath.veth import veth_names
 
+from . import attach
+from .attach import Datapath, detach
 from .cni_routes import Route, absent_routes, plan_routes, requested_routes, taken, via
 from .options import mac_for
 
@@ -38,37 +40,12 @@ log = logging.getLogger(__name__)
 PodLabels = Callable[[str, str], Mapping[str, str]]  # (namespace, name) -> labels
 
 
-class Datapath(Protocol):
-    """What the CNI service needs of the host's datapath (plugin.daemon.AgentDatapath)."""
-
-    def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str: ...
-
-    def create_endpoint_port(
-        self,
-        endpoint_id: str,
-        network: Network,
-        mac: str,
-        ipv4: str,
-        ipv6: str,
-        mtu: int,
-        group: str = "",
-    ) -> str: ...
-
-    def delete_endpoint_port(self, endpoint_id: str) -> None: ...
-
-    def has_endpoint(self, endpoint_id: str) -> bool: ...
-
-
-class Master(Protocol):
+class Master(attach.Master, Protocol):
     def get_network(self, tenant: str, name: str) -> Network: ...
 
     def get_group(self, tenant: str, name: str) -> Any: ...
 
-    def create_endpoint(self, request: EndpointRequest) -> Endpoint: ...
-
     def get_endpoint(self, endpoint_id: str) -> Endpoint: ...
-
-    def delete_endpoint(self, endpoint_id: str) -> Endpoint: ...
 
 
 @dataclass(frozen=True)
@@ -208,23 +185,22 @@ class CniService:
             containerName=t.pod[1] if t.pod else req.container_id[:12],
             labels=dict(t.labels),  # written with the endpoint: services select the pod
         )
+        failed = f"container {req.container_id[:12]}: {req.ifname}"
         try:
-            self.datapath.plug(eid, net, mac, self.mtu)
-            ep = self._call(lambda: self.master.create_endpoint(request), f"endpoint {eid}")
-            ifname = self.datapath.create_endpoint_port(
-                eid, net, mac, ep.ipAddress, ep.ipv6Address, self.mtu, group_id(t.tenant, t.group)
-            )
-            a = attachment(req, net, ep, routes)
+            ep, ifname = attach.attach(self.master, self.datapath, request, net, self.mtu)
+        except Exception as e:  # attach undid itself; an interface of an earlier ADD may be left
+            self._remove_ours(eid, req)
+            if isinstance(e, MasterError):
+                raise _refusal(e, f"endpoint {eid}") from None
+            raise cni.CniError(cni.DATAPATH_FAILURE, f"{failed}: {e}") from e
+        a = attachment(req, net, ep, routes)
+        try:
             self.netns.move_into(
                 ifname, req.netns, req.ifname, [cidr for cidr, _ in a.addresses], a.routes
             )
         except Exception as e:
             self._undo(eid, req)
-            if isinstance(e, cni.CniError):
-                raise
-            raise cni.CniError(
-                cni.DATAPATH_FAILURE, f"container {req.container_id[:12]}: {req.ifname}: {e}"
-            ) from e
+            raise cni.CniError(cni.DATAPATH_FAILURE, f"{failed}: {e}") from e
         log.info(
             "CNI: container %s %s on %s: %s%s",
             req.container_id[:12],
@@ -325,11 +301,7 @@ class CniService:
         try:
             return fn()
         except MasterError as e:
-            if e.status == 404:
-                raise cni.CniError(cni.UNKNOWN_NETWORK, f"{what}: not found", e.message) from None
-            if e.status >= 500:
-                raise cni.CniError(cni.TRY_AGAIN_LATER, f"{what}: {e.message}") from None
-            raise cni.CniError(cni.INVALID_CONFIG, f"{what}: {e.message}") from None
+            raise _refusal(e, what) from None
 
     def _existing(self, eid: str) -> Endpoint | None:
         try:
@@ -351,14 +323,14 @@ class CniService:
     def _undo(self, eid: str, req: cni.Request) -> None:
         """Remove the attachment, whatever of it exists (each step is idempotent)."""
         try:
-            self.datapath.delete_endpoint_port(eid)
+            detach(self.master, self.datapath, eid)
+        except MasterError as e:
+            raise cni.CniError(cni.TRY_AGAIN_LATER, f"endpoint {eid}: {e.message}") from None
         except Exception:
             log.exception("CNI: endpoint %s: removing its port failed", eid[:12])
-        try:
-            self.master.delete_endpoint(eid)
-        except MasterError as e:
-            if e.status != 404:
-                raise cni.CniError(cni.TRY_AGAIN_LATER, f"endpoint {eid}: {e.message}") from None
+        self._remove_ours(eid, req)
+
+    def _remove_ours(self, eid: str, req: cni.Request) -> None:
         if req.netns:
             try:
                 # Only ours (by its MAC): the name may be another plugin's interface.
@@ -367,3 +339,12 @@ class CniService:
                     self.netns.remove(req.netns, req.ifname)
             except OSError as e:
                 log.warning("CNI: %s in %s: %s", req.ifname, req.netns, e)
+
+
+def _refusal(e: MasterError, what: str) -> cni.CniError:
+    """The master's error about ``what``, as CNI's."""
+    if e.status == 404:
+        return cni.CniError(cni.UNKNOWN_NETWORK, f"{what}: not found", e.message)
+    if e.status >= 500:
+        return cni.CniError(cni.TRY_AGAIN_LATER, f"{what}: {e.message}")
+    return cni.CniError(cni.INVALID_CONFIG, f"{what}: {e.message}")

@@ -14,17 +14,18 @@ what did not take.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from common.loop import Reconciler
 from common.models import Endpoint, EndpointContainer
 
 log = logging.getLogger(__name__)
 
 RETRY = 0.5  # seconds between tries while an endpoint's container is not listed yet
 GIVE_UP = 60.0  # an endpoint pending this long waits for dockerd's next event to be tried
+WAKING = {("container", "start"), ("network", "connect")}  # dockerd's events that retry all
 
 
 def reports(
@@ -55,7 +56,7 @@ def reports(
     return out
 
 
-class ContainerReporter:
+class ContainerReporter(Reconciler):
     """Keeps the master told of the containers of this host's endpoints."""
 
     def __init__(
@@ -64,37 +65,30 @@ class ContainerReporter:
         endpoints: Callable[[], Mapping[str, Endpoint]],
         containers: Callable[[], list[dict[str, Any]]],
         report: Callable[[str, EndpointContainer], object],
-        events: Callable[[], Any] | None = None,
     ) -> None:
         self.host = host
         self.endpoints = endpoints  # the cluster's endpoints (the agent's mirror)
         self.containers = containers  # dockerd's GET /containers/json?all=1
         self.report = report  # the master's PUT alloc/endpoints/ID/container
-        self.events = events  # a new docker client, for its event stream
-        self._poke = threading.Event()
-        self._stop = threading.Event()
         self._told: dict[str, EndpointContainer] = {}  # what we told the master last
         self._since: dict[str, float] = {}  # endpoint -> when it was first seen pending
         self._reset = False
+        super().__init__(
+            "container reporter",
+            lambda: RETRY if self.pass_once() else None,
+            expected=(Exception,),  # dockerd away: its containers cannot be listed
+        )
 
-    def start(self) -> ContainerReporter:
-        threading.Thread(target=self._run, name="container-reporter", daemon=True).start()
-        if self.events is not None:
-            threading.Thread(target=self._follow, name="container-events", daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._poke.set()
-
-    def poke(self) -> None:
-        self._poke.set()
+    def on_event(self, event: Mapping[str, Any] | None) -> None:
+        """One of dockerd's events (plugin.docker_events); None: its stream restarted."""
+        if event is None or (event.get("Type"), event.get("Action")) in WAKING:
+            self.retry_all()
 
     def retry_all(self) -> None:
         """Try every pending endpoint again, those given up on too (a docker event: a
         container started or joined a network, or the stream came back)."""
         self._reset = True  # the reporting thread clears _since, as it reads it
-        self._poke.set()
+        self.poke()
 
     def pending(self) -> dict[str, Endpoint]:
         """This host's endpoints that lack their container (and were not told already)."""
@@ -137,35 +131,3 @@ class ContainerReporter:
             except Exception as e:
                 log.warning("endpoint %s: cannot record its container: %s", eid[:12], e)
         return len([e for e in pending if e not in self._told])
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._poke.wait()
-            self._poke.clear()
-            time.sleep(0.05)  # coalesce a burst of events
-            try:
-                left = self.pass_once()
-            except Exception as e:
-                log.warning("cannot list dockerd's containers: %s", e)
-                left = 1
-            if left:
-                threading.Timer(RETRY, self._poke.set).start()
-        self._since.clear()
-
-    def _follow(self) -> None:
-        assert self.events is not None
-        delay = 0.5
-        while not self._stop.is_set():
-            try:
-                stream = self.events().events(
-                    decode=True,
-                    filters={"type": ["container", "network"], "event": ["start", "connect"]},
-                )
-                delay = 0.5
-                for _ in stream:
-                    self.retry_all()
-            except Exception as e:
-                log.debug("dockerd's events: %s; following them again", e)
-            self.retry_all()  # what happened while the stream was down
-            self._stop.wait(delay)
-            delay = min(delay * 2, 10.0)

@@ -9,16 +9,16 @@ import os
 import signal
 import socket
 import threading
-import time
 from typing import Any
 
 from common import keys
-from common.credentials import CredentialError, client_cert, client_token
+from common.credentials import AGENT_TOKEN_ENV, CredentialError, client_cert, client_token
 from common.etcd_tls import EtcdTls
 from common.flags import split_endpoints
+from common.loop import Backoff, Reconciler
 from common.models import Network
 from common.records import HostRecord
-from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
+from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.hostnat import Iptables, PortMapping
 from datapath.hostports import HostPorts
 from datapath.netns import NetlinkNetns
@@ -33,14 +33,14 @@ from store.startup import open_store_at_start
 
 from . import kube
 from .app import create_app
-from .cli import TOKEN_ENV
 from .cluster import ClusterView, HostRegistration
-from .cluster_sync import ClusterSync, local_network, resync
+from .cluster_sync import ClusterSync, local_network
 from .cni_api import create_cni_app
 from .cni_api import parse_error as cni_parse_error
 from .cni_service import CniService
 from .containers import ContainerReporter
-from .docker_sync import ClusterNetwork, DockerSync, cluster_networks_in
+from .docker_events import DockerEvents
+from .docker_sync import DockerSync, cluster_networks_in
 from .driver import Driver
 from .inspect_api import AgentStatus, Window, create_inspect_app, parse_listen, serve_tcp
 from .inspect_api import parse_error as inspect_parse_error
@@ -60,9 +60,9 @@ def _mirrored_network(view: ClusterView, tenant: str, name: str) -> Network | No
 
 
 class AgentDatapath:
-    """The driver's Datapath, backed by the host's DatapathAgent; networks arrive on demand."""
+    """The driver's Datapath, backed by this host's HostDatapath; networks arrive on demand."""
 
-    def __init__(self, agent: DatapathAgent, master: MasterClient) -> None:
+    def __init__(self, agent: HostDatapath, master: MasterClient) -> None:
         self.agent = agent
         self.master = master
 
@@ -184,11 +184,6 @@ class LocalDocker:
         return None if net is None else dict(net.attrs.get("Options") or {})
 
 
-def fresh_cluster_networks(store: Store) -> list[ClusterNetwork]:
-    """Every cluster network and endpoint group, read now (not from a mirror that may lag)."""
-    return cluster_networks_in(store)
-
-
 def _clear_stale_socket(path: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     if os.path.exists(path):
@@ -230,21 +225,10 @@ def open_cluster_store(args: Any) -> Store:
         raise SystemExit(f"netplugin: {e}") from None
 
 
-def audit_forever(
-    agent: DatapathAgent, interval: float, stop: threading.Event, metrics: AgentMetrics
-) -> None:
-    """Every ``interval`` seconds, repair what was changed behind our back (agent.audit)."""
-    while not stop.wait(interval):
-        try:
-            metrics.audit_started(agent.audit())
-        except Exception:
-            log.exception("audit of the datapath failed; trying again in %gs", interval)
-
-
 def run(args: Any) -> None:
     """Start everything; serve until SIGINT/SIGTERM, then exit (os-ken threads need os._exit)."""
     try:
-        token = client_token(args.auth_token_file, os.environ.get(TOKEN_ENV, ""))
+        token = client_token(args.auth_token_file, os.environ.get(AGENT_TOKEN_ENV, ""))
     except CredentialError as e:
         raise SystemExit(f"netplugin: --auth-token-file: {e}") from None
     try:
@@ -280,7 +264,7 @@ def run(args: Any) -> None:
     ovs = Ovs(args.ovsdb)
     datapath_type = detect_datapath_type()
     underlay = _underlay(args, ovs, datapath_type)
-    config = AgentConfig(
+    config = HostConfig(
         bridge=args.bridge,
         controller=f"tcp:127.0.0.1:{args.of_port}",
         datapath_type=datapath_type,
@@ -291,37 +275,41 @@ def run(args: Any) -> None:
         tunnels=underlay is not None,
     )
     links, ports = NetlinkLinks(args.proc_sys), HostPorts(args.proc_sys)
-    agent = DatapathAgent(config, ovs, controller, Iptables(), links, ports)
+    agent = HostDatapath(config, ovs, controller, Iptables(), links, ports)
     controller.on_connect = agent.switch_connected
     agent.start()
 
     docker = LocalDocker(args.docker_host)
     docker_sync = DockerSync(
         docker.client,
-        lambda: fresh_cluster_networks(store),
-        events=docker.new_client,
+        lambda: cluster_networks_in(store),  # read now: a mirror may lag
         driver=DriverName(args.plugin_name, args.managed, docker.plugins),
     )
-    cluster_sync: ClusterSync | None = None
-    reporter: ContainerReporter | None = None
-
-    def changed() -> None:
-        if cluster_sync is not None:
-            cluster_sync.poke()
-        if reporter is not None:
-            reporter.poke()
-        docker_sync.poke()
-
-    view = ClusterView(store, changed)
+    woken: list[Reconciler] = []  # the loops a change of the cluster view wakes
+    view = ClusterView(store, lambda: [loop.poke() for loop in woken])
     # The containers of this host's endpoints (their labels are what services select).
     reporter = ContainerReporter(
         args.host,
         view.endpoints.values,
         lambda: list(docker.client().api.containers(all=True)),
         master.set_endpoint_container,
-        events=docker.new_client,
     )
-    cluster_sync = ClusterSync(view, agent, args.host)
+    docker_events = DockerEvents(docker.new_client)  # one stream, for both
+    docker_events.subscribe(docker_sync.on_event)
+    docker_events.subscribe(reporter.on_event)
+
+    def resynced(result: dict[str, int]) -> None:
+        status.resynced(result)
+        docker_sync.poke()
+
+    cluster_sync = ClusterSync(
+        view,
+        agent,
+        args.host,
+        on_resync=resynced,
+        store_flags=f"--data-dir {args.data_dir}, --etcd-endpoints {args.etcd_endpoints!r}",
+    )
+    woken += [cluster_sync, reporter, docker_sync]
     registration = HostRegistration(
         store,
         HostRecord(
@@ -351,9 +339,6 @@ def run(args: Any) -> None:
     server = make_socket_server(args.socket, app)
     # The operator's window (plugin.inspect_api): a unix socket, and TCP if asked (GETs).
     window = Window(agent, controller, view, args.host, args.vtep_ip, status)
-    metrics.watch_state(
-        lambda: counts(agent), lambda: [(m.prefix, m.restarts) for m in view.mirrors()]
-    )
     # The TCP listener first: an operator who sees the unix sockets may use it at once.
     api_servers = []
     if args.api_listen:
@@ -372,48 +357,20 @@ def run(args: Any) -> None:
         inspect = make_socket_server(args.api_socket, inspect_app, error_body=inspect_parse_error)
         api_servers.append(inspect)
         threading.Thread(target=inspect.serve_forever, name="inspect", daemon=True).start()
-    view.start()
-    registration.start()
-    cluster_sync.start()
-    docker_sync.start()
-    reporter.start()
-
-    def resync_forever() -> None:
-        # The store may be unreachable at first: the mirrors retry until they have read it.
-        while not view.wait_synced(10):
-            log.warning("still waiting to read the cluster state; the datapath is unchanged")
-        # A store netmaster never used (a wrong --data-dir or --etcd-endpoints) would look
-        # like a cluster without endpoints, and resync would unplug every container here.
-        while not view.globals.values():
-            log.error(
-                "the cluster store has no netmaster state: is it the one netmaster uses "
-                "(--data-dir %s, --etcd-endpoints %r)? The datapath is unchanged",
-                args.data_dir,
-                args.etcd_endpoints,
-            )
-            time.sleep(5)
-        delay = 0.5
-        while True:
-            try:
-                result = resync(agent, view, args.host)
-                status.resynced(result)
-                log.info("resynced with the cluster: %s", result)
-                cluster_sync.poke()
-                docker_sync.poke()
-                return
-            except Exception:
-                log.exception("resync failed; retrying")
-            time.sleep(delay)
-            delay = min(delay * 2, 10)
-
-    threading.Thread(target=resync_forever, name="resync", daemon=True).start()
-    stopping = threading.Event()
+    loops: list[Reconciler] = [*view.mirrors(), registration, cluster_sync, docker_sync]
+    loops += [reporter, docker_events]
     if args.audit_interval > 0:
-        threading.Thread(
-            target=audit_forever,
-            args=(agent, args.audit_interval, stopping, metrics),
-            daemon=True,
-        ).start()
+
+        def audit() -> None:  # repair what was changed behind our back
+            metrics.audit_started(agent.audit())
+
+        every = args.audit_interval
+        loops.append(Reconciler("audit", audit, interval=every, backoff=Backoff(every, every)))
+    metrics.watch_state(
+        lambda: counts(agent), lambda: [(m.prefix, m.restarts) for m in view.mirrors()], loops
+    )
+    for loop in loops:
+        loop.start()
 
     def shutdown(signum: int, _frame: Any) -> None:
         log.info("netplugin stopping (signal %d); the datapath keeps forwarding", signum)
@@ -441,11 +398,8 @@ def run(args: Any) -> None:
         for path in filter(None, (args.socket, args.api_socket, args.cni_socket)):
             with contextlib.suppress(OSError):
                 os.unlink(path)
-        stopping.set()
-        docker_sync.stop()
-        reporter.stop()
-        registration.stop()
-        view.stop()
+        for loop in reversed(loops):
+            loop.stop()
         controller.stop()
         ovs.close()
         store.close()

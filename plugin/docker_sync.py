@@ -12,14 +12,13 @@ and a name already taken in docker is never taken over.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from common import keys
+from common.loop import Reconciler
 from common.models import EndpointGroup, docker_name
 from common.records import NetworkRecord, decode_config
 from store import Store
@@ -222,10 +221,11 @@ def created_network_of(event: Mapping[str, Any], driver: str = DRIVER) -> tuple[
     return str(actor["ID"]), str(attrs["name"])
 
 
-class DockerSync:
+class DockerSync(Reconciler):
     """Runs plan() against the local dockerd whenever poked, whenever dockerd destroys a
     network of our driver, and every ``interval``; tells ``created`` of every network of our
     driver dockerd creates, with its name (the driver's CreateNetwork never learns it).
+    dockerd's events come to on_event (plugin.docker_events).
 
     Docker removes its own copy of a network even when our DeleteNetwork refuses (libnetwork
     honours only a built-in driver's "forbidden" error), so a `docker network rm` the cluster
@@ -238,101 +238,37 @@ class DockerSync:
         client: Callable[[], Any],
         cluster: Callable[[], list[ClusterNetwork] | None],
         interval: float = 30.0,
-        events: Callable[[], Any] | None = None,
         driver: Callable[[], str] = lambda: DRIVER,
         created: Callable[[str, str], None] | None = None,
     ) -> None:
         self.client = client  # a docker.DockerClient, made on first use
         self.cluster = cluster  # None while the cluster state is not known yet
-        self.interval = interval
-        # A client for dockerd's event stream (its own: a stream holds its connection).
-        self.events = events
         # Our driver name (plugin.plugin_name.DriverName): may raise until dockerd answers.
         self.driver = driver
         # (network ID, docker name) of each network of our driver docker creates, as dockerd
         # announces it: while it answers `docker network create`, before its client can act.
         self.created = created
-        self._poke = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="docker-sync", daemon=True)
-        self._follower = threading.Thread(
-            target=self._follow_events, name="docker-events", daemon=True
-        )
-        self._stream: Any = None
         self._blocked: set[tuple[Key, str]] = set()  # logged already
+        super().__init__(
+            "docker network sync", self._pass, interval=interval, expected=(Exception,)
+        )
 
-    def start(self) -> DockerSync:
-        self._thread.start()
-        if self.events is not None:
-            self._follower.start()
-        return self
+    def _pass(self) -> None:
+        self.sync_once()
 
-    def poke(self) -> None:
-        self._poke.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._poke.set()
-        stream = self._stream
-        if stream is not None:
-            with contextlib.suppress(Exception):
-                stream.close()
-
-    def _follow_events(self) -> None:
-        assert self.events is not None
-        failing = False
-        while not self._stop.is_set():
-            client = None
-            try:
-                client = self.events()
-                stream = client.events(
-                    decode=True, filters={"type": "network", "event": ["create", "destroy"]}
-                )
-                self._stream = stream
-                if failing:
-                    log.info("following dockerd's network events again")
-                failing = False
-                self.poke()  # whatever happened while we were not following
-                for event in stream:
-                    if self._stop.is_set():
-                        return
-                    made = created_network_of(event, self.driver())
-                    if made is not None and self.created is not None:
-                        self.created(*made)
-                    name = destroyed_network_of(event, self.driver())
-                    if name is not None:
-                        log.info("docker network %s was removed here; checking the cluster", name)
-                        self.poke()
-            except Exception as e:
-                if self._stop.is_set():
-                    return
-                if not failing:
-                    log.warning("cannot follow dockerd's network events (%s); retrying", e)
-                failing = True
-            finally:
-                if client is not None:  # each attempt's own client: not left open
-                    with contextlib.suppress(Exception):
-                        client.close()
-            self._stop.wait(2.0)
-
-    def _run(self) -> None:
-        failing = False
-        while not self._stop.is_set():
-            self._poke.wait(self.interval)
-            self._poke.clear()
-            if self._stop.is_set():
-                return
-            try:
-                self.sync_once()
-                if failing:
-                    log.info("docker networks in sync with the cluster again")
-                failing = False
-            except Exception as e:
-                if not failing:
-                    log.warning("cannot sync docker networks with the cluster (%s); retrying", e)
-                failing = True
-                self._stop.wait(2.0)
-                self._poke.set()
+    def on_event(self, event: Mapping[str, Any] | None) -> None:
+        """One of dockerd's events (None: its stream restarted, events may have been missed)."""
+        if event is None:
+            self.poke()
+            return
+        driver = self.driver()
+        made = created_network_of(event, driver)
+        if made is not None and self.created is not None:
+            self.created(*made)
+        name = destroyed_network_of(event, driver)
+        if name is not None:
+            log.info("docker network %s was removed here; checking the cluster", name)
+            self.poke()
 
     def sync_once(self) -> tuple[list[str], list[str]]:
         """One pass; returns the docker names created and removed."""

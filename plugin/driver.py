@@ -7,13 +7,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
-from common.models import NAME_RE, EndpointRequest, Network, group_id
+from common.models import NAME_RE, EndpointRequest, Network
 
 from . import schemas as s
+from .attach import Datapath, DatapathFailure, attach, detach
 from .ipam_driver import IpamDriver
 from .master_client import MasterClient, MasterError
 from .options import (
@@ -22,7 +22,6 @@ from .options import (
     PORTMAP,
     DriverError,
     NetworkRef,
-    PortBinding,
     mac_for,
     option_ref,
     port_bindings,
@@ -34,50 +33,6 @@ from .options import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class Datapath(Protocol):
-    def create_endpoint_port(
-        self,
-        endpoint_id: str,
-        network: Network,
-        mac: str,
-        ipv4: str,
-        ipv6: str,
-        mtu: int,
-        group: str = "",
-    ) -> str:
-        """Create (or find) the endpoint's port; returns the host-side container ifname.
-        ``group`` is TENANT:GROUP of its endpoint group ("" outside one)."""
-        ...
-
-    def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str:
-        """The endpoint's port without its flows, made while the master books it (flows
-        follow in create_endpoint_port); the container-side ifname."""
-        ...
-
-    def delete_endpoint_port(self, endpoint_id: str) -> None: ...
-
-    def remove_network(self, network_id: str) -> None:
-        """Drop the network's host-side state (gateway port, NAT); network_id is TENANT:NAME."""
-        ...
-
-    def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]: ...
-
-    def publish(self, endpoint_id: str, mappings: list[PortBinding]) -> list[PortBinding]:
-        """Make exactly these published ports lead to the endpoint (empty: none), choosing
-        the host port where a binding leaves it open (0, or a range); the bindings made.
-        A port that is taken is refused (DriverError naming it), and nothing changes."""
-        ...
-
-    def published_ports(self, endpoint_id: str) -> list[PortBinding]:
-        """The endpoint's published ports, with the host ports they got."""
-        ...
-
-
-# Ports made (and removed) while the master books (or frees) their endpoint, shared by
-# every Driver of the process.
-_PLUGGING = ThreadPoolExecutor(max_workers=8, thread_name_prefix="plug")
 
 
 @dataclass(frozen=True)
@@ -350,39 +305,14 @@ class Driver(IpamDriver):
             },
             f"endpoint {req.EndpointID}",
         )
-        # The MAC is final already (Docker's address or the endpoint ID): the port is made
-        # while the master books the endpoint (both mostly wait on a socket), its flows once
-        # the master has confirmed the addresses.
-        plugging = _PLUGGING.submit(self.datapath.plug, req.EndpointID, net, mac, self.mtu)
         try:
-            ep = self.master.create_endpoint(request)
-        except BaseException:
-            if plugging.exception() is None:
-                self.datapath.delete_endpoint_port(req.EndpointID)
-            raise
-        ipv4, ipv6 = ep.ipAddress or ipv4, ep.ipv6Address or ipv6
-        try:
-            plugging.result()
-            ifname = self.datapath.create_endpoint_port(
-                req.EndpointID,
-                net,
-                mac,
-                ipv4,
-                ipv6,
-                self.mtu,
-                group=group_id(ref.tenant, ref.group),
-            )
-        except Exception as failure:
-            log.exception("endpoint %s: datapath port failed; freeing it on the master", ep)
-            try:
-                self.master.delete_endpoint(req.EndpointID)
-            except MasterError as e:
-                if e.status != 404:
-                    log.error("endpoint %s: could not free it on the master: %s", ep, e)
+            ep, ifname = attach(self.master, self.datapath, request, net, self.mtu)
+        except DatapathFailure as failure:
             # The host failed, not the request: a 500 that names the datapath's own words.
             raise DriverError(
                 f"endpoint {req.EndpointID}: the datapath could not plug it: {failure}", 500
             ) from failure
+        ipv4, ipv6 = ep.ipAddress or ipv4, ep.ipv6Address or ipv6
         self._endpoints[req.EndpointID] = PluggedEndpoint(req.NetworkID, ifname, ipv4, ipv6, net)
         # Docker fails and rolls back if we set a field it already set: reply with empty ones only.
         reply: dict[str, str] = {}
@@ -399,16 +329,7 @@ class Driver(IpamDriver):
         return {"Value": {**oper, **portmap_value(self.datapath.published_ports(req.EndpointID))}}
 
     def delete_endpoint(self, req: s.DeleteEndpoint) -> dict[str, Any]:
-        # The port and the master's record go at once (each is idempotent: if either fails,
-        # Docker's retry finishes the other).
-        unplugging = _PLUGGING.submit(self.datapath.delete_endpoint_port, req.EndpointID)
-        try:
-            self.master.delete_endpoint(req.EndpointID)
-        except MasterError as e:
-            if e.status != 404:
-                unplugging.exception()  # the port is gone (or failed) before we answer
-                raise
-        unplugging.result()
+        detach(self.master, self.datapath, req.EndpointID)
         self._endpoints.pop(req.EndpointID, None)
         return {}
 

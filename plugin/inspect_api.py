@@ -29,7 +29,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import ThreadedWSGIServer, make_server
 
-from datapath.agent import DatapathAgent
+from datapath.host import HostDatapath
 from datapath.ofapp import FlowController
 from datapath.ofwire import ReconcileError
 from datapath.report import DEFAULT_CAP, flow_report, snapshot
@@ -76,7 +76,7 @@ class AgentStatus:
 class Window:
     """Where the answers come from: the agent's parts."""
 
-    agent: DatapathAgent
+    agent: HostDatapath
     controller: FlowController
     view: ClusterView
     host: str

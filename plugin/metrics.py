@@ -22,6 +22,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from common.loop import Reconciler
 from datapath.ofstate import ReconcileStats
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST  # what generate_latest writes
@@ -36,6 +37,7 @@ class _StateCollector(Collector):
     def __init__(self) -> None:
         self.counts: Callable[[], tuple[int, int]] | None = None  # (endpoints, peers)
         self.restarts: Callable[[], Iterable[tuple[str, int]]] | None = None  # (prefix, n)
+        self.loops: Iterable[Reconciler] = ()
 
     def collect(self) -> Iterator[Metric]:
         if self.counts is not None:
@@ -56,6 +58,16 @@ class _StateCollector(Collector):
             for prefix, n in self.restarts():
                 family.add_metric([prefix], n)
             yield family
+        passes = CounterMetricFamily(
+            "netplugin_loop_passes", "Passes a background loop finished", labels=["loop"]
+        )
+        failures = CounterMetricFamily(
+            "netplugin_loop_failures", "Passes of a background loop that failed", labels=["loop"]
+        )
+        for loop in self.loops:
+            passes.add_metric([loop.name], loop.passes)
+            failures.add_metric([loop.name], loop.failures)
+        yield from (passes, failures) if self.loops else ()
 
 
 class AgentMetrics:
@@ -144,10 +156,13 @@ class AgentMetrics:
         self,
         counts: Callable[[], tuple[int, int]],
         restarts: Callable[[], Iterable[tuple[str, int]]],
+        loops: Iterable[Reconciler] = (),
     ) -> None:
-        """Read (local endpoints, peers) and each mirror's watch restarts when scraped."""
+        """Read (local endpoints, peers), each mirror's watch restarts and each loop's passes
+        and failures when scraped."""
         self._state.counts = counts
         self._state.restarts = restarts
+        self._state.loops = loops
 
     def exposition(self) -> bytes:
         """The metrics in Prometheus' text format."""

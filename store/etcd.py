@@ -21,6 +21,7 @@ from typing import Any
 
 import requests
 
+from common.loop import Backoff
 from store.base import (
     KV,
     BatchResult,
@@ -55,8 +56,6 @@ from store.etcd_gateway import (
 )
 
 log = logging.getLogger(__name__)
-
-_BACKOFF_START, _BACKOFF_MAX = 0.05, 1.0
 
 
 class EtcdStore(Store):
@@ -271,7 +270,7 @@ class _EtcdWatch(Watch):
     def _run(self) -> None:
         endpoints = self._gateway.endpoints
         idx = self._gateway.current
-        backoff = _BACKOFF_START
+        backoff = Backoff(0.05, 1.0)  # between reconnects, from the first after a stream worked
         failures = 0
         while not self._cancelled.is_set():
             self._accepted = False
@@ -285,7 +284,8 @@ class _EtcdWatch(Watch):
             if self._cancelled.is_set():
                 return
             if self._accepted:  # the stream worked: this is a new outage, back off afresh
-                backoff, failures = _BACKOFF_START, 0
+                failures = 0
+                backoff.reset()
             failures += 1
             # One warning per outage; the rest (idle read timeouts included) is routine.
             level = logging.WARNING if failures == 5 else logging.DEBUG
@@ -298,9 +298,8 @@ class _EtcdWatch(Watch):
                 self._next,
             )
             idx = (idx + 1) % len(endpoints)
-            if self._cancelled.wait(backoff):
+            if self._cancelled.wait(backoff.next()):
                 return
-            backoff = min(backoff * 2, _BACKOFF_MAX)
 
     def _stream(self, idx: int) -> None:
         """Run one watch stream on endpoint ``idx`` until it ends or breaks."""

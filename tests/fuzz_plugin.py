@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from real_master import RealMaster, real_master
 
 from common.jsonbody import BodyError, decode_body
-from datapath.agent import AgentConfig, DatapathAgent
+from datapath.host import HostConfig, HostDatapath
 from plugin.app import create_app
 from plugin.daemon import AgentDatapath
 from plugin.driver import Driver
@@ -238,8 +238,8 @@ def plugin_stack(directory: Path) -> Iterator[Stack]:
     with real_master(directory) as m:
         client = MasterClient(m.url, backoff=0, session=m.session())
         ovs, ctl, ipt, links = FakeOvs(), FakeController(), FakeIptables(), FakeLinks()
-        agent = DatapathAgent(
-            AgentConfig(datapath_type="netdev"), ovs, ctl, ipt, links, FakeHostPorts()
+        agent = HostDatapath(
+            HostConfig(datapath_type="netdev"), ovs, ctl, ipt, links, FakeHostPorts()
         )
         agent.ready_timeout = 0.1
         agent.start()

@@ -1,4 +1,4 @@
-"""DatapathAgent decisions, with fakes for its effects: OVSDB, OpenFlow, iptables, links."""
+"""HostDatapath decisions, with fakes for its effects: OVSDB, OpenFlow, iptables, links."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from fakeoftable import walk
 from fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
-from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
+from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.hostnat import DNAT_CHAIN, PortMapping, dnat_rules
 from datapath.offloads import keeps_offloads
 from datapath.ovs import PortInfo, detect_datapath_type
@@ -21,8 +21,8 @@ from datapath.veth import veth_names
 @pytest.fixture
 def world() -> dict[str, Any]:
     ovs, ctl, ipt, links = FakeOvs(), FakeController(), FakeIptables(), FakeLinks()
-    config = AgentConfig(datapath_type="netdev", tunnels=True)
-    agent = DatapathAgent(config, ovs, ctl, ipt, links, FakeHostPorts())
+    config = HostConfig(datapath_type="netdev", tunnels=True)
+    agent = HostDatapath(config, ovs, ctl, ipt, links, FakeHostPorts())
     agent.ready_timeout = 0.1
     return {
         "agent": agent,
@@ -294,11 +294,11 @@ def test_no_vtep_means_no_tunnels(world: dict[str, Any]) -> None:
 
 
 def test_mtu_from_the_uplink_and_the_encapsulation() -> None:
-    cfg = AgentConfig(uplink_mtu=1500, vlan_mtu=9000, tunnels=True)
+    cfg = HostConfig(uplink_mtu=1500, vlan_mtu=9000, tunnels=True)
     assert (cfg.mtu_for("vxlan"), cfg.mtu_for("vlan")) == (1450, 9000)
-    assert AgentConfig(uplink_mtu=1460, tunnels=True).mtu_for("vxlan") == 1410  # a cloud
-    assert AgentConfig(uplink_mtu=1500).mtu_for("vxlan") == 1500  # one host: no overlay
-    assert AgentConfig(mtu=1400, tunnels=True).mtu_for("vxlan") == 1400  # configured
+    assert HostConfig(uplink_mtu=1460, tunnels=True).mtu_for("vxlan") == 1410  # a cloud
+    assert HostConfig(uplink_mtu=1500).mtu_for("vxlan") == 1500  # one host: no overlay
+    assert HostConfig(mtu=1400, tunnels=True).mtu_for("vxlan") == 1400  # configured
 
 
 def test_a_vlan_and_a_vxlan_network_may_share_a_tag() -> None:

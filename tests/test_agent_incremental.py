@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
-from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
+from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.pipeline import RemoteEndpointState, compile_flows
 from datapath.policy import GroupState, RuleState
 from datapath.ports import PortRequest
@@ -31,9 +31,9 @@ ELSEWHERE = RemoteEndpointState("r4", "default:other", "h3", "02:42:0a:09:01:04"
 
 
 @pytest.fixture
-def agent() -> DatapathAgent:
-    config = AgentConfig(datapath_type="system", tunnels=True, vlan_uplink="eth9")
-    a = DatapathAgent(
+def agent() -> HostDatapath:
+    config = HostConfig(datapath_type="system", tunnels=True, vlan_uplink="eth9")
+    a = HostDatapath(
         config, FakeOvs(), FakeController(), FakeIptables(), FakeLinks(), FakeHostPorts()
     )
     a.ready_timeout = 0.1
@@ -41,17 +41,17 @@ def agent() -> DatapathAgent:
     return a
 
 
-def ctl(agent: DatapathAgent) -> FakeController:
+def ctl(agent: HostDatapath) -> FakeController:
     assert isinstance(agent.controller, FakeController)
     return agent.controller
 
 
-def nat_syncs(agent: DatapathAgent) -> int:
+def nat_syncs(agent: HostDatapath) -> int:
     assert isinstance(agent.iptables, FakeIptables)
     return len(agent.iptables.synced)
 
 
-def play(agent: DatapathAgent, kind: str, arg: Any) -> None:
+def play(agent: HostDatapath, kind: str, arg: Any) -> None:
     """One step of a test's script of agent calls."""
     if kind == "create":
         agent.create_endpoint_port(arg)
@@ -67,7 +67,7 @@ def play(agent: DatapathAgent, kind: str, arg: Any) -> None:
         agent.publish(arg.id, [PortRequest("tcp", "", 8080, 8080, 80)])
 
 
-def test_every_change_after_resync_is_a_delta_to_the_full_compile(agent: DatapathAgent) -> None:
+def test_every_change_after_resync_is_a_delta_to_the_full_compile(agent: HostDatapath) -> None:
     steps: list[tuple[str, Any]] = [
         ("create", ep(2)),
         ("create", ep(3)),
@@ -95,7 +95,7 @@ def test_every_change_after_resync_is_a_delta_to_the_full_compile(agent: Datapat
     assert ctl(agent).full[-1] == before
 
 
-def test_an_endpoint_is_a_small_delta_and_no_iptables_run(agent: DatapathAgent) -> None:
+def test_an_endpoint_is_a_small_delta_and_no_iptables_run(agent: HostDatapath) -> None:
     agent.resync([NET], [])
     for n in range(2, 40):
         agent.create_endpoint_port(ep(n))
@@ -110,7 +110,7 @@ def test_an_endpoint_is_a_small_delta_and_no_iptables_run(agent: DatapathAgent) 
     assert nat_syncs(agent) == syncs  # no port mappings: nothing for iptables
 
 
-def test_iptables_runs_when_networks_or_published_ports_change(agent: DatapathAgent) -> None:
+def test_iptables_runs_when_networks_or_published_ports_change(agent: HostDatapath) -> None:
     agent.resync([NET], [])
     assert nat_syncs(agent) == 1  # resync always syncs: it may follow a restart
     agent.ensure_network(NET)  # already there
@@ -131,7 +131,7 @@ def test_iptables_runs_when_networks_or_published_ports_change(agent: DatapathAg
     assert nat_syncs(agent) == 5
 
 
-def test_a_refused_endpoint_leaves_no_port_and_no_flow(agent: DatapathAgent) -> None:
+def test_a_refused_endpoint_leaves_no_port_and_no_flow(agent: HostDatapath) -> None:
     agent.resync([NET], [])
     agent.create_endpoint_port(ep(2))
     flows, deltas = ctl(agent).pushed[-1], len(ctl(agent).deltas)
@@ -145,7 +145,7 @@ def test_a_refused_endpoint_leaves_no_port_and_no_flow(agent: DatapathAgent) -> 
     assert ctl(agent).pushed[-1] == compile_flows(agent.desired()) != flows
 
 
-def test_a_failed_iptables_sync_is_retried_on_the_next_change(agent: DatapathAgent) -> None:
+def test_a_failed_iptables_sync_is_retried_on_the_next_change(agent: HostDatapath) -> None:
     agent.resync([NET], [])
     agent.create_endpoint_port(ep(2))
     ipt = agent.iptables
@@ -165,7 +165,7 @@ def test_a_failed_iptables_sync_is_retried_on_the_next_change(agent: DatapathAge
     assert len(ipt.synced) == synced + 1 and ipt.synced[-1][1] == []
 
 
-def test_audit_reads_the_switch_back_and_rewrites_our_chains(agent: DatapathAgent) -> None:
+def test_audit_reads_the_switch_back_and_rewrites_our_chains(agent: HostDatapath) -> None:
     """Between audits only deltas go out; an audit repairs drift made behind our back."""
     agent.audit()  # before the first resync the state is partial: nothing is touched
     assert ctl(agent).resyncs == 0 and nat_syncs(agent) == 0
@@ -181,7 +181,7 @@ APP = GroupState("default:app", NET.id, 6, ())
 ELSEWHERE_GROUP = GroupState("default:far", "default:other", 7, ())
 
 
-def test_groups_and_their_rules_are_deltas_too(agent: DatapathAgent) -> None:
+def test_groups_and_their_rules_are_deltas_too(agent: HostDatapath) -> None:
     """Groups arrive with the cluster; only those of networks on this host cost flows, and
     a network leaving takes its groups' flows in the same delta."""
     web_ep = replace(ep(2), group=WEB.id)

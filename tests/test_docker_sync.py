@@ -17,6 +17,7 @@ import pytest
 from common import keys
 from common.models import EndpointGroup, Network
 from common.records import NetworkRecord, encode_config
+from plugin.docker_events import FILTERS, DockerEvents
 from plugin.docker_sync import (
     ClusterNetwork,
     DockerNetwork,
@@ -288,16 +289,20 @@ def test_a_network_docker_removed_here_is_put_back_when_docker_says_so() -> None
     networks = FakeNetworks([mirror(WEB, "a")])
     events = FakeEvents()
     client = SimpleNamespace(networks=networks, events=events.events, close=lambda: None)
-    sync = DockerSync(lambda: client, lambda: [WEB], interval=3600, events=lambda: client)
+    sync = DockerSync(lambda: client, lambda: [WEB], interval=3600)
+    stream = DockerEvents(lambda: client)
+    stream.subscribe(sync.on_event)
     sync.start()
+    stream.start()
     try:
         # The stream's start pokes one pass; nothing is missing yet.
-        wait(lambda: events.filters == [{"type": "network", "event": ["create", "destroy"]}])
+        wait(lambda: events.filters == [FILTERS])
         wait(lambda: networks.listed == 1)
         del networks.nets["a"]  # what dockerd did, before it sends the event
         events.queue.put(destroy_event("web"))
         wait(lambda: networks.created == ["web"])
     finally:
+        stream.stop()
         sync.stop()
 
 
@@ -311,17 +316,26 @@ def test_a_network_docker_creates_is_told_with_its_name_as_docker_announces_it()
         lambda: client,
         lambda: [],
         interval=3600,
-        events=lambda: client,
         created=lambda nid, name: told.put((nid, name)),
     )
-    sync.start()
+    # One stream for every user: the container reporter is told of the same events.
+    seen: queue.Queue[object] = queue.Queue()
+    stream = DockerEvents(lambda: client)
+    stream.subscribe(sync.on_event)
+    stream.subscribe(seen.put)
+    stream.start()
     try:
         events.queue.put(create_event("other", "bridge", "b" * 64))  # not ours
         events.queue.put(create_event("frontend", nid="f" * 64))
         assert told.get(timeout=5) == ("f" * 64, "frontend")
         assert told.empty()
+        assert [seen.get(timeout=5) for _ in range(3)] == [
+            None,  # the stream started: what came before is unknown
+            create_event("other", "bridge", "b" * 64),
+            create_event("frontend", nid="f" * 64),
+        ]
     finally:
-        sync.stop()
+        stream.stop()
 
 
 def test_a_name_clash_is_logged_once_while_it_lasts(caplog: pytest.LogCaptureFixture) -> None:
@@ -363,3 +377,20 @@ def test_a_managed_plugin_compares_and_creates_under_its_full_name() -> None:
     assert args["driver"] == args["ipam"]["Driver"] == name
     assert destroyed_network_of(destroy_event("web", name), name) == "web"
     assert destroyed_network_of(destroy_event("web"), name) is None
+
+
+def test_the_event_stream_is_followed_again_when_it_ends() -> None:
+    """dockerd restarting ends the stream: it is followed again, and each user hears that
+    events may have been missed (None) each time."""
+    events = FakeEvents()
+    events.queue.put(None)  # the first stream ends at once
+    client = SimpleNamespace(events=events.events, close=lambda: None)
+    seen: queue.Queue[object] = queue.Queue()
+    stream = DockerEvents(lambda: client)
+    stream.subscribe(seen.put)
+    stream.start()
+    try:
+        assert [seen.get(timeout=5) for _ in range(2)] == [None, None]
+        assert len(events.filters) == 2
+    finally:
+        stream.stop()

@@ -1,4 +1,4 @@
-"""The agent's inspect API (plugin.inspect_api): a real DatapathAgent on the effect fakes, a
+"""The agent's inspect API (plugin.inspect_api): a real HostDatapath on the effect fakes, a
 real ClusterView on an embedded store, and a controller fake that reads back a switch."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
 from common import keys
 from common.models import Endpoint, GlobalSettings
 from common.records import HostRecord, encode_config, encode_endpoint
-from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
 from datapath.flows import flow
+from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.local import tunnel_port_name
 from datapath.report import flow_report
 from datapath.veth import veth_names
@@ -73,8 +73,8 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
     )
     store.put(keys.endpoint("default", "n1", EID), encode_endpoint(record))
     ctl = ReadBackController()
-    agent = DatapathAgent(
-        AgentConfig(datapath_type="netdev", tunnels=True),
+    agent = HostDatapath(
+        HostConfig(datapath_type="netdev", tunnels=True),
         FakeOvs(),
         ctl,
         FakeIptables(),
@@ -233,12 +233,15 @@ def test_metrics_read_endpoints_and_peers_when_scraped(world: dict[str, Any]) ->
     from datapath.report import counts
 
     view, agent, metrics = world["view"], world["agent"], world["metrics"]
-    metrics.watch_state(lambda: counts(agent), lambda: [(m.prefix, 0) for m in view.mirrors()])
+    restarts = lambda: [(m.prefix, 0) for m in view.mirrors()]  # noqa: E731
+    metrics.watch_state(lambda: counts(agent), restarts, view.mirrors())
     r = world["client"].get("/metrics")
     assert r.status_code == 200 and r.content_type.startswith("text/plain")
     text = r.get_data(as_text=True)
     assert "netplugin_local_endpoints 1.0" in text and "netplugin_peers 1.0" in text
     assert f'netplugin_watch_restarts_total{{prefix="{keys.HOSTS}"}} 0.0' in text
+    # Each loop's counts (a mirror's pass lasts as long as its watch: none finished yet).
+    assert f'netplugin_loop_failures_total{{loop="cluster state {keys.HOSTS}"}} 0.0' in text
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
-from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
+from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.hostnat import DNAT_CHAIN, PortMapping, dnat_rules
 from datapath.hostports import HOST_PROCESS
 from datapath.ports import PortConflict, PortRequest
@@ -27,17 +27,15 @@ def fixed(port: int, cport: int = 80, proto: str = "tcp", ip: str = "") -> PortR
 ANY = PortRequest("tcp", "", 0, 0, 80)
 
 
-def make_agent(
-    ipt: FakeIptables, ports: FakeHostPorts, ovs: FakeOvs | None = None
-) -> DatapathAgent:
-    config = AgentConfig(datapath_type="netdev")
-    agent = DatapathAgent(config, ovs or FakeOvs(), FakeController(), ipt, FakeLinks(), ports)
+def make_agent(ipt: FakeIptables, ports: FakeHostPorts, ovs: FakeOvs | None = None) -> HostDatapath:
+    config = HostConfig(datapath_type="netdev")
+    agent = HostDatapath(config, ovs or FakeOvs(), FakeController(), ipt, FakeLinks(), ports)
     agent.ready_timeout = 0.1
     return agent
 
 
 @pytest.fixture
-def world() -> tuple[DatapathAgent, FakeIptables, FakeHostPorts]:
+def world() -> tuple[HostDatapath, FakeIptables, FakeHostPorts]:
     ipt, ports = FakeIptables(), FakeHostPorts()
     agent = make_agent(ipt, ports)
     agent.resync([NET, OTHER], [])
@@ -47,7 +45,7 @@ def world() -> tuple[DatapathAgent, FakeIptables, FakeHostPorts]:
 
 
 def test_a_port_another_endpoint_publishes_is_refused_and_nothing_changes(
-    world: tuple[DatapathAgent, FakeIptables, FakeHostPorts],
+    world: tuple[HostDatapath, FakeIptables, FakeHostPorts],
 ) -> None:
     agent, ipt, _ = world
     agent.publish(A.id, [fixed(8080)])
@@ -61,7 +59,7 @@ def test_a_port_another_endpoint_publishes_is_refused_and_nothing_changes(
 
 
 def test_a_port_a_host_process_holds_or_a_foreign_address_is_refused(
-    world: tuple[DatapathAgent, FakeIptables, FakeHostPorts],
+    world: tuple[HostDatapath, FakeIptables, FakeHostPorts],
 ) -> None:
     agent, ipt, ports = world
     ports.in_use[("tcp", "", 8080)] = HOST_PROCESS
@@ -75,7 +73,7 @@ def test_a_port_a_host_process_holds_or_a_foreign_address_is_refused(
 
 
 def test_random_ports_are_unique_on_the_host(
-    world: tuple[DatapathAgent, FakeIptables, FakeHostPorts],
+    world: tuple[HostDatapath, FakeIptables, FakeHostPorts],
 ) -> None:
     agent, _, ports = world
     ports.in_use[("tcp", "", 40003)] = HOST_PROCESS
@@ -89,7 +87,7 @@ def replace_cport(r: PortRequest, cport: int) -> PortRequest:
 
 
 def test_two_endpoints_asking_for_one_port_at_once_one_wins(
-    world: tuple[DatapathAgent, FakeIptables, FakeHostPorts],
+    world: tuple[HostDatapath, FakeIptables, FakeHostPorts],
 ) -> None:
     agent, _, _ = world
     results: dict[str, Any] = {}
@@ -112,7 +110,7 @@ def test_two_endpoints_asking_for_one_port_at_once_one_wins(
 
 
 def test_a_failed_sync_puts_the_rules_back(
-    world: tuple[DatapathAgent, FakeIptables, FakeHostPorts],
+    world: tuple[HostDatapath, FakeIptables, FakeHostPorts],
 ) -> None:
     agent, ipt, _ = world
     agent.publish(A.id, [fixed(8080)])
@@ -133,7 +131,7 @@ def test_a_failed_sync_puts_the_rules_back(
 
 
 def test_a_restarted_agent_keeps_every_published_port_and_its_number(
-    world: tuple[DatapathAgent, FakeIptables, FakeHostPorts],
+    world: tuple[HostDatapath, FakeIptables, FakeHostPorts],
 ) -> None:
     agent, ipt, ports = world
     [random_port] = agent.publish(A.id, [ANY])
@@ -154,7 +152,7 @@ def test_a_restarted_agent_keeps_every_published_port_and_its_number(
 
 
 def test_revoking_unpublishes_and_frees_the_port(
-    world: tuple[DatapathAgent, FakeIptables, FakeHostPorts],
+    world: tuple[HostDatapath, FakeIptables, FakeHostPorts],
 ) -> None:
     agent, ipt, _ = world
     agent.publish(A.id, [fixed(8080)])

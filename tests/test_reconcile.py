@@ -71,14 +71,12 @@ def test_set_desired_refuses_two_flows_with_one_identity() -> None:
 
 def test_no_reconcile_before_desired_state_is_known() -> None:
     """A restarted agent connects before it has re-read its state: the switch keeps its flows."""
-    import threading
     import time
 
     running = compile_flows(world())
     ctl = FlowController()
     switch = FakeSwitch(ctl, running)
-    worker = threading.Thread(target=ctl._work, daemon=True)
-    worker.start()
+    ctl._worker.start()  # the reconcile loop alone: no os-ken
     try:
         ctl._on_connect(switch)
         time.sleep(0.3)  # give a wrongly eager worker the chance to act
@@ -89,9 +87,8 @@ def test_no_reconcile_before_desired_state_is_known() -> None:
         assert (stats.found, stats.added, stats.deleted) == (len(running), 0, 0)
         assert switch.flows == running
     finally:
-        ctl._stopping.set()
-        ctl._wake.set()
-        worker.join(5)
+        ctl._worker.stop()
+        ctl._worker.join(5)
 
 
 def test_a_long_flow_read_that_keeps_coming_is_waited_for() -> None:

@@ -1,5 +1,5 @@
-"""What the datapath agent holds of the desired state (AgentState), and the DesiredState it
-makes of it: pure views, so agent.py keeps only the decisions and their effects."""
+"""What the host's datapath holds of the desired state (HostState), and the DesiredState it
+makes of it: pure views, so host.py keeps only the decisions and their effects."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .services import ServiceState
 
 
 @dataclass
-class AgentState:
+class HostState:
     networks: dict[str, LocalNetwork] = field(default_factory=dict)
     endpoints: dict[str, LocalEndpoint] = field(default_factory=dict)
     gateway_ofports: dict[str, int] = field(default_factory=dict)

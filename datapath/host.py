@@ -20,15 +20,15 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from .agentstate import AgentState
 from .effects import HostNat, Links, OpenFlow, Ovsdb
 from .flowmodel import Change, FlowModel, changes
 from .flows import Flow
 from .hostnat import PortMapping
+from .hoststate import HostState
 from .local import (
     VLAN_SEGMENT_BASE,
     VXLAN_OVERHEAD,
-    AgentConfig,
+    HostConfig,
     LocalEndpoint,
     LocalNetwork,
     endpoint_state,
@@ -52,8 +52,8 @@ __all__ = [
     "EXT_UPLINK",
     "VLAN_SEGMENT_BASE",
     "VXLAN_OVERHEAD",
-    "AgentConfig",
-    "DatapathAgent",
+    "HostConfig",
+    "HostDatapath",
     "LocalEndpoint",
     "LocalNetwork",
     "gateway_addresses",
@@ -67,13 +67,13 @@ EXT_NETWORK = "netplugin-network"
 EXT_UPLINK = "netplugin-uplink"
 
 
-class DatapathAgent:
+class HostDatapath:
     """Decides what the bridge, the kernel and iptables should hold; its effects (links,
     OVSDB, iptables, OpenFlow) act. links defaults to the host's netlink."""
 
     def __init__(
         self,
-        config: AgentConfig,
+        config: HostConfig,
         ovs: Ovsdb,
         controller: OpenFlow,
         iptables: HostNat,
@@ -86,7 +86,7 @@ class DatapathAgent:
         self.iptables = iptables
         self.links: Links = links if links is not None else NetlinkLinks()
         self._lock = threading.RLock()
-        self._state = AgentState()
+        self._state = HostState()
         self._model = FlowModel()  # the flows the controller was given, by unit
         self._plugged: dict[str, tuple[int, str]] = {}  # endpoint -> (ofport, container if)
         self._held_since: dict[str, float] = {}  # network -> when this host took it
@@ -142,7 +142,7 @@ class DatapathAgent:
         with self._lock:
             ports = self.ovs.list_ports(self.config.bridge)
             uplink = self._state.uplink_ofport
-            self._state = AgentState(uplink_ofport=uplink, arp_mode=arp_mode)
+            self._state = HostState(uplink_ofport=uplink, arp_mode=arp_mode)
             for net in networks:
                 self._ensure_network(net)
             wanted: dict[str, LocalEndpoint] = {}
