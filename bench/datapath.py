@@ -19,7 +19,7 @@ from datapath.flowmodel import Change, FlowModel
 from datapath.flows import diff
 from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
 from datapath.veth import tx_checksumming
-from integration.host import CREATE_NETWORK, TEST_LABEL
+from testbed.host import CREATE_NETWORK, TEST_LABEL
 
 IMAGE = "netplugin-test/busybox"
 IPERF = "netplugin-test/iperf"
@@ -281,7 +281,7 @@ def reconcile_round_trip(workdir: Path, endpoints: int = 500) -> dict[str, Any]:
     right (the plugin-restart path); one more: a single endpoint is added.
     """
     from datapath.ovs import Ovs
-    from integration.ovs import ControllerProcess, OvsInstance
+    from testbed.ovs import ControllerProcess, OvsInstance
 
     ovs = OvsInstance(f"np-bench-{os.getpid()}", workdir / "reconcile-ovs").start()
     ctl: ControllerProcess | None = None
@@ -328,9 +328,9 @@ def reconcile_round_trip(workdir: Path, endpoints: int = 500) -> dict[str, Any]:
 
 
 def run(workdir: Path) -> dict[str, Any]:
-    from integration.host import ensure_host_daemons, ensure_test_image, sweep_test_leftovers
-    from integration.master import MasterProcess
-    from integration.plugin import SOCKET, PluginProcess, serving
+    from testbed.host import ensure_host_daemons, ensure_test_image, sweep_test_leftovers
+    from testbed.master import MasterProcess
+    from testbed.plugin import SOCKET, PluginProcess, serving
 
     ensure_host_daemons()
     ensure_test_image(IMAGE)

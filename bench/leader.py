@@ -62,7 +62,7 @@ def failover_once(
 ) -> float:
     """One run: seconds from stopping the leader to the survivor's first allocation."""
     rng = rng or random.Random()
-    from integration.master import MasterProcess
+    from testbed.master import MasterProcess
 
     extra = ["--leader-ttl", str(ttl), "--host-reclaim-grace", "0"]
     masters = [
@@ -144,7 +144,7 @@ if __name__ == "__main__":
     import json
     import tempfile
 
-    from integration.etcd import EtcdServer
+    from testbed.etcd import EtcdServer
 
     with tempfile.TemporaryDirectory() as d:
         etcd = EtcdServer(Path(d) / "etcd")

@@ -10,9 +10,9 @@ import subprocess
 import time
 from typing import Any
 
-from integration.lab import NetctlLab, ip_of
-from integration.probe import ContainerNet, EchoServer, tcp_opens
-from integration.wait import wait_for
+from testbed.lab import NetctlLab, ip_of
+from testbed.probe import ContainerNet, EchoServer, tcp_opens
+from testbed.wait import wait_for
 
 IPERF = "netplugin-test/iperf"
 

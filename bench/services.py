@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 from bench.policy import IPERF, _sh
-from integration.lab import NetctlLab, ip_of
-from integration.probe import ContainerNet, who_answers
-from integration.wait import wait_for
+from testbed.lab import NetctlLab, ip_of
+from testbed.probe import ContainerNet, who_answers
+from testbed.wait import wait_for
 
 RATES_MBPS = (1, 10, 100, 300)
 

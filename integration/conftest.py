@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from .etcd import EtcdServer, require_etcd
-from .site import DOCKERDS, Site, serve_site, use_site
+from testbed.etcd import EtcdServer, require_etcd
+from testbed.site import DOCKERDS, Site, serve_site, use_site
 
 # The backend-independent store contract lives in tests/, which is not a package.
 _TESTS = str(Path(__file__).resolve().parent.parent / "tests")

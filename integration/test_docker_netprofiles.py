@@ -21,12 +21,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from .host import IPERF_IMAGE, ensure_test_image
-from .lab import SETTLE, NetctlLab, ip_of, run
-from .master import MasterProcess
-from .plugin import PluginProcess
-from .site import restart_stopped, serve_stack
-from .wait import wait_for
+from testbed.host import IPERF_IMAGE, ensure_test_image
+from testbed.lab import SETTLE, NetctlLab, ip_of, run
+from testbed.master import MasterProcess
+from testbed.plugin import PluginProcess
+from testbed.site import restart_stopped, serve_stack
+from testbed.wait import wait_for
 
 TOLERANCE = 0.15  # the issue's: a 10 Mbit/s profile measured within 15 %
 

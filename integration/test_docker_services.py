@@ -15,12 +15,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from .lab import SETTLE, NetctlLab, ip_of, run
-from .master import MasterProcess
-from .plugin import PluginProcess
-from .probe import ContainerNet, echoes, tcp_session, who_answers
-from .site import restart_stopped, serve_stack
-from .wait import wait_for
+from testbed.lab import SETTLE, NetctlLab, ip_of, run
+from testbed.master import MasterProcess
+from testbed.plugin import PluginProcess
+from testbed.probe import ContainerNet, echoes, tcp_session, who_answers
+from testbed.site import restart_stopped, serve_stack
+from testbed.wait import wait_for
 
 
 class Lab(NetctlLab):

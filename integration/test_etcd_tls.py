@@ -27,13 +27,12 @@ from plugin.cli import parser as plugin_parser
 from plugin.daemon import open_cluster_store
 from store.base import Store
 from store.etcd import EtcdStore
-
-from .etcd import EtcdServer, free_port, require_etcd
-from .master import MasterProcess
-from .netns import InNetns
-from .ovs import OvsInstance, have_ovs, stop_pid
-from .pki import Pki, make_pki
-from .wait import wait_for
+from testbed.etcd import EtcdServer, free_port, require_etcd
+from testbed.master import MasterProcess
+from testbed.netns import InNetns
+from testbed.ovs import OvsInstance, have_ovs, stop_pid
+from testbed.pki import Pki, make_pki
+from testbed.wait import wait_for
 
 pytestmark = pytest.mark.etcd
 

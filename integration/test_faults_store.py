@@ -25,8 +25,7 @@ import requests
 from common import keys
 from master.decisions.consistency import check_state
 from store.embedded import EmbeddedStore
-
-from .master import MasterProcess, free_port
+from testbed.master import MasterProcess, free_port
 
 BIN = Path(sys.executable).parent
 

@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 import requests
 
-from .etcd import EtcdServer
-from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, restart_dockerd
-from .managed import Plugin, build, docker, private_dockerd
-from .master import VENV_BIN, MasterProcess, free_port
-from .multihost import Cluster
-from .site import dockerd_for
-from .wait import wait_for
+from testbed.etcd import EtcdServer
+from testbed.host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, restart_dockerd
+from testbed.managed import Plugin, build, docker, private_dockerd
+from testbed.master import VENV_BIN, MasterProcess, free_port
+from testbed.multihost import Cluster
+from testbed.site import dockerd_for
+from testbed.wait import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (docker, debootstrap)")
 
@@ -213,7 +213,7 @@ def test_the_same_plugin_on_docker26(
     built: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same build, created and enabled on Docker 26: the dockerd of a simulated host
-    (its own network and mount namespaces and OVS; integration/site.py), with the plugin's
+    (its own network and mount namespaces and OVS; testbed/site.py), with the plugin's
     mounts set to that host's OVS and docker socket. Both drivers answer under NAME:TAG, and
     the agent learns that name from dockerd 26 (a netctl network reaches docker under it)."""
     name, build_dir = built

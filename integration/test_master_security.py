@@ -17,10 +17,9 @@ from common.models import EndpointRequest, Network
 from master.election import FORWARDED_BY, SERVED_BY
 from plugin.master_client import MasterClient, MasterError, leader_url_from_store
 from store import open_store
-
-from .master import VENV_BIN, MasterProcess, free_port
-from .pki import MasterSecurity
-from .wait import tcp_listening, wait_for
+from testbed.master import VENV_BIN, MasterProcess, free_port
+from testbed.pki import MasterSecurity
+from testbed.wait import tcp_listening, wait_for
 
 
 @pytest.fixture

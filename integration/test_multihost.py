@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from .etcd import require_etcd
-from .host import BUSYBOX_IMAGE, TEST_LABEL
-from .multihost import Cluster, SimHost, sh
-from .ovs import stop_pid
-from .probe import ContainerNet, EchoServer, echoes, tcp_opens, tcp_session, udp_answers
-from .site import dockerd_for
-from .wait import wait_for
+from testbed.etcd import require_etcd
+from testbed.host import BUSYBOX_IMAGE, TEST_LABEL
+from testbed.multihost import Cluster, SimHost, sh
+from testbed.ovs import stop_pid
+from testbed.probe import ContainerNet, EchoServer, echoes, tcp_opens, tcp_session, udp_answers
+from testbed.site import dockerd_for
+from testbed.wait import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 

@@ -14,13 +14,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from .etcd import require_etcd
-from .host import IPERF_IMAGE, TEST_LABEL
-from .multihost import Cluster, SimHost
-from .probe import ContainerNet, NameServer, who_answers
+from testbed.etcd import require_etcd
+from testbed.host import IPERF_IMAGE, TEST_LABEL
+from testbed.multihost import Cluster, SimHost
+from testbed.probe import ContainerNet, NameServer, who_answers
+from testbed.wait import wait_for
+
 from .test_docker_netprofiles import within
 from .test_multihost import container_net, network, unique, wait_docker_network
-from .wait import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 

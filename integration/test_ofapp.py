@@ -26,8 +26,8 @@ import pytest
 from datapath.flows import diff
 from datapath.ovs import CONTROLLER_INACTIVITY_PROBE_MS, Ovs
 from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
-from integration.ovs import ControllerProcess, OvsInstance, have_ovs, run
-from integration.wait import wait_for
+from testbed.ovs import ControllerProcess, OvsInstance, have_ovs, run
+from testbed.wait import wait_for
 
 BRIDGE = "br-np"
 SUBNET_PREFIX = 24

@@ -28,8 +28,8 @@ import pytest
 from datapath.flows import Flow, flow
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs
-from integration.ovs import REPO_ROOT, VENV_PYTHON, OvsInstance, have_ovs, run
-from integration.wait import wait_for
+from testbed.ovs import REPO_ROOT, VENV_PYTHON, OvsInstance, have_ovs, run
+from testbed.wait import wait_for
 
 BRIDGE = "br-ct"
 LOCAL_TAG = 1 << 31

@@ -27,9 +27,9 @@ import requests
 import requests_unixsocket
 from prometheus_client.parser import text_string_to_metric_families
 
-from .master import MasterProcess, free_port
-from .plugin import serving
-from .wait import wait_for
+from testbed.master import MasterProcess, free_port
+from testbed.plugin import serving
+from testbed.wait import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="OVS and veths need root")
 

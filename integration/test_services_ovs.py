@@ -27,8 +27,8 @@ from datapath.ovs import Ovs
 from datapath.pipeline import DesiredState, EndpointState, NetworkState
 from datapath.policy import GroupState, RuleState
 from datapath.services import ProviderState, ServicePortState, ServiceState
-from integration.ovs import ControllerProcess, OvsInstance, have_ovs, run
-from integration.wait import wait_for
+from testbed.ovs import ControllerProcess, OvsInstance, have_ovs, run
+from testbed.wait import wait_for
 
 BRIDGE = "br-svc"
 NET = "net-s"

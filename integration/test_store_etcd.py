@@ -13,9 +13,8 @@ from store_contract import WAIT, Collector, StoreContract, summary
 from store import open_store
 from store.base import Compare, Put, Store, StoreError, StoreUnavailable
 from store.etcd import EtcdStore
-
-from .etcd import EtcdServer, free_port, require_etcd
-from .pki import make_pki
+from testbed.etcd import EtcdServer, free_port, require_etcd
+from testbed.pki import make_pki
 
 pytestmark = pytest.mark.etcd
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .image import Image, ensure_image
+from testbed.vm.image import Image, ensure_image
 
 _build: dict[str, object] = {}
 
@@ -41,6 +41,8 @@ def _prebuild() -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:
+        return
     here = Path(__file__).parent
     wanted = any(Path(str(item.path)).parent == here for item in session.items)
     if wanted and not _missing_tools() and "thread" not in _build:
