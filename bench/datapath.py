@@ -7,7 +7,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -179,14 +178,10 @@ def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -
     - flows_changed: the delta's flow-mods; switch_reads: flow-stats reads of the
       incremental path (the full one reads every flow each time).
     """
-    tests = str(Path(__file__).resolve().parent.parent / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    from fakes_datapath import FakeIptables, FakeLinks, FakeOvs  # type: ignore[import-not-found]
-    from fakeswitch import FakeSwitch  # type: ignore[import-not-found]
-
     from datapath.agent import AgentConfig, DatapathAgent, LocalEndpoint, LocalNetwork
     from datapath.ofapp import FlowController
+    from testbed.fakes_datapath import FakeIptables, FakeLinks, FakeOvs
+    from testbed.fakeswitch import FakeSwitch
 
     out: dict[int, Any] = {}
     for n in standing:

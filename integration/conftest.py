@@ -3,7 +3,6 @@ Docker version a test runs on (``dockerd``) and the single-host stack on it (``s
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,11 +10,6 @@ import pytest
 
 from testbed.etcd import EtcdServer, require_etcd
 from testbed.site import DOCKERDS, Site, serve_site, use_site
-
-# The backend-independent store contract lives in tests/, which is not a package.
-_TESTS = str(Path(__file__).resolve().parent.parent / "tests")
-if _TESTS not in sys.path:
-    sys.path.append(_TESTS)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_contract import StoreContract
 
 from common import keys
 from common.models import Tenant
@@ -32,6 +31,7 @@ from testbed.master import MasterProcess
 from testbed.netns import InNetns
 from testbed.ovs import OvsInstance, have_ovs, stop_pid
 from testbed.pki import Pki, make_pki
+from testbed.store_contract import StoreContract
 from testbed.wait import wait_for
 
 pytestmark = pytest.mark.etcd

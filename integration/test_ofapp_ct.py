@@ -265,7 +265,7 @@ def test_conntrack_and_registers_round_trip_and_survive_recirculation(
     # The unit tests' walker agrees with OVS on these flows (for the ICMP ids it does not
     # model, k1's echo requests and k2's replies are one connection). Imported here: the
     # controller's process imports this module without conftest's path to tests/.
-    from fakeoftable import FakeConntrack, walk
+    from testbed.fakeoftable import FakeConntrack, walk
 
     ct = FakeConntrack()
     icmp = {"eth_type": 0x0800, "ip_proto": 1}

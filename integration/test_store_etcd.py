@@ -8,13 +8,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from store_contract import WAIT, Collector, StoreContract, summary
 
 from store import open_store
 from store.base import Compare, Put, Store, StoreError, StoreUnavailable
 from store.etcd import EtcdStore
 from testbed.etcd import EtcdServer, free_port, require_etcd
 from testbed.pki import make_pki
+from testbed.store_contract import WAIT, Collector, StoreContract, summary
 
 pytestmark = pytest.mark.etcd
 

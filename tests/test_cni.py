@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from docker_plugin import FakeDatapath
-from real_master import RealMaster, real_master
 
 from cni.main import run
 from common import cni
@@ -27,6 +26,7 @@ from plugin.cni_service import CniService, target
 from plugin.kube import PodLabels, api_from_kubeconfig
 from plugin.master_client import MasterClient
 from plugin.server import make_socket_server
+from testbed.real_master import RealMaster, real_master
 
 CONF = {"cniVersion": "1.0.0", "name": "pods", "type": "netplugin-cni", "network": "pn"}
 ENV = {

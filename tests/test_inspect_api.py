@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
 
 from common import keys
 from common.models import Endpoint, GlobalSettings
@@ -25,6 +24,7 @@ from plugin.inspect_views import MirrorState, cluster_view
 from plugin.metrics import AgentMetrics
 from plugin.policy_view import Unresolved
 from store.embedded import EmbeddedStore
+from testbed.fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
 
 NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
 EID = "ab" * 32

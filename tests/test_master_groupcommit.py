@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_contract import wait_for
 
 from master.groupcommit import GroupCommit
 from store import BatchResult, Compare, Put, StoreError, StoreUnavailable, Txn, TxnResult
 from store.embedded import EmbeddedStore
+from testbed.store_contract import wait_for
 
 
 class HeldStore(EmbeddedStore):

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from datapath_states import E1, E2, GW_A_PORT, NET_A, R1, TUN_H2, VNI_A, arp_request, cluster, ipv4
-from fakeoftable import CT_SNAT, FakeConntrack, walk
 
 from datapath.flowmodel import Change, FlowModel
 from datapath.flows import Group, Meter
@@ -26,6 +25,7 @@ from datapath.services import (
     hairpin_zone,
     vip_mac,
 )
+from testbed.fakeoftable import CT_SNAT, FakeConntrack, walk
 
 VIP = "10.1.0.100"
 LOCAL = ProviderState(E2.ipv4 or "", E2.mac)

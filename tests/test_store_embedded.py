@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_contract import WAIT, Collector, StoreContract, summary, wait_for
 
 from store import open_store
 from store.base import Compacted, Store, StoreCorrupt
 from store.embedded import EmbeddedStore
+from testbed.store_contract import WAIT, Collector, StoreContract, summary, wait_for
 
 
 class TestEmbeddedContract(StoreContract):
