@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.datapath import docker_run_seconds
+from bench.runs import docker_run_seconds
 
 
 def run(workdir: Path, runs: int = 10) -> dict[str, Any]:
