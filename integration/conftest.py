@@ -8,8 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from testbed.etcd import EtcdServer, require_etcd
+from testbed.etcd import EtcdServer
+from testbed.require import require_etcd, require_root
 from testbed.site import DOCKERDS, Site, serve_site, use_site
+
+
+@pytest.fixture(scope="session")
+def root() -> None:
+    """Root, checked before any module's lab starts: ``pytestmark =
+    pytest.mark.usefixtures("root")`` (a session fixture is set up before module ones).
+    Skips without it, fails under CI."""
+    require_root("the integration tests of namespaces, OVS and docker")
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from testbed.host import (
 )
 from testbed.wait import wait_for
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="host daemons need root")
+pytestmark = pytest.mark.usefixtures("root")
 
 TEST_BRIDGE = "t-np-br"
 

@@ -30,7 +30,7 @@ from testbed.multihost import Cluster
 from testbed.site import dockerd_for
 from testbed.wait import wait_for
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (docker, debootstrap)")
+pytestmark = pytest.mark.usefixtures("root")
 
 
 def run(name: str, net: str, *cmd: str, restart: bool = False) -> str:

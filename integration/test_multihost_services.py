@@ -6,7 +6,6 @@ DSCP mark is on both the inner and the outer IP header."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -14,16 +13,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.etcd import require_etcd
 from testbed.host import IPERF_IMAGE, TEST_LABEL
 from testbed.multihost import Cluster, SimHost
 from testbed.probe import ContainerNet, NameServer, who_answers
+from testbed.require import require_etcd
 from testbed.wait import wait_for
 
 from .test_docker_netprofiles import within
 from .test_multihost import container_net, network, unique, wait_docker_network
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+pytestmark = pytest.mark.usefixtures("root")
 
 SETTLE = 20.0
 

@@ -28,7 +28,8 @@ import pytest
 from datapath.flows import Flow, flow
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs
-from testbed.ovs import REPO_ROOT, VENV_PYTHON, OvsInstance, have_ovs, run
+from testbed.ovs import REPO_ROOT, VENV_PYTHON, OvsInstance, run
+from testbed.require import require_ovs
 from testbed.wait import wait_for
 
 BRIDGE = "br-ct"
@@ -84,11 +85,7 @@ def _plug(ovs: OvsInstance, db: Ovs, peer: Peer) -> None:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CtLab]:
-    if not have_ovs():
-        why = "needs root, iproute2 and openvswitch-switch (scripts/bootstrap.sh installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+    require_ovs()
     tag = f"np-ct-{os.getpid()}"
     ovs = OvsInstance(tag, tmp_path_factory.mktemp("ofapp-ct"))
     k1 = Peer(f"{tag}-k1", "np-k1", "02:00:00:00:01:01", "10.77.0.1")

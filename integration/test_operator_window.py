@@ -31,7 +31,7 @@ from testbed.master import MasterProcess, free_port
 from testbed.plugin import serving
 from testbed.wait import wait_for
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="OVS and veths need root")
+pytestmark = pytest.mark.usefixtures("root")
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,8 +12,9 @@ import pytest
 from store import open_store
 from store.base import Compare, Put, Store, StoreError, StoreUnavailable
 from store.etcd import EtcdStore
-from testbed.etcd import EtcdServer, free_port, require_etcd
+from testbed.etcd import EtcdServer, free_port
 from testbed.pki import make_pki
+from testbed.require import require_etcd
 from testbed.store_contract import WAIT, Collector, StoreContract, summary
 
 pytestmark = pytest.mark.etcd
