@@ -14,13 +14,11 @@ Run under the docker lock:
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
 
+from testbed.capture import capture, ipv4_tos
 from testbed.host import IPERF_IMAGE, ensure_test_image
 from testbed.lab import SETTLE, NetctlLab, ip_of, run
 from testbed.master import MasterProcess
@@ -49,18 +47,12 @@ def tos_seen(receiver: str, sender: str, target: str) -> set[str]:
     """The IP TOS bytes of the echo requests a capture in ``receiver``'s namespace saw while
     ``sender`` pinged it."""
     pid = run("docker", "inspect", "-f", "{{.State.Pid}}", receiver).stdout.strip()
-    capture = subprocess.Popen(
+    out = capture(
         ["nsenter", "-t", pid, "-n", "tcpdump", "-l", "-nn", "-v", "-c", "3", "-i", "eth0",
          "icmp[icmptype] = icmp-echo"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        lambda: run("docker", "exec", sender, "ping", "-c", "3", "-i", "0.2", target, check=False),
     )  # fmt: skip
-    try:
-        time.sleep(1.0)  # tcpdump attaches before the first packet (nothing to wait on)
-        run("docker", "exec", sender, "ping", "-c", "3", "-i", "0.2", target, check=False)
-        out, _ = capture.communicate(timeout=15)
-    finally:
-        capture.kill()
-    return set(re.findall(r"\btos (0x[0-9a-f]+)", out))
+    return ipv4_tos(out)
 
 
 @pytest.fixture(scope="module")
