@@ -203,10 +203,39 @@ def test_lifecycle_with_running_containers(plugin: Plugin) -> None:
     docker("network", "rm", "v2net")
     docker("plugin", "disable", plugin.name)
     docker("plugin", "rm", plugin.name)
-    assert docker("plugin", "inspect", plugin.name, check=False) == "[]" or not plugin.enabled()
+    gone = subprocess.run(
+        ["docker", "plugin", "inspect", plugin.name], capture_output=True, text=True
+    )
+    assert gone.returncode != 0 and f"No such plugin: {plugin.name}" in gone.stderr, gone
     assert not Path(f"/run/docker/plugins/{plugin_id}").exists()
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "plugin.managed" not in ps
+
+
+def test_the_driver_is_named_with_its_tag(built: tuple[str, Path], tmp_path: Path) -> None:
+    """README "Managed plugin": created as NAME:latest, `-d NAME` is refused ("could not
+    resolve driver") and makes nothing; `-d NAME:latest` works."""
+    build_dir = built[1]
+    short = f"{built[0].split(':')[0]}-latest"
+    plugin = Plugin(f"{short}:latest", tmp_path / "data")
+    plugin.data.mkdir()
+    docker("plugin", "create", plugin.name, str(build_dir))
+    try:
+        plugin.configure()
+        plugin.enable()
+        refused = subprocess.run(
+            ["docker", "network", "create", "-d", short, "--ipam-driver", short,
+             "--subnet", "10.237.0.0/24", "--label", TEST_LABEL, "v2short"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert refused.returncode != 0 and "could not resolve driver" in refused.stderr, refused
+        assert "v2short" not in docker("network", "ls", "--format", "{{.Name}}").split()
+        assert "v2short" not in plugin.netctl("net", "ls")
+        plugin.network("v2tagged", "10.237.0.0/24")
+        assert docker("network", "inspect", "-f", "{{.Driver}}", "v2tagged") == plugin.name
+        docker("network", "rm", "v2tagged")
+    finally:
+        plugin.remove()
 
 
 def test_the_same_plugin_on_docker26(
