@@ -212,11 +212,28 @@ def test_a_netprofile_meters_and_marks_what_its_endpoints_send() -> None:
     assert sent.meters == [E1.ofport] and sent.sent(E2.ofport)["ip_dscp"] == 46
     v6 = walk(flows, {**ipv4(E1, E2.mac, ""), "eth_type": 0x86DD, "ipv6_src": E1.ipv6,
                       "ipv6_dst": "fd00::2", "ipv4_src": None, "ipv4_dst": None})  # fmt: skip
-    assert v6.meters == [E1.ofport]
+    assert v6.meters == [E1.ofport] and v6.sent(E2.ofport)["ip_dscp"] == 46  # IPv6 too
     arp = walk(flows, arp_request(E1, E2.ipv4 or ""))
     assert arp.meters == [E1.ofport]  # metered, not marked
     other = walk(flows, ipv4(E2, E1.mac, E1.ipv4 or ""))
     assert other.meters == [] and "ip_dscp" not in other.sent(E1.ofport)
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "meter_burst"),
+    [
+        (10_000, 0, 2_500),  # a quarter of the rate
+        (4_000, 0, 1_000),
+        (1_000, 0, 500),  # README: at least 500 kbit
+        (100, 0, 500),
+        (100, 80, 80),  # the profile's own burst (-s), floor or not
+    ],
+)
+def test_the_default_burst_is_a_quarter_of_the_rate_and_at_least_500_kbit(
+    rate: int, burst: int, meter_burst: int
+) -> None:
+    flows = compile_flows(profiled(QosState(rate_kbps=rate, burst_kbit=burst)))
+    assert [e for e in flows if isinstance(e, Meter)] == [Meter(E1.ofport, rate, meter_burst)]
 
 
 def test_changing_a_profile_changes_its_members_meters_in_place() -> None:
