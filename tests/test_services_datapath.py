@@ -192,6 +192,23 @@ def test_the_model_agrees_and_a_provider_joining_touches_only_its_networks_servi
     assert model.flows() == compile_flows(model.state())
 
 
+def test_a_service_changed_live_sends_new_connections_to_its_new_providers_and_ports() -> None:
+    """README: a service created again with new selectors (so new providers) and ports
+    changes at once, on the same VIP; the agent applies it as one change of the model."""
+    model = FlowModel()
+    model.replace(with_services(replace(WEB, providers=(LOCAL,))))
+    ports = (ServicePortState(6, 80, 9090), ServicePortState(17, 53, 5353))
+    model.apply(Change(services={WEB.id: replace(WEB, ports=ports, providers=(REMOTE,))}))
+    flows = model.flows()
+    assert flows == compile_flows(model.state())
+    to_tcp = walk(flows, tcp(E1, VIP, 40000, 80), conntrack=FakeConntrack())
+    assert to_tcp.ports == {TUN_H2}  # the old, local provider is out
+    assert (to_tcp.sent(TUN_H2)["ipv4_dst"], to_tcp.sent(TUN_H2)["tcp_dst"]) == (R1.ipv4, 9090)
+    udp = ipv4(E1, vip_mac(VIP), VIP, ip_proto=17, udp_src=20000, udp_dst=53)
+    to_udp = walk(flows, udp, conntrack=FakeConntrack()).sent(TUN_H2)
+    assert (to_udp["ipv4_dst"], to_udp["udp_dst"]) == (R1.ipv4, 5353)
+
+
 # --- netprofiles ---
 
 GOLD = QosState(rate_kbps=10_000, burst_kbit=0, dscp=46)
