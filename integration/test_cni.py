@@ -187,7 +187,7 @@ def test_the_result_has_the_reference_plugins_shape(lab: NetctlLab, pods: list[s
     every version both speak."""
     if not Path(CNI_PATH, "ptp").exists():
         pytest.fail("containernetworking-plugins is not installed (scripts/bootstrap.sh)")
-    for version in ("0.3.1", "0.4.0", "1.0.0"):
+    for version in ("0.3.0", "0.3.1", "0.4.0", "1.0.0"):
         _, ours_ns = pod(pods)
         _, ref_ns = pod(pods)
         cid = uuid.uuid4().hex

@@ -5,6 +5,7 @@ and the kubeconfig reader."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import socket
@@ -303,6 +304,20 @@ def test_routes_the_configuration_asks_for_are_exactly_what_the_interface_gets(
     assert "route 0.0.0.0/0: the pod has it already via eth0" in e.value.msg
     assert master.snapshot() == before and set(dp.ports) == ports
     assert "net2" not in ns.spaces[POD]
+
+
+def test_an_add_of_a_0_3_0_configuration_answers_in_0_3_0(
+    master: RealMaster, service: tuple[CniService, FakeDatapath, FakeNetns]
+) -> None:
+    """README "CNI": configurations of 0.3.0 work; ADD's result is in their shape (each
+    IP with its "version")."""
+    svc, dp, _ = service
+    out = svc.add(req(config={**CONF, "cniVersion": "0.3.0"}))
+    assert out["cniVersion"] == "0.3.0" and out["ips"], out
+    for ip in out["ips"]:
+        assert ip["version"] == str(ipaddress.ip_interface(ip["address"]).version), ip
+    assert master.state.get_endpoint(cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0"))
+    assert dp.ports
 
 
 def test_pod_labels_choose_the_group_and_become_the_endpoints(
