@@ -141,8 +141,16 @@ def test_sighup_rereads_the_certificate(tmp_path: Path) -> None:
         security.key.write_bytes(key.read_bytes())
         security.cert.write_bytes(cert.read_bytes())
         rotated = ssl.PEM_cert_to_DER_cert(cert.read_text())
+        old_workers = set(m.worker_pids())
         os.kill(m.proc.pid, signal.SIGHUP)
-        wait_for(lambda: served_certificate(m) == rotated, 30, "netmaster serves the new cert")
+        # SIGHUP starts new workers, then stops the old ones, which still hold the old cert.
+        wait_for(
+            lambda: m.worker_pids() and not old_workers & set(m.worker_pids()),
+            30,
+            "the workers from before the SIGHUP have gone",
+            last=m.worker_pids,
+        )
+        assert served_certificate(m) == rotated
         assert requests.get(m.url + "/version", verify=str(other.cert), timeout=10).ok
         with pytest.raises(requests.exceptions.SSLError):
             requests.get(m.url + "/version", verify=str(security.ca), timeout=10)
