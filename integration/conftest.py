@@ -18,7 +18,7 @@ def root() -> None:
     """Root, checked before any module's lab starts: ``pytestmark =
     pytest.mark.usefixtures("root")`` (a session fixture is set up before module ones).
     Skips without it, fails under CI."""
-    require_root("the integration tests of namespaces, OVS and docker")
+    require_root("a test of namespaces, OVS or docker")
 
 
 @pytest.fixture(scope="session")
