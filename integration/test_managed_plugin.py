@@ -206,7 +206,7 @@ def test_lifecycle_with_running_containers(plugin: Plugin) -> None:
     gone = subprocess.run(
         ["docker", "plugin", "inspect", plugin.name], capture_output=True, text=True
     )
-    assert gone.returncode != 0 and f"No such plugin: {plugin.name}" in gone.stderr, gone
+    assert gone.returncode != 0 and f'plugin "{plugin.name}" not found' in gone.stderr, gone
     assert not Path(f"/run/docker/plugins/{plugin_id}").exists()
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "plugin.managed" not in ps
