@@ -418,7 +418,7 @@ def goals_section(cp: dict, dp: dict, mh: dict) -> list[str]:
 
 
 def main() -> int:
-    from integration.etcd import EtcdServer
+    from testbed.etcd import EtcdServer
 
     started = datetime.datetime.now(datetime.UTC)
     with tempfile.TemporaryDirectory(prefix="netplugin-bench-") as d:

@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 from bench.stats import pct
-from integration.lab import BIN, NetctlLab
+from testbed.lab import BIN, NetctlLab
 
 PTP = "/usr/lib/cni/ptp"
 

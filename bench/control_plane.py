@@ -220,7 +220,7 @@ def _through_master(
 ) -> dict[str, Any]:
     """One master: allocations/s with 1 and 16 clients, RequestAddress latency with 1 and 16
     clients, its batch sizes, and (embedded, group commit on) the empty route's cost."""
-    from integration.master import MasterProcess
+    from testbed.master import MasterProcess
 
     master = MasterProcess(workdir / f"master-{name}", etcd_endpoints=etcd_endpoint, extra=extra)
     master.start()

@@ -7,35 +7,20 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.runs import docker_run_seconds, sh
 from bench.scaling import DockerCalls, scaling
+from bench.states import bench_state
 from bench.stats import pct
 from datapath.flowmodel import Change, FlowModel
 from datapath.flows import diff
-from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
+from datapath.pipeline import DesiredState, EndpointState, compile_flows
 from datapath.veth import tx_checksumming
-from integration.host import CREATE_NETWORK, TEST_LABEL
-
-IMAGE = "netplugin-test/busybox"
-IPERF = "netplugin-test/iperf"
-
-
-def _sh(*cmd: str) -> str:
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120).stdout
-
-
-def docker_run_seconds(network: str, runs: int) -> list[float]:
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        _sh("docker", "run", "--rm", "--label", TEST_LABEL, "--net", network, IMAGE, "true")
-        out.append(time.perf_counter() - t0)
-    return out
+from testbed.host import BUSYBOX_IMAGE, CREATE_NETWORK, IPERF_IMAGE, TEST_LABEL
 
 
 def driver_latency(calls: DockerCalls, n: int) -> dict[str, float]:
@@ -68,7 +53,7 @@ def driver_latency(calls: DockerCalls, n: int) -> dict[str, float]:
 
 def iperf_gbps(network: str, seconds: int = 5) -> float:
     server = f"bench-iperf-{uuid.uuid4().hex[:6]}"
-    _sh(
+    sh(
         "docker",
         "run",
         "-d",
@@ -78,23 +63,23 @@ def iperf_gbps(network: str, seconds: int = 5) -> float:
         server,
         "--net",
         network,
-        IPERF,
+        IPERF_IMAGE,
         "iperf3",
         "-s",
     )
     try:
         time.sleep(0.5)
         nets = json.loads(
-            _sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", server)
+            sh("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", server)
         )
         ip = next(iter(nets.values()))["IPAddress"]
-        out = _sh(
+        out = sh(
             "docker",
             "run",
             "--rm",
             "--net",
             network,
-            IPERF,
+            IPERF_IMAGE,
             "iperf3",
             "-J",
             "-c",
@@ -105,33 +90,6 @@ def iperf_gbps(network: str, seconds: int = 5) -> float:
         return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9
     finally:
         subprocess.run(["docker", "rm", "-f", server], capture_output=True)
-
-
-def bench_state(endpoints: int = 500, networks: int = 10) -> DesiredState:
-    """``endpoints`` endpoints spread over ``networks`` networks, each with a gateway port."""
-    nets = [
-        NetworkState(
-            id=f"t:n{i}",
-            segment=100 + i,
-            gateway_port=65_000 + i,  # above every endpoint's
-            gateway_mac=f"02:4e:50:00:00:{i:02x}",
-            gateway_ip=f"10.{i}.0.1",
-        )
-        for i in range(networks)
-    ]
-    eps = []
-    for j in range(endpoints):
-        net, k = j % networks, j // networks
-        eps.append(
-            EndpointState(
-                id=f"e{j}",
-                network_id=f"t:n{net}",
-                ofport=10 + j,
-                mac=f"02:42:0a:{net:02x}:{k >> 8:02x}:{k & 0xFF:02x}",
-                ipv4=f"10.{net}.{k >> 8}.{(k & 0xFF) + 2}",
-            )
-        )
-    return DesiredState(networks=nets, endpoints=eps)
 
 
 def flow_compile(endpoints: int = 500) -> dict[str, float]:
@@ -179,14 +137,10 @@ def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -
     - flows_changed: the delta's flow-mods; switch_reads: flow-stats reads of the
       incremental path (the full one reads every flow each time).
     """
-    tests = str(Path(__file__).resolve().parent.parent / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    from fakes_datapath import FakeIptables, FakeLinks, FakeOvs  # type: ignore[import-not-found]
-    from fakeswitch import FakeSwitch  # type: ignore[import-not-found]
-
     from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
     from datapath.ofapp import FlowController
+    from testbed.fakes_datapath import FakeIptables, FakeLinks, FakeOvs
+    from testbed.fakeswitch import FakeSwitch
 
     out: dict[int, Any] = {}
     for n in standing:
@@ -281,7 +235,7 @@ def reconcile_round_trip(workdir: Path, endpoints: int = 500) -> dict[str, Any]:
     right (the plugin-restart path); one more: a single endpoint is added.
     """
     from datapath.ovs import Ovs
-    from integration.ovs import ControllerProcess, OvsInstance
+    from testbed.ovs import ControllerProcess, OvsInstance
 
     ovs = OvsInstance(f"np-bench-{os.getpid()}", workdir / "reconcile-ovs").start()
     ctl: ControllerProcess | None = None
@@ -328,13 +282,13 @@ def reconcile_round_trip(workdir: Path, endpoints: int = 500) -> dict[str, Any]:
 
 
 def run(workdir: Path) -> dict[str, Any]:
-    from integration.host import ensure_host_daemons, ensure_test_image, sweep_test_leftovers
-    from integration.master import MasterProcess
-    from integration.plugin import SOCKET, PluginProcess, serving
+    from testbed.host import ensure_host_daemons, ensure_test_image, sweep_test_leftovers
+    from testbed.master import MasterProcess
+    from testbed.plugin import SOCKET, PluginProcess, serving
 
     ensure_host_daemons()
-    ensure_test_image(IMAGE)
-    ensure_test_image(IPERF)
+    ensure_test_image(BUSYBOX_IMAGE)
+    ensure_test_image(IPERF_IMAGE)
     if serving(SOCKET):
         raise SystemExit(f"bench: another netplugin serves {SOCKET}; stop it first")
     master = MasterProcess(workdir / "dp-master").start()
@@ -343,13 +297,13 @@ def run(workdir: Path) -> dict[str, Any]:
     sweep_test_leftovers()
     ours, bridge = f"bench-np-{uuid.uuid4().hex[:6]}", f"bench-br-{uuid.uuid4().hex[:6]}"
     try:
-        _sh(
+        sh(
             *CREATE_NETWORK,
             "--subnet",
             "10.150.0.0/16",
             ours,
         )
-        _sh(
+        sh(
             "docker",
             "network",
             "create",
@@ -365,7 +319,7 @@ def run(workdir: Path) -> dict[str, Any]:
         docker_run_seconds(ours, 2)  # warm-up
         docker_run_seconds(bridge, 2)
         np_runs, br_runs = docker_run_seconds(ours, runs), docker_run_seconds(bridge, runs)
-        nid = _sh("docker", "network", "inspect", "-f", "{{.Id}}", ours).strip()
+        nid = sh("docker", "network", "inspect", "-f", "{{.Id}}", ours).strip()
         calls = DockerCalls(SOCKET, nid, "default:10.150.0.0/16")
         latency = driver_latency(calls, 200)
         assert plugin.proc is not None
@@ -393,9 +347,7 @@ def run(workdir: Path) -> dict[str, Any]:
             "services": services_live,
             "cni": cni_live,
             "policy_costs": policy.compile_costs(),
-            "datapath_type": _sh(
-                "ovs-vsctl", "get", "bridge", "netplugin", "datapath_type"
-            ).strip(),
+            "datapath_type": sh("ovs-vsctl", "get", "bridge", "netplugin", "datapath_type").strip(),
         }
     finally:
         subprocess.run(["docker", "network", "rm", ours, bridge], capture_output=True)

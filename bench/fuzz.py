@@ -4,7 +4,7 @@ counts written into docs/BENCHMARKS.md (a section of its own, which make bench k
     python -m bench.fuzz [--master 10000] [--plugin 2000] [--seed N] [--no-write]
 
 FUZZ_MASTER, FUZZ_PLUGIN and FUZZ_SEED give the defaults. The scenarios and the properties are
-the unit suite's (tests/fuzz_master.py, tests/fuzz_plugin.py); here they run with a random seed
+the unit suite's (testbed/fuzz_master.py, testbed/fuzz_plugin.py); here they run with a random seed
 (printed, and written down so a run can be repeated) until the given number of requests was
 sent, and every problem is counted instead of stopping at the first. Exits 1 if any was found.
 """
@@ -27,13 +27,10 @@ from hypothesis import strategies as st
 
 from bench import sections
 from bench.machine import describe
+from testbed import fuzz_master, fuzz_plugin
+from testbed.fuzz_tally import CHANGED, CRASH, LEAK, SHAPE, STRAY, Tally
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the fuzzers live with the unit tests, as pytest sees
-
-import fuzz_master  # noqa: E402
-import fuzz_plugin  # noqa: E402
-from fuzz_tally import CHANGED, CRASH, LEAK, SHAPE, STRAY, Tally  # noqa: E402
 
 COLUMNS = [(CRASH, "crashes"), (SHAPE, "bad error shape"), (CHANGED, "state changed on refusal")]
 COLUMNS += [(LEAK, "leaks"), (STRAY, "stray changes")]

@@ -1,5 +1,5 @@
 """make bench's figures on the OVS kernel datapath (issue 23), measured in the VM lab's QEMU
-guests (integration/vm) as ratios against baselines measured in the same guests, same run:
+guests (testbed/vm) as ratios against baselines measured in the same guests, same run:
 
 1. TCP container to container on one guest: a netplugin network against Docker's bridge;
 2. TCP container to container across the two guests over netplugin's VXLAN (the kernel's
@@ -116,7 +116,7 @@ def _container_mtu(node: Any, container: str) -> int:
 
 def throughput(one: Any, two: Any) -> dict[str, Any]:
     """Same guest (netplugin vs bridge) and across guests (netplugin VXLAN vs kernel VXLAN)."""
-    from integration.host import IPERF_IMAGE
+    from testbed.host import IPERF_IMAGE
 
     for name, node, net in (
         ("kb-srv", one, NET), ("kb-cli", one, NET), ("kb-srvb", one, BRIDGE),
@@ -160,7 +160,7 @@ def throughput(one: Any, two: Any) -> dict[str, Any]:
 
 def docker_run_seconds(node: Any, net: str) -> float:
     """`docker run --rm IMAGE true`, timed in the guest (no ssh in it)."""
-    from integration.host import BUSYBOX_IMAGE, TEST_LABEL
+    from testbed.host import BUSYBOX_IMAGE, TEST_LABEL
 
     ns = node.sh(
         f"s=$(date +%s%N); docker run --rm --label {TEST_LABEL} --net {net} {BUSYBOX_IMAGE} "
@@ -200,7 +200,7 @@ def log_counts(node: Any, since: dict[str, int]) -> dict[str, int]:
 
 def endpoint_scaling(node: Any, pool_id: str) -> dict[str, Any]:
     """bench/kernel_guest.py in the guest: its JSON, and what the logs said meanwhile."""
-    from integration.vm.node import AGENT_PID, CHECKOUT, LAB_PYTHON
+    from testbed.vm.node import AGENT_PID, CHECKOUT, LAB_PYTHON
 
     since = {log: node.log_size(log) for log in (AGENT_LOG, VSWITCHD_LOG)}
     net_id = node.sh(f"docker network inspect -f '{{{{.Id}}}}' {NET}").strip()
@@ -216,11 +216,11 @@ def endpoint_scaling(node: Any, pool_id: str) -> dict[str, Any]:
 
 
 def run(workdir: Path) -> dict[str, Any]:
-    """Two guests, the cluster of integration/vm/node.py, the measurements; stopped after."""
+    """Two guests, the cluster of testbed/vm/node.py, the measurements; stopped after."""
     from bench.machine import describe
-    from integration.vm.image import ensure_image
-    from integration.vm.lab import ACCEL, Lab
-    from integration.vm.node import save_logs, start_cluster
+    from testbed.vm.image import ensure_image
+    from testbed.vm.lab import ACCEL, Lab
+    from testbed.vm.node import save_logs, start_cluster
 
     started = datetime.datetime.now(datetime.UTC)
     t0 = time.monotonic()
@@ -314,7 +314,7 @@ def section(r: dict[str, Any]) -> list[str]:
         f"- Underlay: each guest's eth1 (MTU {m['underlay_mtu']}, virtio-net without TSO or TX "
         "checksum offload) on a QEMU socket segment between the guests.",
         "",
-        "Method: the VM lab's cluster (integration/vm/node.py): etcd and netmaster on guest 1,",
+        "Method: the VM lab's cluster (testbed/vm/node.py): etcd and netmaster on guest 1,",
         "a netplugin agent on each guest, one VXLAN network made by `netctl net create`.",
         f"iperf3 ({tp['seconds']} s) runs between long-running containers (the client's by",
         "`docker exec`), netplugin and its baseline in turn, median of "

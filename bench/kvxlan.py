@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from integration.ovs import OvsInstance, run
+from testbed.ovs import OvsInstance, run
 
 CT_FLOWS = (
     "table=0,priority=10,ip,actions=ct(table=1,zone=5)",

@@ -12,6 +12,8 @@ from typing import Any
 
 import requests
 
+from testbed.wait import wait_for
+
 METHOD = (
     "Two real `netmaster`s (gunicorn, 1 worker each) share a real etcd on 127.0.0.1, with "
     "`--leader-ttl` 3 s and 10 s. Once both name the same leader, the leader's arbiter and "
@@ -44,15 +46,6 @@ def _leader_of(masters: list[Any]) -> Any | None:
     return next((m for m in masters if m.url in urls), None)
 
 
-def _wait(what: str, fn: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while (value := fn()) is None:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"leader benchmark: not within {timeout}s: {what}")
-        time.sleep(0.05)
-    return value
-
-
 def failover_once(
     etcd_endpoint: str,
     workdir: Path,
@@ -62,7 +55,7 @@ def failover_once(
 ) -> float:
     """One run: seconds from stopping the leader to the survivor's first allocation."""
     rng = rng or random.Random()
-    from integration.master import MasterProcess
+    from testbed.master import MasterProcess
 
     extra = ["--leader-ttl", str(ttl), "--host-reclaim-grace", "0"]
     masters = [
@@ -74,7 +67,9 @@ def failover_once(
         for m in masters:
             m.start()
         # A leader left by an earlier run (killed) may hold the key until its TTL runs out.
-        leader = _wait("a leader among the new masters", lambda: _leader_of(masters), 2 * ttl + 10)
+        leader = wait_for(
+            lambda: _leader_of(masters), 2 * ttl + 10, "a leader among the new masters", 0.05
+        )
         survivor = next(m for m in masters if m is not leader)
         s = requests.Session()
         api = survivor.url + "/api/v1"
@@ -92,17 +87,15 @@ def failover_once(
             leader.proc.send_signal(signal.SIGTERM)
         else:
             leader.kill_all()
-        while True:
+
+        def allocated() -> bool:
             try:
-                r = s.post(f"{api}/alloc/endpoints", json=body, timeout=2)
-                if r.status_code < 300:
-                    elapsed = time.monotonic() - t0
-                    break
+                return s.post(f"{api}/alloc/endpoints", json=body, timeout=2).status_code < 300
             except requests.RequestException:
-                pass
-            if time.monotonic() - t0 > 4 * ttl + 30:
-                raise RuntimeError(f"leader benchmark: no allocation after {4 * ttl + 30}s")
-            time.sleep(0.02)
+                return False
+
+        wait_for(allocated, 4 * ttl + 30, "an allocation after the leader went", 0.02)
+        elapsed = time.monotonic() - t0
         leader.stop()
         # Leave the store as found.
         for eid in (f"{tenant}-warm", f"{tenant}-after"):
@@ -144,7 +137,7 @@ if __name__ == "__main__":
     import json
     import tempfile
 
-    from integration.etcd import EtcdServer
+    from testbed.etcd import EtcdServer
 
     with tempfile.TemporaryDirectory() as d:
         etcd = EtcdServer(Path(d) / "etcd")

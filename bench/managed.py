@@ -11,12 +11,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.datapath import docker_run_seconds
+from bench.runs import docker_run_seconds
 
 
 def run(workdir: Path, runs: int = 10) -> dict[str, Any]:
-    from integration.host import TEST_LABEL
-    from integration.managed import Plugin, build, docker
+    from testbed.host import TEST_LABEL
+    from testbed.managed import Plugin, build, docker
 
     name = f"netplugin-bench-{uuid.uuid4().hex[:6]}:v2"
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """Several hosts: cross-host throughput, network propagation, allocation from 3 hosts.
 
-Runs on the simulated cluster of the integration tests (integration/multihost.py): three
+Runs on the simulated cluster of the integration tests (testbed/multihost.py): three
 host namespaces with their own userspace OVS, dockerd and netplugin agent, etcd and two
 masters in a control namespace.
 """
@@ -17,8 +17,8 @@ from typing import Any
 
 import requests_unixsocket
 
-from integration.host import IPERF_IMAGE, TEST_LABEL
-from integration.multihost import Cluster, SimHost, sh, veth_into, wait_for
+from testbed.host import IPERF_IMAGE, TEST_LABEL
+from testbed.multihost import Cluster, SimHost, sh, veth_into, wait_for
 
 BASELINE_NET = "192.168.78"  # the kernel VXLAN's own underlay
 

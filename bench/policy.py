@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import time
 from typing import Any
 
-from integration.lab import NetctlLab, ip_of
-from integration.probe import ContainerNet, EchoServer, tcp_opens
-from integration.wait import wait_for
-
-IPERF = "netplugin-test/iperf"
-
-
-def _sh(*cmd: str) -> str:
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120).stdout
+from bench.runs import sh
+from testbed.host import IPERF_IMAGE
+from testbed.lab import NetctlLab, ip_of
+from testbed.probe import ContainerNet, EchoServer, tcp_opens
+from testbed.wait import wait_for
 
 
 def timed(call: Any) -> float:
@@ -29,7 +24,7 @@ def timed(call: Any) -> float:
 
 
 def _iperf(client_group: str, server_ip: str, seconds: int) -> float:
-    out = _sh("docker", "run", "--rm", "--net", client_group, IPERF,
+    out = sh("docker", "run", "--rm", "--net", client_group, IPERF_IMAGE,
               "iperf3", "-J", "-c", server_ip, "-t", str(seconds))  # fmt: skip
     return float(json.loads(out)["end"]["sum_received"]["bits_per_second"]) / 1e9
 
@@ -44,7 +39,7 @@ def live(master_url: str, rounds: int = 6, seconds: int = 5, samples: int = 20) 
             ("1", "-d", "in", "-l", "tcp", "-j", "deny"),
             ("2", "-d", "in", "-g", app, "-l", "tcp", "-P", "5201", "-p", "10"),
         )
-        iperf_server = lab.container(web, "iperf3", "-s", image=IPERF)
+        iperf_server = lab.container(web, "iperf3", "-s", image=IPERF_IMAGE)
         client, server = lab.container(app), lab.container(open_)
         web_ip, server_ip = ip_of(iperf_server), ip_of(server)
         cnet, snet, inet = lab.net(client), lab.net(server), ContainerNet(iperf_server)
@@ -101,7 +96,7 @@ def scale_state(endpoints: int = 500, rules: int = 100, networks: int = 10) -> A
     group, CIDR, protocol and port)."""
     from dataclasses import replace
 
-    from bench.datapath import bench_state
+    from bench.states import bench_state
     from datapath.policy import GroupState, RuleState, sorted_rules
 
     base = bench_state(endpoints, networks)

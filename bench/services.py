@@ -11,10 +11,11 @@ import subprocess
 import time
 from typing import Any
 
-from bench.policy import IPERF, _sh
-from integration.lab import NetctlLab, ip_of
-from integration.probe import ContainerNet, who_answers
-from integration.wait import wait_for
+from bench.runs import sh
+from testbed.host import IPERF_IMAGE
+from testbed.lab import NetctlLab, ip_of
+from testbed.probe import ContainerNet, who_answers
+from testbed.wait import wait_for
 
 RATES_MBPS = (1, 10, 100, 300)
 
@@ -30,7 +31,7 @@ def _conns_per_s(net: ContainerNet, ip: str, port: int, n: int) -> float:
 def _iperf(container: str, ip: str, seconds: int, udp_mbps: int = 0) -> float:
     """Mbit/s the server counted."""
     extra = ["-u", "-b", f"{udp_mbps}M"] if udp_mbps else []
-    out = _sh("docker", "exec", container, "iperf3", "-J", "-c", ip, "-t", str(seconds), *extra)
+    out = sh("docker", "exec", container, "iperf3", "-J", "-c", ip, "-t", str(seconds), *extra)
     return float(json.loads(out)["end"]["sum_received"]["bits_per_second"]) / 1e6
 
 
@@ -48,8 +49,8 @@ def live(master_url: str, rounds: int = 3, conns: int = 500, seconds: int = 4) -
     with NetctlLab(master_url, "10.153.0.0/24") as lab:
         # --- connections/s and iperf3, through a VIP and straight to its one provider
         web = lab.container(lab.network, labels=("app=bw",))
-        server = lab.container(lab.network, "iperf3", "-s", image=IPERF, labels=("app=bi",))
-        client = lab.container(lab.network, image=IPERF)
+        server = lab.container(lab.network, "iperf3", "-s", image=IPERF_IMAGE, labels=("app=bi",))
+        client = lab.container(lab.network, image=IPERF_IMAGE)
         web_ip, server_ip = ip_of(web), ip_of(server)
         web_svc = lab.service("web", "-l", "app=bw", "-p", "80:8080:TCP")
         ip_svc = lab.service("ip", "-l", "app=bi", "-p", "5201:5201")
@@ -80,7 +81,7 @@ def live(master_url: str, rounds: int = 3, conns: int = 500, seconds: int = 4) -
 
         # --- a netprofile's meter: set against measured, and a change's way to the switch
         profile = lab.profile("meter", "-b", f"{RATES_MBPS[0]}mbps")
-        sender = lab.container(lab.group("lim", "-n", profile), image=IPERF)
+        sender = lab.container(lab.group("lim", "-n", profile), image=IPERF_IMAGE)
         rates, apply_s = [], []
         for mbps in RATES_MBPS:
             t0 = time.perf_counter()

@@ -3,19 +3,22 @@ Docker version a test runs on (``dockerd``) and the single-host stack on it (``s
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from .etcd import EtcdServer, require_etcd
-from .site import DOCKERDS, Site, serve_site, use_site
+from testbed.etcd import EtcdServer
+from testbed.require import require_etcd, require_root
+from testbed.site import DOCKERDS, Site, serve_site, use_site
 
-# The backend-independent store contract lives in tests/, which is not a package.
-_TESTS = str(Path(__file__).resolve().parent.parent / "tests")
-if _TESTS not in sys.path:
-    sys.path.append(_TESTS)
+
+@pytest.fixture(scope="session")
+def root() -> None:
+    """Root, checked before any module's lab starts: ``pytestmark =
+    pytest.mark.usefixtures("root")`` (a session fixture is set up before module ones).
+    Skips without it, fails under CI."""
+    require_root("a test of namespaces, OVS or docker")
 
 
 @pytest.fixture(scope="session")

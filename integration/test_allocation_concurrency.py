@@ -15,8 +15,7 @@ from master.decisions.consistency import check_state
 from master.state import ClusterState
 from plugin.master_client import MasterClient
 from store import open_store
-
-from .master import MasterProcess
+from testbed.master import MasterProcess
 
 
 def _open(data_dir: str, endpoints: str) -> ClusterState:

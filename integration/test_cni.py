@@ -25,12 +25,11 @@ import pytest
 
 from common import cni
 from datapath.veth import veth_names
-
-from .lab import BIN, NetctlLab, ip_of, run
-from .master import MasterProcess
-from .plugin import PluginProcess
-from .site import restart_stopped, serve_stack
-from .wait import wait_for
+from testbed.lab import BIN, NetctlLab, ip_of, run
+from testbed.master import MasterProcess
+from testbed.plugin import PluginProcess
+from testbed.site import restart_stopped, serve_stack
+from testbed.wait import wait_for
 
 PLUGIN = BIN / "netplugin-cni"
 CNI_PATH = "/usr/lib/cni"  # Debian's containernetworking-plugins
@@ -188,7 +187,7 @@ def test_the_result_has_the_reference_plugins_shape(lab: NetctlLab, pods: list[s
     every version both speak."""
     if not Path(CNI_PATH, "ptp").exists():
         pytest.fail("containernetworking-plugins is not installed (scripts/bootstrap.sh)")
-    for version in ("0.3.1", "0.4.0", "1.0.0"):
+    for version in ("0.3.0", "0.3.1", "0.4.0", "1.0.0"):
         _, ours_ns = pod(pods)
         _, ref_ns = pod(pods)
         cid = uuid.uuid4().hex
@@ -303,7 +302,7 @@ def test_podman_runs_a_container_on_a_netplugin_network(lab: NetctlLab, tmp_path
 def test_a_pod_in_a_group_meets_its_policy_as_a_container_does(
     lab: NetctlLab, pods: list[str]
 ) -> None:
-    from .probe import EchoServer, NamespaceNet, tcp_opens
+    from testbed.probe import EchoServer, NamespaceNet, tcp_opens
 
     group = lab.group("web")
     policy = lab.policy("in", ("1", "-d", "in", "-l", "tcp", "-P", "8080", "-j", "deny"))

@@ -18,11 +18,11 @@ import pytest
 
 from common import keys
 from common.records import PoolRecord
+from testbed.host import CREATE_NETWORK
+from testbed.master import MasterProcess
+from testbed.plugin import PluginProcess
+from testbed.site import restart_stopped, serve_stack
 
-from .host import CREATE_NETWORK
-from .master import MasterProcess
-from .plugin import PluginProcess
-from .site import restart_stopped, serve_stack
 from .test_docker_single_host import (
     BIN,
     IMAGE,

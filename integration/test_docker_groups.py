@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 import pytest
 import requests
 
-from .host import CREATE_NETWORK
-from .master import MasterProcess
-from .plugin import PluginProcess
-from .site import stack, stack_up  # noqa: F401 (fixtures)
+from testbed.host import CREATE_NETWORK
+from testbed.master import MasterProcess
+from testbed.plugin import PluginProcess
+from testbed.site import stack, stack_up  # noqa: F401 (fixtures)
+from testbed.wait import wait_for
+
 from .test_docker_single_host import BIN, IMAGE, RUN, ip_of, ping, sh
-from .wait import wait_for
 
 # A group's docker network appears when the docker sync next runs: at once when something
 # it watches changes, else at its periodic pass (30 s).

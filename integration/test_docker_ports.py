@@ -13,12 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from .master import MasterProcess
-from .plugin import BIN, PluginProcess
-from .probe import ContainerNet, EchoServer, tcp_opens
-from .site import restart_stopped, serve_stack
+from testbed.master import MasterProcess
+from testbed.plugin import BIN, PluginProcess
+from testbed.probe import ContainerNet, EchoServer, tcp_opens
+from testbed.site import restart_stopped, serve_stack
+from testbed.wait import wait_for
+
 from .test_docker_single_host import IMAGE, RUN, network, remove, sh, unique
-from .wait import wait_for
 
 Stack = tuple[MasterProcess, PluginProcess]
 

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from .lab import SETTLE, NetctlLab, ip_of, run
-from .master import MasterProcess
-from .plugin import PluginProcess
-from .probe import ContainerNet, echoes, tcp_session, who_answers
-from .site import restart_stopped, serve_stack
-from .wait import wait_for
+from testbed.lab import SETTLE, NetctlLab, ip_of, run
+from testbed.master import MasterProcess
+from testbed.plugin import PluginProcess
+from testbed.probe import ContainerNet, echoes, tcp_session, who_answers
+from testbed.site import restart_stopped, serve_stack
+from testbed.wait import wait_for
 
 
 class Lab(NetctlLab):
@@ -160,6 +160,14 @@ def test_creating_a_service_again_changes_it_in_place(lab: Lab) -> None:
     wait_for(lambda: who_answers(client, vip, 81, 1) == {api: 1}, SETTLE, f"port 81 reaches {api}")
     assert who_answers(client, vip, 80, 1, timeout=1) == {"error": 1}  # no longer served
     assert who_answers(client, vip, 81, 20) == {api: 20}
+    # The provider port too (README: `-p 80:9090:TCP`): a provider that listens on 9090 only.
+    api9 = lab.container(lab.network, labels=("app=api9",))
+    lab.names(api9, 9090)
+    lab.service("chg", "-l", "app=api9", "-p", "81:9090:TCP")
+    assert lab.vip(svc) == vip
+    wait_for(
+        lambda: who_answers(client, vip, 81, 1) == {api9: 1}, SETTLE, f"port 81 reaches {api9}:9090"
+    )
 
 
 def test_a_policy_denying_the_providers_port_blocks_it_through_the_vip(lab: Lab) -> None:

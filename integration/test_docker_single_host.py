@@ -1,6 +1,6 @@
 """Single host end to end: the real docker CLI, dockerd, Open vSwitch, netmaster and netplugin.
 
-The tests marked ``docker26`` run on both Docker versions (integration/site.py): the host's
+The tests marked ``docker26`` run on both Docker versions (testbed/site.py): the host's
 20.10 and Docker 26 on a simulated host; the others on 20.10 only."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from .host import CREATE_NETWORK, TEST_LABEL
-from .lab import ip_of
-from .ovs import stop_pid
-from .site import Site
-from .wait import tcp_listening, wait_for
+from testbed.host import CREATE_NETWORK, TEST_LABEL
+from testbed.lab import ip_of
+from testbed.ovs import stop_pid
+from testbed.site import Site
+from testbed.wait import tcp_listening, wait_for
 
 IMAGE = "netplugin-test/busybox"
 # `docker run` of a test container: detached, labelled for the sweep of leftovers.

@@ -12,11 +12,11 @@ import pytest
 from common import keys
 from master.decisions.consistency import check_state
 from store.embedded import EmbeddedStore
+from testbed.host import CREATE_NETWORK
+from testbed.master import MasterProcess
+from testbed.plugin import PluginProcess
+from testbed.site import stack, stack_up  # noqa: F401 (fixtures)
 
-from .host import CREATE_NETWORK
-from .master import MasterProcess
-from .plugin import PluginProcess
-from .site import stack, stack_up  # noqa: F401 (fixtures)
 from .test_docker_single_host import BIN, sh
 
 

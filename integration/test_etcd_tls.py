@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_contract import StoreContract
 
 from common import keys
 from common.models import Tenant
@@ -27,13 +26,14 @@ from plugin.cli import parser as plugin_parser
 from plugin.daemon import open_cluster_store
 from store.base import Store
 from store.etcd import EtcdStore
-
-from .etcd import EtcdServer, free_port, require_etcd
-from .master import MasterProcess
-from .netns import InNetns
-from .ovs import OvsInstance, have_ovs, stop_pid
-from .pki import Pki, make_pki
-from .wait import wait_for
+from testbed.etcd import EtcdServer, free_port
+from testbed.master import MasterProcess
+from testbed.netns import InNetns
+from testbed.ovs import OvsInstance, stop_pid
+from testbed.pki import Pki, make_pki
+from testbed.require import require_etcd, require_ovs
+from testbed.store_contract import StoreContract
+from testbed.wait import wait_for
 
 pytestmark = pytest.mark.etcd
 
@@ -293,11 +293,7 @@ def test_agent_store_waits_for_an_etcd_that_is_down(pki: Pki, tmp_path: Path) ->
 def agent_lab(tmp_path: Path) -> Iterator[tuple[OvsInstance, InNetns]]:
     """A network namespace of this test's own with a private Open vSwitch in it."""
     require_etcd()
-    if not have_ovs():
-        why = "needs root, iproute2 and openvswitch-switch (scripts/bootstrap.sh installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+    require_ovs()
     ovs = OvsInstance(f"nptls-{os.getpid()}", tmp_path / "ovs")
     ovs.start()
     ns = InNetns(ovs.netns)

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import requests
 
-from .master import MasterProcess
-from .pki import MasterSecurity
-from .wait import wait_for
+from testbed.master import MasterProcess
+from testbed.pki import MasterSecurity
+from testbed.wait import wait_for
 
 ANSWER_DEADLINE = 60.0  # generous: "answered at all"
 

@@ -25,8 +25,8 @@ import requests
 from common import keys
 from master.decisions.consistency import check_state
 from store.embedded import EmbeddedStore
-
-from .master import MasterProcess, free_port
+from testbed.master import MasterProcess, free_port
+from testbed.require import require_root
 
 BIN = Path(sys.executable).parent
 
@@ -144,8 +144,8 @@ def _fill(disk: Path) -> Path:
     return filler
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 def test_disk_full_is_a_503_naming_the_store_and_heals(tmp_path: Path) -> None:
+    require_root("mounting a tmpfs")
     with _small_disk(tmp_path / "disk", "3m") as disk:
         data = disk / "data"
         master = MasterProcess(data, log=tmp_path / "netmaster.log")

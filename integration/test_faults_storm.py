@@ -21,9 +21,8 @@ from common.records import OwnerRecord, decode_endpoint
 from master.decisions.consistency import check_state
 from plugin.master_client import MasterClient
 from store import Store, open_store
-
-from .master import MasterProcess
-from .wait import wait_for
+from testbed.master import MasterProcess
+from testbed.wait import wait_for
 
 CLIENTS = 16
 PER_CLIENT = 60

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from integration.host import (
+from testbed.host import (
     BUSYBOX_IMAGE,
     HOST_DAEMONS_SCRIPT,
     IPERF_IMAGE,
@@ -20,9 +20,9 @@ from integration.host import (
     restart_ovs_vswitchd,
     run_script,
 )
-from integration.wait import wait_for
+from testbed.wait import wait_for
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="host daemons need root")
+pytestmark = pytest.mark.usefixtures("root")
 
 TEST_BRIDGE = "t-np-br"
 

@@ -22,15 +22,15 @@ from pathlib import Path
 import pytest
 import requests
 
-from .etcd import EtcdServer
-from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, restart_dockerd
-from .managed import Plugin, build, docker, private_dockerd
-from .master import VENV_BIN, MasterProcess, free_port
-from .multihost import Cluster
-from .site import dockerd_for
-from .wait import wait_for
+from testbed.etcd import EtcdServer
+from testbed.host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, restart_dockerd
+from testbed.managed import Plugin, build, docker, private_dockerd
+from testbed.master import VENV_BIN, MasterProcess, free_port
+from testbed.multihost import Cluster
+from testbed.site import dockerd_for
+from testbed.wait import wait_for
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (docker, debootstrap)")
+pytestmark = pytest.mark.usefixtures("root")
 
 
 def run(name: str, net: str, *cmd: str, restart: bool = False) -> str:
@@ -203,17 +203,46 @@ def test_lifecycle_with_running_containers(plugin: Plugin) -> None:
     docker("network", "rm", "v2net")
     docker("plugin", "disable", plugin.name)
     docker("plugin", "rm", plugin.name)
-    assert docker("plugin", "inspect", plugin.name, check=False) == "[]" or not plugin.enabled()
+    gone = subprocess.run(
+        ["docker", "plugin", "inspect", plugin.name], capture_output=True, text=True
+    )
+    assert gone.returncode != 0 and f'plugin "{plugin.name}" not found' in gone.stderr, gone
     assert not Path(f"/run/docker/plugins/{plugin_id}").exists()
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "plugin.managed" not in ps
+
+
+def test_the_driver_is_named_with_its_tag(built: tuple[str, Path], tmp_path: Path) -> None:
+    """README "Managed plugin": created as NAME:latest, `-d NAME` is refused ("could not
+    resolve driver") and makes nothing; `-d NAME:latest` works."""
+    build_dir = built[1]
+    short = f"{built[0].split(':')[0]}-latest"
+    plugin = Plugin(f"{short}:latest", tmp_path / "data")
+    plugin.data.mkdir()
+    docker("plugin", "create", plugin.name, str(build_dir))
+    try:
+        plugin.configure()
+        plugin.enable()
+        refused = subprocess.run(
+            ["docker", "network", "create", "-d", short, "--ipam-driver", short,
+             "--subnet", "10.237.0.0/24", "--label", TEST_LABEL, "v2short"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert refused.returncode != 0 and "could not resolve driver" in refused.stderr, refused
+        assert "v2short" not in docker("network", "ls", "--format", "{{.Name}}").split()
+        assert "v2short" not in plugin.netctl("net", "ls")
+        plugin.network("v2tagged", "10.237.0.0/24")
+        assert docker("network", "inspect", "-f", "{{.Driver}}", "v2tagged") == plugin.name
+        docker("network", "rm", "v2tagged")
+    finally:
+        plugin.remove()
 
 
 def test_the_same_plugin_on_docker26(
     built: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same build, created and enabled on Docker 26: the dockerd of a simulated host
-    (its own network and mount namespaces and OVS; integration/site.py), with the plugin's
+    (its own network and mount namespaces and OVS; testbed/site.py), with the plugin's
     mounts set to that host's OVS and docker socket. Both drivers answer under NAME:TAG, and
     the agent learns that name from dockerd 26 (a netctl network reaches docker under it)."""
     name, build_dir = built

@@ -19,8 +19,7 @@ from common.models import EndpointGroup
 from common.records import GroupRecord, encode_config
 from master.decisions.consistency import check_state
 from store import open_store
-
-from .master import VENV_BIN, MasterProcess
+from testbed.master import VENV_BIN, MasterProcess
 
 
 @pytest.fixture

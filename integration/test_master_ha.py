@@ -17,10 +17,9 @@ from common import keys
 from common.models import EndpointRequest
 from plugin.master_client import MasterClient, MasterError, leader_url_from_store
 from store import Store, open_store
-
-from .etcd import EtcdServer
-from .master import MasterProcess
-from .wait import wait_for
+from testbed.etcd import EtcdServer
+from testbed.master import MasterProcess
+from testbed.wait import wait_for
 
 SERVED_BY = "X-Netmaster-Served-By"
 FORWARDED_BY = "X-Netmaster-Forwarded-By"

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from .master import MasterProcess
-from .wait import wait_for
+from testbed.master import MasterProcess
+from testbed.wait import wait_for
 
 
 def token_file(directory: Path) -> tuple[Path, dict[str, str]]:

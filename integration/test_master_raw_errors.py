@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from .master import MasterProcess
-from .pki import MasterSecurity
+from testbed.master import MasterProcess
+from testbed.pki import MasterSecurity
 
 BIG = "a" * 9000  # more than any line or field gunicorn takes
 

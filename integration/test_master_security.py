@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +18,9 @@ from common.models import EndpointRequest, Network
 from master.election import FORWARDED_BY, SERVED_BY
 from plugin.master_client import MasterClient, MasterError, leader_url_from_store
 from store import open_store
-
-from .master import VENV_BIN, MasterProcess, free_port
-from .pki import MasterSecurity
-from .wait import tcp_listening, wait_for
+from testbed.master import VENV_BIN, MasterProcess, free_port
+from testbed.pki import MasterSecurity, TestCA
+from testbed.wait import tcp_listening, wait_for
 
 
 @pytest.fixture
@@ -119,6 +119,43 @@ def test_the_agent_token_allocates_but_cannot_delete_a_tenant(secure: MasterProc
         lost.list_networks()
     assert agent.delete_endpoint("e1").endpointID == "e1"
     agent.delete_network("default", "sec")
+
+
+def served_certificate(m: MasterProcess) -> bytes:
+    """The DER certificate a TLS handshake with ``m`` gets (not verified)."""
+    pem = ssl.get_server_certificate(("127.0.0.1", m.port), timeout=10)
+    return ssl.PEM_cert_to_DER_cert(pem)
+
+
+def test_sighup_rereads_the_certificate(tmp_path: Path) -> None:
+    """README "Security": `kill -HUP` makes netmaster read its certificate and key again."""
+    security = MasterSecurity.create(tmp_path / "pki")
+    m = MasterProcess(tmp_path / "master", security=security).start()
+    try:
+        assert m.proc is not None
+        first = ssl.PEM_cert_to_DER_cert(security.cert.read_text())
+        assert served_certificate(m) == first
+        # A certificate of another CA over the same files, as an operator would rotate it.
+        other = TestCA(tmp_path / "other", name="rotated CA")
+        cert, key = other.issue("netmaster", ["127.0.0.1"])
+        security.key.write_bytes(key.read_bytes())
+        security.cert.write_bytes(cert.read_bytes())
+        rotated = ssl.PEM_cert_to_DER_cert(cert.read_text())
+        old_workers = set(m.worker_pids())
+        os.kill(m.proc.pid, signal.SIGHUP)
+        # SIGHUP starts new workers, then stops the old ones, which still hold the old cert.
+        wait_for(
+            lambda: m.worker_pids() and not old_workers & set(m.worker_pids()),
+            30,
+            "the workers from before the SIGHUP have gone",
+            last=m.worker_pids,
+        )
+        assert served_certificate(m) == rotated
+        assert requests.get(m.url + "/version", verify=str(other.cert), timeout=10).ok
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(m.url + "/version", verify=str(security.ca), timeout=10)
+    finally:
+        m.stop()
 
 
 def test_sighup_rereads_the_token_file_and_no_token_is_logged(secure: MasterProcess) -> None:

@@ -4,7 +4,6 @@ tests marked ``docker26`` run on a cluster of Docker 26 hosts too (integration/c
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -15,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from .etcd import require_etcd
-from .host import BUSYBOX_IMAGE, TEST_LABEL
-from .multihost import Cluster, SimHost, sh
-from .ovs import stop_pid
-from .probe import ContainerNet, EchoServer, echoes, tcp_opens, tcp_session, udp_answers
-from .site import dockerd_for
-from .wait import wait_for
+from testbed.host import BUSYBOX_IMAGE, TEST_LABEL
+from testbed.multihost import Cluster, SimHost, sh
+from testbed.ovs import stop_pid
+from testbed.probe import ContainerNet, EchoServer, echoes, tcp_opens, tcp_session, udp_answers
+from testbed.require import require_etcd
+from testbed.site import dockerd_for
+from testbed.wait import wait_for
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+pytestmark = pytest.mark.usefixtures("root")
 
 
 @pytest.fixture(scope="module")

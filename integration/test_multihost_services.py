@@ -6,23 +6,21 @@ DSCP mark is on both the inner and the outer IP header."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from .etcd import require_etcd
-from .host import IPERF_IMAGE, TEST_LABEL
-from .multihost import Cluster, SimHost
-from .probe import ContainerNet, NameServer, who_answers
+from testbed.capture import capture, ipv4_tos
+from testbed.host import IPERF_IMAGE, TEST_LABEL
+from testbed.multihost import Cluster, SimHost
+from testbed.probe import ContainerNet, NameServer, who_answers
+from testbed.require import require_etcd
+from testbed.wait import wait_for
+
 from .test_docker_netprofiles import within
 from .test_multihost import container_net, network, unique, wait_docker_network
-from .wait import wait_for
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+pytestmark = pytest.mark.usefixtures("root")
 
 SETTLE = 20.0
 
@@ -100,19 +98,6 @@ def iperf(host: SimHost, sender: str, server_ip: str, udp: bool = False) -> floa
     return float(json.loads(out)["end"]["sum_received"]["bits_per_second"]) / 1e6
 
 
-def tos_of(cmd: list[str], ping: object, header: str = "proto ICMP") -> set[str]:
-    """The TOS bytes of the IP headers of ``header`` a capture (``cmd``: tcpdump -v -c N
-    ...) saw while ``ping()`` ran."""
-    capture = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        time.sleep(1.0)  # tcpdump attaches before the first packet (nothing to wait on)
-        ping()  # type: ignore[operator]
-        out, _ = capture.communicate(timeout=15)
-    finally:
-        capture.kill()
-    return set(re.findall(rf"\btos (0x[0-9a-f]+),[^)]*{re.escape(header)}", out))
-
-
 def test_a_netprofile_limits_and_marks_across_the_underlay(cluster: Cluster) -> None:
     h1, h2, _ = cluster.hosts
     net = network(cluster, "qos", "10.79.0.0/24", [h1, h2])
@@ -142,9 +127,9 @@ def test_a_netprofile_limits_and_marks_across_the_underlay(cluster: Cluster) -> 
                  "-i", "eth0", "icmp[icmptype] = icmp-echo"]  # fmt: skip
         outer = ["ip", "netns", "exec", h2.netns, "tcpdump", "-l", "-nn", "-v", "-c", "3",
                  "-i", "eth1", "udp port 4789"]  # fmt: skip
-        assert tos_of(inner, pings) == {"0xb8"}
+        assert ipv4_tos(capture(inner, pings)) == {"0xb8"}
         # The VXLAN packet's own (outer, UDP) header inherits the inner DSCP.
-        assert tos_of(outer, pings, "proto UDP") == {"0xb8"}
+        assert ipv4_tos(capture(outer, pings), "proto UDP") == {"0xb8"}
     finally:
         for h, c in containers:
             h.docker("rm", "-f", c, check=False)

@@ -26,8 +26,9 @@ import pytest
 from datapath.flows import diff
 from datapath.ovs import CONTROLLER_INACTIVITY_PROBE_MS, Ovs
 from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
-from integration.ovs import ControllerProcess, OvsInstance, have_ovs, run
-from integration.wait import wait_for
+from testbed.ovs import ControllerProcess, OvsInstance, run
+from testbed.require import require_ovs
+from testbed.wait import wait_for
 
 BRIDGE = "br-np"
 SUBNET_PREFIX = 24
@@ -111,11 +112,7 @@ def _add_container(ovs: OvsInstance, c: Container) -> None:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if not have_ovs():
-        why = "needs root, iproute2 and openvswitch-switch (scripts/bootstrap.sh installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+    require_ovs()
     tag = f"np-of-{os.getpid()}"
     workdir: Path = tmp_path_factory.mktemp("ofapp")
     ovs = OvsInstance(tag, workdir)

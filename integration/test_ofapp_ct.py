@@ -28,8 +28,9 @@ import pytest
 from datapath.flows import Flow, flow
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs
-from integration.ovs import REPO_ROOT, VENV_PYTHON, OvsInstance, have_ovs, run
-from integration.wait import wait_for
+from testbed.ovs import REPO_ROOT, VENV_PYTHON, OvsInstance, run
+from testbed.require import require_ovs
+from testbed.wait import wait_for
 
 BRIDGE = "br-ct"
 LOCAL_TAG = 1 << 31
@@ -84,11 +85,7 @@ def _plug(ovs: OvsInstance, db: Ovs, peer: Peer) -> None:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CtLab]:
-    if not have_ovs():
-        why = "needs root, iproute2 and openvswitch-switch (scripts/bootstrap.sh installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+    require_ovs()
     tag = f"np-ct-{os.getpid()}"
     ovs = OvsInstance(tag, tmp_path_factory.mktemp("ofapp-ct"))
     k1 = Peer(f"{tag}-k1", "np-k1", "02:00:00:00:01:01", "10.77.0.1")
@@ -265,7 +262,7 @@ def test_conntrack_and_registers_round_trip_and_survive_recirculation(
     # The unit tests' walker agrees with OVS on these flows (for the ICMP ids it does not
     # model, k1's echo requests and k2's replies are one connection). Imported here: the
     # controller's process imports this module without conftest's path to tests/.
-    from fakeoftable import FakeConntrack, walk
+    from testbed.fakeoftable import FakeConntrack, walk
 
     ct = FakeConntrack()
     icmp = {"eth_type": 0x0800, "ip_proto": 1}

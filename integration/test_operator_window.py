@@ -27,11 +27,11 @@ import requests
 import requests_unixsocket
 from prometheus_client.parser import text_string_to_metric_families
 
-from .master import MasterProcess, free_port
-from .plugin import serving
-from .wait import wait_for
+from testbed.master import MasterProcess, free_port
+from testbed.plugin import serving
+from testbed.wait import wait_for
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="OVS and veths need root")
+pytestmark = pytest.mark.usefixtures("root")
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from .lab import NetctlLab
-from .master import MasterProcess
-from .plugin import PluginProcess
-from .probe import (
+from testbed.lab import NetctlLab
+from testbed.master import MasterProcess
+from testbed.plugin import PluginProcess
+from testbed.probe import (
     ContainerNet,
     NamespaceNet,
     echoes,
@@ -20,14 +20,15 @@ from .probe import (
     tcp_session,
     udp_answers,
 )
-from .site import restart_stopped, serve_stack
+from testbed.site import restart_stopped, serve_stack
+from testbed.wait import wait_for
+
 from .test_docker_single_host import (
     ip_of,
     outside_namespace,
     ping,
     sh,
 )
-from .wait import wait_for
 
 BRIDGE = "netplugin"
 RESYNCED = "resynced with the cluster"

@@ -27,8 +27,9 @@ from datapath.ovs import Ovs
 from datapath.pipeline import DesiredState, EndpointState, NetworkState
 from datapath.policy import GroupState, RuleState
 from datapath.services import ProviderState, ServicePortState, ServiceState
-from integration.ovs import ControllerProcess, OvsInstance, have_ovs, run
-from integration.wait import wait_for
+from testbed.ovs import ControllerProcess, OvsInstance, run
+from testbed.require import require_ovs
+from testbed.wait import wait_for
 
 BRIDGE = "br-svc"
 NET = "net-s"
@@ -169,11 +170,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if not have_ovs():
-        why = "needs root, iproute2 and openvswitch-switch (scripts/bootstrap.sh installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+    require_ovs()
     tag = f"np-sv-{os.getpid()}"
     workdir: Path = tmp_path_factory.mktemp("svc")
     ovs = OvsInstance(tag, workdir)

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from store_contract import WAIT, Collector, StoreContract, summary
 
 from store import open_store
 from store.base import Compare, Put, Store, StoreError, StoreUnavailable
 from store.etcd import EtcdStore
-
-from .etcd import EtcdServer, free_port, require_etcd
-from .pki import make_pki
+from testbed.etcd import EtcdServer, free_port
+from testbed.pki import make_pki
+from testbed.require import require_etcd
+from testbed.store_contract import WAIT, Collector, StoreContract, summary
+from testbed.wait import wait_for
 
 pytestmark = pytest.mark.etcd
 
@@ -80,7 +82,13 @@ def test_failover_from_a_dead_endpoint(etcd_server: EtcdServer, p: str) -> None:
             w.close()
 
 
-def test_all_endpoints_dead(p: str) -> None:
+def watch_ends(caplog: pytest.LogCaptureFixture) -> int:
+    """How many times a watch stream has ended and been resumed (store/etcd.py logs each)."""
+    return sum("resuming at revision" in r.getMessage() for r in caplog.records)
+
+
+def test_all_endpoints_dead(p: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="store.etcd")
     dead = [dead_endpoint(), dead_endpoint()]
     with EtcdStore(dead, timeout=0.5) as s:
         for call in (
@@ -93,10 +101,11 @@ def test_all_endpoints_dead(p: str) -> None:
             with pytest.raises(StoreUnavailable) as info:
                 call()
             assert all(ep in str(info.value) for ep in dead), info.value
-        # A watch from a known revision starts anyway, retries, and cancels promptly. The
-        # sleep gives it the time to fail and retry: cancel() must end it while it does.
+        # A watch from a known revision starts anyway, retries, and cancels promptly:
+        # cancel() must end it while it fails and retries against both endpoints.
         w = Collector(s, p, 5)
-        time.sleep(0.3)
+
+        wait_for(lambda: watch_ends(caplog) >= 2, WAIT, "the watch failed on both endpoints")
         w.close()
 
 
@@ -113,7 +122,10 @@ def test_server_side_errors_are_store_errors(etcd_server: EtcdServer, p: str) ->
         s.txn((), [Put(f"{p}{i}", b"") for i in range(200)])  # over etcd's 128 ops
 
 
-def test_watch_survives_etcd_restarts(etcd_factory: Callable[..., EtcdServer], p: str) -> None:
+def test_watch_survives_etcd_restarts(
+    etcd_factory: Callable[..., EtcdServer], p: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="store.etcd")
     server = etcd_factory()
     with EtcdStore([server.endpoint], watch_timeout=1.0) as s:
         start = s.put(p + "0", b"0")
@@ -123,9 +135,10 @@ def test_watch_survives_etcd_restarts(etcd_factory: Callable[..., EtcdServer], p
             revs = [start]
             # Written just before the stop: delivered once, whether or not the watch saw them.
             revs += [s.put(p + str(i), str(i).encode()) for i in (1, 2)]
+            ended = watch_ends(caplog)
             server.stop()
-            # The outage: long enough for the watch to notice and retry against a dead port.
-            time.sleep(0.5)
+            # The outage lasts until the watch has noticed it and retried against a dead port.
+            wait_for(lambda: watch_ends(caplog) >= ended + 2, WAIT, "the watch retried, in vain")
             server.start()
             revs += [s.put(p + str(i), str(i).encode()) for i in (3, 4)]
             got = w.take(4)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import requests
 from flask.testing import FlaskClient
-from real_master import real_master
 
 from master.app import create_app
 from master.state import ClusterState
 from store import open_store
+from testbed.real_master import real_master
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fakeoftable import FakeConntrack, Walk, walk
-
 from datapath.desired import (
     DesiredState,
     EndpointState,
@@ -20,6 +18,7 @@ from datapath.desired import (
 from datapath.flows import Flow
 from datapath.pipeline import compile_flows
 from datapath.policy import GroupState, RuleState, sorted_rules
+from testbed.fakeoftable import FakeConntrack, Walk, walk
 
 NET = "pn"
 SEGMENT, VNI, VLAN = 100, 5000, 300

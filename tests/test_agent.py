@@ -6,8 +6,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from fakeoftable import walk
-from fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
 from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.hostnat import DNAT_CHAIN, PortMapping, dnat_rules
@@ -16,6 +14,8 @@ from datapath.ovs import PortInfo, detect_datapath_type
 from datapath.pipeline import ETH_TYPE_ARP, ETH_TYPE_IPV4, RemoteEndpointState, TunnelState
 from datapath.ports import PortRequest
 from datapath.veth import veth_names
+from testbed.fakeoftable import walk
+from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
 
 @pytest.fixture

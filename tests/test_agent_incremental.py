@@ -8,12 +8,12 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
 from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.pipeline import RemoteEndpointState, compile_flows
 from datapath.policy import GroupState, RuleState
 from datapath.ports import PortRequest
+from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
 NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
 VLAN = LocalNetwork(id="default:v", tag=9, subnet="10.3.0.0/24", gateway="10.3.0.1", encap="vlan")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from fuzz_tally import CRASH, Problem, Tally
 from hypothesis import strategies as st
 
 from bench import fuzz, sections
 from bench.__main__ import managed_lines, write_report
+from testbed.fuzz_tally import CRASH, Problem, Tally
 
 FUZZ_TEXT = "## Fuzzing\n\n| API | requests |\n|---|---:|\n| master | 10000 |"
 

@@ -14,7 +14,6 @@ import pytest
 import requests
 import urllib3
 from docker_plugin import GW_OPTS, NID, FakeDatapath, call
-from real_master import RealMaster, real_master
 
 from common.client import MasterTransport, no_answer
 from common.credentials import CredentialError, client_token, parse_token
@@ -24,6 +23,7 @@ from plugin.app import create_app
 from plugin.cli import parser as plugin_parser
 from plugin.driver import Driver
 from plugin.master_client import MasterClient
+from testbed.real_master import RealMaster, real_master
 
 SECRET = "s3cret-0123456789abcdef"
 

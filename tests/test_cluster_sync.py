@@ -7,8 +7,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
-
 from common import keys
 from common.models import GlobalSettings
 from common.records import HostRecord, encode_config
@@ -16,6 +14,7 @@ from datapath.host import HostConfig, HostDatapath
 from plugin.cluster import ClusterView
 from plugin.cluster_sync import ClusterSync
 from store.embedded import EmbeddedStore
+from testbed.fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
 
 
 def wait_until(predicate: Any, timeout: float = 5.0) -> None:

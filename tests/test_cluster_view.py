@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 from common import keys
@@ -13,6 +12,7 @@ from common.records import HostRecord, decode_endpoint, encode_config, encode_en
 from datapath.pipeline import RemoteEndpointState
 from plugin.cluster import ClusterView, HostRegistration, PrefixMirror, peers, remote_endpoints
 from store.embedded import EmbeddedStore
+from testbed.wait import wait_for
 
 
 def ep(eid: str, host: str, net: str = "n1", tenant: str = "default", **kw: str) -> Endpoint:
@@ -53,15 +53,6 @@ def test_remote_endpoints_are_the_other_hosts_ones() -> None:
     ]
 
 
-def _wait(predicate, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_mirror_follows_puts_and_deletes_after_its_first_read(tmp_path: Path) -> None:
     with EmbeddedStore(str(tmp_path / "state.db")) as store:
         store.put(keys.host("h1"), b'{"host": "h1"}')
@@ -72,7 +63,7 @@ def test_mirror_follows_puts_and_deletes_after_its_first_read(tmp_path: Path) ->
             assert mirror.values() == {"h1": {"host": "h1"}}
             store.put(keys.host("h2"), b'{"host": "h2"}')
             store.delete(keys.host("h1"))
-            assert _wait(lambda: mirror.values() == {"h2": {"host": "h2"}})
+            wait_for(lambda: mirror.values() == {"h2": {"host": "h2"}}, 5, "h1 gone, h2 mirrored")
             assert changes.is_set()
         finally:
             mirror.stop()
@@ -100,8 +91,10 @@ def test_registration_comes_back_when_its_lease_is_lost(tmp_path: Path) -> None:
             first = store.get(keys.host("h1"))
             assert first is not None
             store.lease_revoke(first.lease)  # e.g. etcd expired it during an outage
-            assert _wait(
-                lambda: (kv := store.get(keys.host("h1"))) is not None and kv.lease != first.lease
+            wait_for(
+                lambda: (kv := store.get(keys.host("h1"))) is not None and kv.lease != first.lease,
+                5,
+                "the registration came back on a new lease",
             )
         finally:
             reg.stop()
@@ -119,7 +112,7 @@ def test_mirror_decodes_records_and_leaves_out_what_does_not_decode(tmp_path: Pa
             # A record that stops decoding leaves the view; the mirror keeps following.
             store.put(keys.endpoint("default", "n1", "a"), b'{"endpointID": "a"}')
             store.put(keys.endpoint("default", "n1", "c"), encode_endpoint(ep("c", "h3")))
-            assert _wait(lambda: list(mirror.values()) == ["default/n1/c"])
+            wait_for(lambda: list(mirror.values()) == ["default/n1/c"], 5, "only c mirrored")
         finally:
             mirror.stop()
 
@@ -131,7 +124,11 @@ def test_cluster_view_reads_the_arp_mode_from_the_global_settings(tmp_path: Path
             assert view.wait_synced(5)
             assert view.arp_mode() == "proxy"  # no settings yet
             store.put(keys.GLOBAL, encode_config(GlobalSettings(arpMode="flood")))
-            assert _wait(lambda: view.arp_mode() == "flood")
-            assert _wait(lambda: isinstance(view.globals.values().get(""), GlobalSettings))
+            wait_for(lambda: view.arp_mode() == "flood", 5, "the arp mode read as flood")
+            wait_for(
+                lambda: isinstance(view.globals.values().get(""), GlobalSettings),
+                5,
+                "the global settings mirrored",
+            )
         finally:
             view.stop()

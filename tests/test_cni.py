@@ -5,6 +5,7 @@ and the kubeconfig reader."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import socket
@@ -16,7 +17,6 @@ from typing import Any
 
 import pytest
 from docker_plugin import FakeDatapath
-from real_master import RealMaster, real_master
 
 from cni.main import run
 from common import cni
@@ -27,6 +27,7 @@ from plugin.cni_service import CniService, target
 from plugin.kube import PodLabels, api_from_kubeconfig
 from plugin.master_client import MasterClient
 from plugin.server import make_socket_server
+from testbed.real_master import RealMaster, real_master
 
 CONF = {"cniVersion": "1.0.0", "name": "pods", "type": "netplugin-cni", "network": "pn"}
 ENV = {
@@ -303,6 +304,20 @@ def test_routes_the_configuration_asks_for_are_exactly_what_the_interface_gets(
     assert "route 0.0.0.0/0: the pod has it already via eth0" in e.value.msg
     assert master.snapshot() == before and set(dp.ports) == ports
     assert "net2" not in ns.spaces[POD]
+
+
+def test_an_add_of_a_0_3_0_configuration_answers_in_0_3_0(
+    master: RealMaster, service: tuple[CniService, FakeDatapath, FakeNetns]
+) -> None:
+    """README "CNI": configurations of 0.3.0 work; ADD's result is in their shape (each
+    IP with its "version")."""
+    svc, dp, _ = service
+    out = svc.add(req(config={**CONF, "cniVersion": "0.3.0"}))
+    assert out["cniVersion"] == "0.3.0" and out["ips"], out
+    for ip in out["ips"]:
+        assert ip["version"] == str(ipaddress.ip_interface(ip["address"]).version), ip
+    assert master.state.endpoints.get(cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0"))
+    assert dp.ports
 
 
 def test_pod_labels_choose_the_group_and_become_the_endpoints(

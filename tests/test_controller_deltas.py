@@ -23,8 +23,6 @@ from datapath_states import (
     from_tunnel,
     ipv4,
 )
-from fakeoftable import walk
-from fakeswitch import FakeSwitch
 from os_ken.ofproto import ofproto_v1_5 as ofp
 
 from datapath.flowmodel import Change, FlowModel
@@ -32,6 +30,8 @@ from datapath.flows import Flow, FlowDiff
 from datapath.ofapp import FlowController
 from datapath.ofstate import ReconcileStats
 from datapath.pipeline import EndpointState
+from testbed.fakeoftable import walk
+from testbed.fakeswitch import FakeSwitch
 
 NEW = EndpointState("ep9", NET_A, 9, "02:00:00:00:00:09", "10.1.0.9")
 

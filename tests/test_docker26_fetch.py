@@ -1,9 +1,9 @@
-"""integration/docker26.py's pure parts: which mirror the system's apt sources name, and the
+"""testbed/docker26.py's pure parts: which mirror the system's apt sources name, and the
 candidate version apt-cache reports."""
 
 from __future__ import annotations
 
-from integration.docker26 import candidate, debian_mirror
+from testbed.docker26 import candidate, debian_mirror
 
 DEB822 = """\
 Types: deb

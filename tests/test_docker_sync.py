@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -32,6 +31,7 @@ from plugin.docker_sync import (
     plan,
 )
 from store.embedded import EmbeddedStore
+from testbed.wait import wait_for
 
 WEB = ClusterNetwork("default", "web", "10.1.0.0/24", "10.1.0.1")
 DB = ClusterNetwork("blue", "db", "10.2.0.0/24", "10.2.0.1", "fd00:2::/64", "fd00:2::1")
@@ -296,11 +296,11 @@ def test_a_network_docker_removed_here_is_put_back_when_docker_says_so() -> None
     stream.start()
     try:
         # The stream's start pokes one pass; nothing is missing yet.
-        wait(lambda: events.filters == [FILTERS])
-        wait(lambda: networks.listed == 1)
+        wait_for(lambda: events.filters == [FILTERS], 5, "the network events watched")
+        wait_for(lambda: networks.listed == 1, 5, "the networks listed once")
         del networks.nets["a"]  # what dockerd did, before it sends the event
         events.queue.put(destroy_event("web"))
-        wait(lambda: networks.created == ["web"])
+        wait_for(lambda: networks.created == ["web"], 5, "web created")
     finally:
         stream.stop()
         sync.stop()
@@ -356,13 +356,6 @@ def test_a_name_clash_is_logged_once_while_it_lasts(caplog: pytest.LogCaptureFix
     cluster = [WEB, group_web]
     sync.sync_once()  # a new clash: logged again
     assert len(caplog.records) == 2
-
-
-def wait(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_a_managed_plugin_compares_and_creates_under_its_full_name() -> None:

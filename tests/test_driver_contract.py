@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from docker_plugin import EID, GW_OPTS, NID, FakeDatapath, call
 from flask.testing import FlaskClient
-from real_master import RealMaster, real_master
 
 from common import keys, owners
 from common.models import EndpointGroup, Network, Tenant
@@ -23,6 +22,7 @@ from plugin.app import create_app
 from plugin.driver import Driver
 from plugin.master_client import MasterClient
 from plugin.options import MAC_OPTION
+from testbed.real_master import RealMaster, real_master
 
 EID2 = "d" * 64
 NAME = NID[:12]  # the name CreateNetwork gives before docker tells the real one

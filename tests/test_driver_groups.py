@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from docker_plugin import EID, GW_OPTS, NID, FakeDatapath, call
 from flask.testing import FlaskClient
-from real_master import RealMaster
 from test_driver_contract import (  # noqa: F401 (fixtures)
     create_endpoint,
     create_network,
@@ -34,6 +33,7 @@ from common.models import EndpointGroup, Network, Tenant
 from plugin.app import create_app
 from plugin.driver import Driver
 from plugin.master_client import MasterClient
+from testbed.real_master import RealMaster
 
 POOL = "blue:10.7.0.0/24"
 FRONT_POOL = f"{POOL}@front"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from fakeoftable import (
+
+from datapath.flows import Flow, flow, group
+from testbed.fakeoftable import (
     CT_DNAT,
     CT_ESTABLISHED,
     CT_INVALID,
@@ -17,8 +19,6 @@ from fakeoftable import (
     NotModelled,
     walk,
 )
-
-from datapath.flows import Flow, flow, group
 
 MAC_1, MAC_2 = "02:00:00:00:00:01", "02:00:00:00:00:02"
 PKT = {"in_port": 1, "eth_src": MAC_1, "eth_dst": MAC_2, "eth_type": 0x0800}

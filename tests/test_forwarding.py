@@ -19,7 +19,6 @@ from datapath_states import (
     ipv4,
     world,
 )
-from fakeoftable import walk
 
 from datapath.flows import Flow
 from datapath.pipeline import (
@@ -29,6 +28,7 @@ from datapath.pipeline import (
     EndpointState,
     compile_flows,
 )
+from testbed.fakeoftable import walk
 
 
 @pytest.fixture(scope="module")

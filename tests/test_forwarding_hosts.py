@@ -28,7 +28,6 @@ from datapath_states import (
     from_tunnel,
     ipv4,
 )
-from fakeoftable import walk
 
 from datapath.flows import Flow
 from datapath.pipeline import (
@@ -37,6 +36,7 @@ from datapath.pipeline import (
     EndpointState,
     compile_flows,
 )
+from testbed.fakeoftable import walk
 
 
 @pytest.fixture(scope="module")

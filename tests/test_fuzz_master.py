@@ -9,7 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fuzz_master import (
+from hypothesis import HealthCheck, example, given, settings
+
+from common.jsonbody import MAX_BODY_BYTES, MAX_DEPTH
+from testbed.fuzz_master import (
     EID,
     POOL,
     Request,
@@ -19,11 +22,8 @@ from fuzz_master import (
     run_scenario,
     scenarios,
 )
-from fuzz_tally import CHANGED, CRASH, SHAPE, Tally
-from hypothesis import HealthCheck, example, given, settings
-from real_master import RealMaster, real_master
-
-from common.jsonbody import MAX_BODY_BYTES, MAX_DEPTH
+from testbed.fuzz_tally import CHANGED, CRASH, SHAPE, Tally
+from testbed.real_master import RealMaster, real_master
 
 DOC = openapi_doc()
 BOUNDED = settings(

@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fuzz_plugin import (
+from hypothesis import HealthCheck, example, given, settings
+
+from common.jsonbody import MAX_BODY_BYTES
+from plugin.options import PORTMAP
+from testbed.fuzz_plugin import (
     BODIES,
     EID,
     NID,
@@ -24,11 +28,7 @@ from fuzz_plugin import (
     scenarios,
     seed,
 )
-from fuzz_tally import CHANGED, CRASH, LEAK, SHAPE, STRAY, Tally
-from hypothesis import HealthCheck, example, given, settings
-
-from common.jsonbody import MAX_BODY_BYTES
-from plugin.options import PORTMAP
+from testbed.fuzz_tally import CHANGED, CRASH, LEAK, SHAPE, STRAY, Tally
 
 BOUNDED = settings(
     max_examples=150,

@@ -3,13 +3,11 @@ real ClusterView on an embedded store, and a controller fake that reads back a s
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
 
 from common import keys
 from common.models import Endpoint, GlobalSettings
@@ -25,6 +23,8 @@ from plugin.inspect_views import MirrorState, cluster_view
 from plugin.metrics import AgentMetrics
 from plugin.policy_view import Unresolved
 from store.embedded import EmbeddedStore
+from testbed.fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
+from testbed.wait import wait_for
 
 NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
 EID = "ab" * 32
@@ -46,13 +46,6 @@ class ReadBackController(FakeController):
 
     def snapshot(self) -> dict[str, Any]:
         return {"connected": self.on_switch is not None, "generation": 3, "reconcile_count": 1}
-
-
-def wait_until(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -87,7 +80,11 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
     status.resynced(agent.resync([NET], [EP], peers={"h2": "192.0.2.2"}))
     view = ClusterView(store, lambda: None).start()
     assert view.wait_synced(5)
-    wait_until(lambda: len(view.hosts.values()) == 2 and view.endpoints.values())
+    wait_for(
+        lambda: len(view.hosts.values()) == 2 and view.endpoints.values(),
+        5,
+        "the view mirrored both hosts and the endpoint",
+    )
     window = Window(agent, ctl, view, "h1", "192.0.2.1", status)  # type: ignore[arg-type]
     metrics = AgentMetrics()
     yield {"agent": agent, "ctl": ctl, "view": view, "store": store, "window": window} | {

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from docker_plugin import FakeDatapath, call
-from real_master import RealMaster, real_master
 from test_master_guards import before_commit_of
 
 from common import keys
@@ -25,6 +24,7 @@ from master.state import ClusterState
 from plugin.app import create_app
 from plugin.driver import Driver
 from plugin.master_client import MasterClient
+from testbed.real_master import RealMaster, real_master
 
 
 @pytest.mark.parametrize(

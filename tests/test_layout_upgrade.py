@@ -30,8 +30,6 @@ from datapath_states import (
     from_tunnel,
     ipv4,
 )
-from fakeoftable import walk
-from fakeswitch import FakeSwitch, reconcile
 from os_ken.ofproto import ofproto_v1_5 as ofp
 
 from datapath.flows import Flow, diff
@@ -52,6 +50,8 @@ from datapath.pipeline import (
     removal_order,
     write_plan,
 )
+from testbed.fakeoftable import walk
+from testbed.fakeswitch import FakeSwitch, reconcile
 
 # The layout before issue 7: classify 0, ingress 1, arp 2, policy 3, forward 4. Renumbering
 # today's flows this way gives exactly what that compiler produced (checked against it when

@@ -7,14 +7,13 @@ import os
 import signal
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from plugin.managed import Child, Supervisor, child_env, plan
 from plugin.plugin_name import DriverName, name_from_plugins, plugin_id_from_mountinfo
+from testbed.wait import wait_for
 
 PID = "e1f32162bd592dd79695d791ebe405a1e65923a976eaef5fddb046fbee73cad2"
 MOUNTINFO = f"""\
@@ -149,17 +148,10 @@ def test_supervisor_kills_a_child_that_ignores_sigterm(
     )
     sup = Supervisor([stubborn], dict(os.environ))
     sup.start()
-    wait_until(ready.exists)
+    wait_for(ready.exists, 10, "the child got ready")
     sup.stop("test")
     assert sup.reap() == 0
     assert sup.exits == {"stubborn": -signal.SIGKILL}
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "the child did not get ready"
-        time.sleep(0.01)
 
 
 # Agent flags an operator never sets on a managed plugin: config.json fixes them (a mount's

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from store_contract import wait_for
 
 from master.groupcommit import GroupCommit
 from store import BatchResult, Compare, Put, StoreError, StoreUnavailable, Txn, TxnResult
 from store.embedded import EmbeddedStore
+from testbed.wait import wait_for
 
 
 class HeldStore(EmbeddedStore):
@@ -77,7 +77,7 @@ def run_held(store: HeldStore, group: GroupCommit, calls: list[Callable[[], Any]
     assert store.holding.wait(10)
     for n, t in enumerate(threads[1:], 1):
         t.start()
-        wait_for(lambda n=n: len(group._queue) == n, what=f"call {n} to queue")
+        wait_for(lambda n=n: len(group._queue) == n, 10, f"call {n} queued")
     store.gate.set()
     for t in threads:
         t.join(10)

@@ -8,7 +8,6 @@ import struct
 from dataclasses import replace
 
 import pytest
-from fakeswitch import FakeSwitch, reconcile
 from os_ken.ofproto import ofproto_parser, ofproto_protocol
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as parser
@@ -17,6 +16,7 @@ from datapath.flows import FlowDiff, Group, Meter, flow, group, meter
 from datapath.ofapp import FlowController
 from datapath.ofcodec import from_ofp_group, from_ofp_meter, group_mod, meter_mod
 from datapath.tables import CLASSIFY, INGRESS, PIPELINE, POLICY, SERVICE
+from testbed.fakeswitch import FakeSwitch, reconcile
 
 NAT = ("nat", "dst", "10.1.0.5", None, 8080, None, ())
 BUCKET = [("set_field", "eth_dst", "02:42:0a:01:00:05"), ("ct", True, 7, POLICY.id, (NAT,))]

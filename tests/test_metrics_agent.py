@@ -3,7 +3,6 @@ the flows they changed, audit repairs, and the mirrors' revisions and watch rest
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from plugin.master_client import MasterClient
 from plugin.metrics import AgentMetrics
 from store import Compacted
 from store.embedded import EmbeddedStore
+from testbed.wait import wait_for
 
 
 def value(metrics: AgentMetrics, name: str, **labels: str) -> float:
@@ -114,13 +114,10 @@ def test_a_mirror_counts_its_watch_restarts_and_follows_the_revision(tmp_path: P
         mirror = PrefixMirror(flaky, keys.HOSTS, lambda: None).start()  # type: ignore[arg-type]
         try:
             assert mirror.synced.wait(5)
-            deadline = time.monotonic() + 5
-            while flaky.watches < 2 and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_for(lambda: flaky.watches >= 2, 5, "the mirror watched again")
             assert mirror.restarts == 1 and mirror.last_read is not None
             rev = store.put(keys.host("h2"), b'{"host": "h2"}')
-            while mirror.revision < rev and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_for(lambda: mirror.revision >= rev, 5, f"the mirror read revision {rev}")
             assert mirror.revision == rev and set(mirror.values()) == {"h1", "h2"}
         finally:
             mirror.stop()

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from master.errors import Conflict
 from master.state import ClusterState
 from master.txn import MAX_ATTEMPTS, Retry, retrying
 from store.embedded import EmbeddedStore
+from testbed.wait import wait_for
 
 READER, AGENT = "r" * 32, "a" * 32
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,10 +128,7 @@ def test_leadership_changes_and_gauge(client: FlaskClient, store: EmbeddedStore)
     elector = Elector(store, master_id="m1", url="http://m1", ttl=5, poll_interval=0.05)
     elector.start()
     try:
-        deadline = time.monotonic() + 5
-        while value(scrape(client), "netmaster_leader") != 1:
-            assert time.monotonic() < deadline, "the gauge never said leader"
-            time.sleep(0.02)
+        wait_for(lambda: value(scrape(client), "netmaster_leader") == 1, 5, "the gauge said leader")
     finally:
         elector.stop()
     after = scrape(client)

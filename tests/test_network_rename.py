@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 import requests
-from real_master import RealMaster, real_master
 from test_master_guards import before_commit_of, holds_together
 
 from common import keys
 from common.models import EndpointGroup, Network
 from master.decisions.consistency import check_state
 from master.state import ClusterState
+from testbed.real_master import RealMaster, real_master
 
 SUBNET = "10.61.0.0/24"
 WEB_POOL = "10.61.0.100-10.61.0.110"

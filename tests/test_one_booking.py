@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from docker_plugin import GW_OPTS, FakeDatapath, call
 from flask.testing import FlaskClient
-from real_master import RealMaster, real_master
 
 from common import keys, owners
 from common.models import EndpointGroup, Network, PoolRequest, Tenant
@@ -30,6 +29,7 @@ from master.errors import BadRequest, Conflict, NotFound
 from plugin.app import create_app
 from plugin.driver import Driver
 from plugin.master_client import MasterClient
+from testbed.real_master import RealMaster, real_master
 
 NID1, NID2 = "1" * 64, "2" * 64
 EID1, EID2 = "e" * 64, "d" * 64

@@ -21,7 +21,6 @@ from datapath_states import (
     ipv4,
     world,
 )
-from fakeoftable import CT_ESTABLISHED, CT_INVALID, CT_NEW, CT_RELATED, CT_TRACKED, walk
 
 from datapath.flows import Flow, diff, flow
 from datapath.pipeline import (
@@ -44,6 +43,7 @@ from datapath.pipeline import (
 )
 from datapath.policy import GroupState, RuleState
 from datapath.tables import DST_GROUP, POLICY_IN, POLICY_OUT, SRC_GROUP
+from testbed.fakeoftable import CT_ESTABLISHED, CT_INVALID, CT_NEW, CT_RELATED, CT_TRACKED, walk
 
 UNNAT = ("nat", "", None, None, None, None, ())
 

@@ -9,7 +9,6 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from fakeoftable import CT_INVALID, CT_TRACKED, walk
 from policy_states import (
     APP,
     APP1,
@@ -44,6 +43,7 @@ from datapath.flows import Flow
 from datapath.pipeline import compile_flows
 from datapath.policy import RuleState
 from datapath.tables import DST_GROUP, POLICY_IN, POLICY_OUT, SRC_GROUP
+from testbed.fakeoftable import CT_INVALID, CT_TRACKED, walk
 
 Rules = Mapping[str, Sequence[RuleState]]
 

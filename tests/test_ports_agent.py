@@ -7,12 +7,12 @@ import threading
 from typing import Any
 
 import pytest
-from fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
 from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.hostnat import DNAT_CHAIN, PortMapping, dnat_rules
 from datapath.hostports import HOST_PROCESS
 from datapath.ports import PortConflict, PortRequest
+from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
 NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
 OTHER = LocalNetwork(id="blue:n2", tag=8, subnet="10.2.0.0/24", gateway="10.2.0.1")

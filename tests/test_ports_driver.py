@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fuzz_plugin import EID, NID, POOL, Stack, plugin_stack, seed
 
 from plugin.options import PORTMAP, DriverError, PortBinding, port_bindings
+from testbed.fuzz_plugin import EID, NID, POOL, Stack, plugin_stack, seed
 
 ids = {"NetworkID": NID, "EndpointID": EID}
 EID2 = "e2" * 32

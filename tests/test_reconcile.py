@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 from datapath_states import world
-from fakeswitch import FakeSwitch, reconcile
 from os_ken.ofproto import ofproto_v1_5 as ofp
 
 from datapath.flows import Flow, flow
 from datapath.ofapp import FlowController
 from datapath.ofwire import ReconcileError
 from datapath.pipeline import FORWARD, compile_flows
+from testbed.fakeswitch import FakeSwitch, reconcile
 
 F1 = flow(0, 10, [("goto", 1)], in_port=1)
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from datapath_states import E1, E2, GW_A_PORT, NET_A, R1, TUN_H2, VNI_A, arp_request, cluster, ipv4
-from fakeoftable import CT_SNAT, FakeConntrack, walk
 
 from datapath.flowmodel import Change, FlowModel
 from datapath.flows import Group, Meter
@@ -26,6 +25,7 @@ from datapath.services import (
     hairpin_zone,
     vip_mac,
 )
+from testbed.fakeoftable import CT_SNAT, FakeConntrack, walk
 
 VIP = "10.1.0.100"
 LOCAL = ProviderState(E2.ipv4 or "", E2.mac)
@@ -192,6 +192,23 @@ def test_the_model_agrees_and_a_provider_joining_touches_only_its_networks_servi
     assert model.flows() == compile_flows(model.state())
 
 
+def test_a_service_changed_live_sends_new_connections_to_its_new_providers_and_ports() -> None:
+    """README: a service created again with new selectors (so new providers) and ports
+    changes at once, on the same VIP; the agent applies it as one change of the model."""
+    model = FlowModel()
+    model.replace(with_services(replace(WEB, providers=(LOCAL,))))
+    ports = (ServicePortState(6, 80, 9090), ServicePortState(17, 53, 5353))
+    model.apply(Change(services={WEB.id: replace(WEB, ports=ports, providers=(REMOTE,))}))
+    flows = model.flows()
+    assert flows == compile_flows(model.state())
+    to_tcp = walk(flows, tcp(E1, VIP, 40000, 80), conntrack=FakeConntrack())
+    assert to_tcp.ports == {TUN_H2}  # the old, local provider is out
+    assert (to_tcp.sent(TUN_H2)["ipv4_dst"], to_tcp.sent(TUN_H2)["tcp_dst"]) == (R1.ipv4, 9090)
+    udp = ipv4(E1, vip_mac(VIP), VIP, ip_proto=17, udp_src=20000, udp_dst=53)
+    to_udp = walk(flows, udp, conntrack=FakeConntrack()).sent(TUN_H2)
+    assert (to_udp["ipv4_dst"], to_udp["udp_dst"]) == (R1.ipv4, 5353)
+
+
 # --- netprofiles ---
 
 GOLD = QosState(rate_kbps=10_000, burst_kbit=0, dscp=46)
@@ -212,11 +229,28 @@ def test_a_netprofile_meters_and_marks_what_its_endpoints_send() -> None:
     assert sent.meters == [E1.ofport] and sent.sent(E2.ofport)["ip_dscp"] == 46
     v6 = walk(flows, {**ipv4(E1, E2.mac, ""), "eth_type": 0x86DD, "ipv6_src": E1.ipv6,
                       "ipv6_dst": "fd00::2", "ipv4_src": None, "ipv4_dst": None})  # fmt: skip
-    assert v6.meters == [E1.ofport]
+    assert v6.meters == [E1.ofport] and v6.sent(E2.ofport)["ip_dscp"] == 46  # IPv6 too
     arp = walk(flows, arp_request(E1, E2.ipv4 or ""))
     assert arp.meters == [E1.ofport]  # metered, not marked
     other = walk(flows, ipv4(E2, E1.mac, E1.ipv4 or ""))
     assert other.meters == [] and "ip_dscp" not in other.sent(E1.ofport)
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst", "meter_burst"),
+    [
+        (10_000, 0, 2_500),  # a quarter of the rate
+        (4_000, 0, 1_000),
+        (1_000, 0, 500),  # README: at least 500 kbit
+        (100, 0, 500),
+        (100, 80, 80),  # the profile's own burst (-s), floor or not
+    ],
+)
+def test_the_default_burst_is_a_quarter_of_the_rate_and_at_least_500_kbit(
+    rate: int, burst: int, meter_burst: int
+) -> None:
+    flows = compile_flows(profiled(QosState(rate_kbps=rate, burst_kbit=burst)))
+    assert [e for e in flows if isinstance(e, Meter)] == [Meter(E1.ofport, rate, meter_burst)]
 
 
 def test_changing_a_profile_changes_its_members_meters_in_place() -> None:

@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_contract import WAIT, Collector, StoreContract, summary, wait_for
 
 from store import open_store
 from store.base import Compacted, Store, StoreCorrupt
 from store.embedded import EmbeddedStore
+from testbed.store_contract import WAIT, Collector, StoreContract, summary
+from testbed.wait import wait_for
 
 
 class TestEmbeddedContract(StoreContract):
@@ -251,7 +252,7 @@ def test_lease_of_a_dead_process_expires(tmp_path: Path) -> None:
             lease_id = int(run_python(LEASER, path, "/owned"))
             first = w.take(1)[0]
             assert (first.type, first.kv.lease) == ("put", lease_id)
-            wait_for(lambda: s.get("/owned") is None, what="the orphaned lease to expire")
+            wait_for(lambda: s.get("/owned") is None, WAIT, "the orphaned lease expired")
             assert summary(w.take(1)) == [("delete", "/owned", b"", first.kv.mod_revision + 1)]
         finally:
             w.close()

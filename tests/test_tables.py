@@ -19,7 +19,6 @@ from datapath_states import (
     ipv4,
     world,
 )
-from fakeoftable import walk
 
 from datapath.flows import Flow, flow
 from datapath.pipeline import compile_flows
@@ -38,6 +37,7 @@ from datapath.tables import (
     Pipeline,
     TableSpec,
 )
+from testbed.fakeoftable import walk
 
 A = TableSpec("a", 0, "first", next_tables=("b", "c"), match=frozenset({"in_port"}))
 B = TableSpec("b", 1, "second", miss="c", next_tables=("c",), recirculate=("b",), meters=True)

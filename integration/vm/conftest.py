@@ -7,30 +7,15 @@ a thread, so the few minutes of debootstrap and apt overlap the tests that run b
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 from pathlib import Path
 
 import pytest
 
-from .image import Image, ensure_image
+from testbed.require import qemu_missing, require_qemu
+from testbed.vm.image import Image, ensure_image
 
 _build: dict[str, object] = {}
-
-
-def _missing_tools() -> list[str]:
-    return [t for t in ("qemu-system-x86_64", "ssh", "debootstrap") if not shutil.which(t)]
-
-
-def require_qemu() -> None:
-    missing = _missing_tools()
-    if not missing:
-        return
-    msg = f"the VM lab needs {', '.join(missing)} (make test installs them: scripts/bootstrap.sh)"
-    if os.environ.get("CI"):
-        pytest.fail(msg)
-    pytest.skip(msg)
 
 
 def _prebuild() -> None:
@@ -41,9 +26,11 @@ def _prebuild() -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:
+        return
     here = Path(__file__).parent
     wanted = any(Path(str(item.path)).parent == here for item in session.items)
-    if wanted and not _missing_tools() and "thread" not in _build:
+    if wanted and not qemu_missing() and "thread" not in _build:
         thread = threading.Thread(target=_prebuild, name="vm-image", daemon=True)
         _build["thread"] = thread
         thread.start()

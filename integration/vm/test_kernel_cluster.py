@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from ..wait import wait_for
-from .image import Image
-from .lab import Lab
-from .node import AGENT_LOG, AGENT_PID, Node, save_logs, start_agent, start_cluster
+from testbed.vm.image import Image
+from testbed.vm.lab import Lab
+from testbed.vm.node import AGENT_LOG, AGENT_PID, Node, save_logs, start_agent, start_cluster
+from testbed.wait import wait_for
 
 SETTLE = 60.0  # seconds for a change to reach both guests under emulation
 

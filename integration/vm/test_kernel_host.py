@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from ..host import IPERF_IMAGE, TEST_LABEL
-from ..wait import wait_for
-from .image import Image
-from .lab import Lab
-from .node import CHECKOUT, Node, copy_checkout
+from testbed.host import IPERF_IMAGE, TEST_LABEL
+from testbed.vm.image import Image
+from testbed.vm.lab import Lab
+from testbed.vm.node import CHECKOUT, Node, copy_checkout
+from testbed.wait import wait_for
 
 MAKE_RUN_LOG = "/var/log/make-run.log"
 MAKE_RUN_PID = "/run/make-run.pid"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,12 +17,6 @@ from .wait import wait_for
 VENV_PYTHON = Path(sys.executable)
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VSWITCH_SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
-
-
-def have_ovs() -> bool:
-    """True if the OVS binaries and `ip` are installed and we may create namespaces."""
-    binaries = ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl", "ip")
-    return os.geteuid() == 0 and all(shutil.which(b) for b in binaries)
 
 
 def run(*cmd: str, check: bool = True, timeout: float = 30) -> str:

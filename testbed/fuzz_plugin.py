@@ -28,13 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 from flask.testing import FlaskClient
-from fuzz_json import any_text, body, json_values, junk, mix, record, weighted
-from fuzz_master import snapshot
-from fuzz_tally import CHANGED, CRASH, LEAK, SHAPE, STRAY, Problem, Tally, short
 from hypothesis import strategies as st
-from real_master import RealMaster, real_master
 
 from common.jsonbody import BodyError, decode_body
 from datapath.host import HostConfig, HostDatapath
@@ -43,6 +38,12 @@ from plugin.daemon import AgentDatapath
 from plugin.driver import Driver
 from plugin.master_client import MasterClient
 from plugin.options import GATEWAY_REQUEST, GENERIC, INTERNAL, MAC_OPTION, PORTMAP
+
+from .fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
+from .fuzz_json import any_text, body, json_values, junk, mix, record, weighted
+from .fuzz_master import snapshot
+from .fuzz_tally import CHANGED, CRASH, LEAK, SHAPE, STRAY, Problem, Tally, short
+from .real_master import RealMaster, real_master
 
 NID, EID, POOL = "f" * 64, "e" * 64, "default:10.5.0.0/24"  # seeded as Docker would
 ACCEPT = {"Accept": "application/vnd.docker.plugins.v1.2+json"}

@@ -2,8 +2,8 @@
 
 ``docker20``: the host's own dockerd (Debian 12's docker.io, 20.10), with a master on the
 embedded store and a netplugin agent on the host's OVS, in the root namespaces: what
-`make run` makes. ``docker26``: Debian 13's dockerd 26 (integration/docker26.py) on a
-simulated host of integration/multihost.py, the one host of a cluster of one master: its
+`make run` makes. ``docker26``: Debian 13's dockerd 26 (testbed/docker26.py) on a
+simulated host of testbed/multihost.py, the one host of a cluster of one master: its
 own network and mount namespaces, OVS, agent and dockerd (dockerd 26 must not share the
 root namespace with the host's 20.10, nor an agent another agent's bridge).
 

@@ -29,15 +29,9 @@ from store.base import (
     Watch,
 )
 
+from .wait import wait_for
+
 WAIT = 10.0  # generous bound for anything asynchronous
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = WAIT, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 class Collector:
@@ -573,7 +567,7 @@ class StoreContract:
         kv = store.get(p + "l1")
         assert kv is not None and kv.lease == lease.id
         w = watches(store, p, 0)
-        wait_for(lambda: store.get(p + "l1") is None, what="lease expiry")
+        wait_for(lambda: store.get(p + "l1") is None, WAIT, "lease expiry")
         assert [kv.key for kv in store.range(p).kvs] == [p + "plain"]
         events = w.take(2)
         assert [(e.type, e.kv.key) for e in events] == [("delete", p + "l1"), ("delete", p + "l2")]
@@ -615,7 +609,7 @@ class StoreContract:
         assert store.get(p + "k") is not None
         assert not lease.lost.is_set()
         lease.stop_keepalive()
-        wait_for(lambda: store.get(p + "k") is None, what="expiry once keepalive stopped")
+        wait_for(lambda: store.get(p + "k") is None, WAIT, "expiry once keepalive stopped")
         # The stopped keepalive thread does not notice; the lease is simply gone.
         with pytest.raises(LeaseNotFound):
             lease.refresh()

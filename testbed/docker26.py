@@ -13,7 +13,7 @@ used without asking the archive; an older one is checked against the archive's c
 and used as it is when the archive cannot be reached. Callers in several processes at once
 (pytest workers, CI, a developer) take a flock: one fetches, the others wait, then use it.
 
-    python -m integration.docker26      # fetch if needed; print the dockerd's path
+    python -m testbed.docker26      # fetch if needed; print the dockerd's path
 
 The mirror is the one the system's own apt sources use for Debian (no host is named here).
 """

@@ -40,14 +40,22 @@ def ip_of(container: str) -> str:
     return str(next(iter(nets.values()))["IPAddress"])
 
 
+def ipv6_of(container: str) -> str:
+    nets = json.loads(
+        run("docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", container).stdout
+    )
+    return str(next(iter(nets.values()))["GlobalIPv6Address"])
+
+
 class NetctlLab:
     """A network named PREFIXnet (subnet ``subnet``) and the objects made on it, all named
     with ``prefix`` (unique per lab, so labs never meet)."""
 
-    def __init__(self, master_url: str, subnet: str, prefix: str = "") -> None:
+    def __init__(self, master_url: str, subnet: str, prefix: str = "", subnetv6: str = "") -> None:
         self.master_url = master_url
         self.prefix = prefix or f"l{uuid.uuid4().hex[:4]}"
         self.subnet = subnet
+        self.subnetv6 = subnetv6
         self.network = ""
         self.containers: list[str] = []
         self.nets: dict[str, ContainerNet] = {}
@@ -59,7 +67,8 @@ class NetctlLab:
 
     def __enter__(self) -> NetctlLab:
         network = f"{self.prefix}net"
-        self.netctl("net", "create", "-s", self.subnet, network)
+        v6 = ("--subnetv6", self.subnetv6) if self.subnetv6 else ()
+        self.netctl("net", "create", "-s", self.subnet, *v6, network)
         self.network = network
         # The agent's docker sync makes the docker network a moment later.
         wait_for(lambda: docker_has_network(network), SETTLE, f"docker network {network} appears")

@@ -1,4 +1,4 @@
-"""Waiting on a condition, never on the clock: the one polling helper of the integration tests.
+"""Waiting on a condition, never on the clock: the one polling helper of tests and benchmarks.
 
 A test that needs something to have happened (a server listening, a host's registration
 expired, a tunnel port gone) polls for exactly that, with a deadline, and fails with a

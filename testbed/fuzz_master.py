@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from fuzz_json import (
+from hypothesis import strategies as st
+
+from common import keys
+from common.models import NAME_RE
+
+from .fuzz_json import (
     any_text,
     body,
     chance,
@@ -35,12 +40,8 @@ from fuzz_json import (
     record,
     weighted,
 )
-from fuzz_tally import CHANGED, CRASH, SHAPE, Problem, Tally, short
-from hypothesis import strategies as st
-from real_master import RealMaster, real_master
-
-from common import keys
-from common.models import NAME_RE
+from .fuzz_tally import CHANGED, CRASH, SHAPE, Problem, Tally, short
+from .real_master import RealMaster, real_master
 
 EID = "a1" * 32  # the seeded endpoint
 POOL = "default:10.9.0.0/24"  # the seeded pool, holding an address for owner "o1"

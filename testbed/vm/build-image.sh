@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Build the VM lab's guest image: Debian 12 from Debian packages only, with the stock kernel.
 #
-#   integration/vm/build-image.sh OUT_DIR WHEELHOUSE
+#   testbed/vm/build-image.sh OUT_DIR WHEELHOUSE
 #
 # OUT_DIR receives vmlinuz, initrd.img, root.ext4 (a sparse ext4 image made with mke2fs -d,
 # so nothing is loop-mounted) and id_ed25519 (the key the lab logs in with). WHEELHOUSE is a
 # directory of wheels for constraints.txt: the guest has no route to PyPI or the Debian
 # mirror, so `make run` inside it finds every package already installed and pip finds every
 # wheel on disk (/etc/pip.conf), as on a host behind an offline mirror.
-# integration/vm/image.py calls this when the image's inputs change; it needs root.
+# testbed/vm/image.py calls this when the image's inputs change; it needs root.
 set -euo pipefail
 # Mounts made by debootstrap and apt (proc, sys, dev) stay in this script's mount namespace.
 if [ "${VM_BUILD_UNSHARED:-}" = "" ]; then

@@ -27,20 +27,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def etcd_available(binary: str = ETCD_BINARY) -> bool:
-    return os.access(binary, os.X_OK)
-
-
-def require_etcd(binary: str = ETCD_BINARY) -> None:
-    """Skip the calling test when etcd is not installed; fail instead under CI."""
-    import pytest
-
-    if not etcd_available(binary):
-        if os.environ.get("CI"):
-            pytest.fail(f"{binary} is missing, and CI must run the etcd tests")
-        pytest.skip(f"{binary} is not installed")
-
-
 class EtcdServer:
     """Starts, stops, kills and restarts one etcd process, always by its PID.
 

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from netctl.client import MasterClient
 
 from .host import TEST_LABEL
 from .master import VENV_BIN, free_port
+from .wait import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,18 +109,21 @@ class Plugin:
                 for net in client.list(NETWORKS):
                     with contextlib.suppress(Exception):
                         client.delete(NETWORKS, str(net["tenantName"]), str(net["networkName"]))
-        left = ""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            left = docker("network", "ls", "-q", "--filter", f"driver={self.name}", check=False)
-            if not left:
-                break
+
+        def networks() -> str:
+            return docker("network", "ls", "-q", "--filter", f"driver={self.name}", check=False)
+
+        def removed() -> bool:
+            left = networks()
             for n in left.split():
                 docker("network", "rm", n, check=False)
-            time.sleep(0.5)
-        if left:
+            return not left
+
+        try:
+            wait_for(removed, 30, f"no docker network of {self.name} left", 0.5, networks)
+        except TimeoutError:
             docker("plugin", "disable", "-f", self.name, check=False)
-            raise AssertionError(f"docker networks of {self.name} left, plugin kept: {left}")
+            raise
         if keep:
             docker("plugin", "disable", "-f", self.name, check=False)
         else:
@@ -146,12 +149,16 @@ def private_dockerd(timeout: float = 60) -> Iterator[str]:
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + timeout
-        while docker("version", "-f", "{{.Server.Version}}", host=url, check=False) == "":
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (root / "dockerd.log").read_text()[-2000:]
-                raise AssertionError(f"the private dockerd did not come up: {tail}")
-            time.sleep(0.3)
+
+        def tail() -> str:
+            return (root / "dockerd.log").read_text()[-2000:]
+
+        def up() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"the private dockerd exited: {tail()}")
+            return docker("version", "-f", "{{.Server.Version}}", host=url, check=False) != ""
+
+        wait_for(up, timeout, "the private dockerd answered", 0.3, tail)
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -76,7 +76,7 @@ class SimHost:
     agent: subprocess.Popen[bytes] | None = None
     agent_extra: list[str] = field(default_factory=list)
     security: MasterSecurity | None = None  # the masters' CA and the agent's token
-    # The dockerd to run (integration/site.py: the host's 20.10, or Docker 26).
+    # The dockerd to run (testbed/site.py: the host's 20.10, or Docker 26).
     dockerd_cmd: list[str] = field(default_factory=lambda: ["dockerd"])
 
     def __post_init__(self) -> None:

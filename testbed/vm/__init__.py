@@ -1,0 +1,1 @@
+"""The VM lab: Debian guests under QEMU, for the kernel datapath (README "VM lab")."""
