@@ -14,6 +14,7 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from common.jsonbody import READ_LIMIT, too_large
+from common.kinds import NETWORKS
 from common.models import (
     AddressRelease,
     AddressRequest,
@@ -29,6 +30,7 @@ from .auth import TokenTable, install
 from .election import Elector
 from .errors import ApiError
 from .forwarding import Forwarder, mark_served_by
+from .kinds import parse_key
 from .metrics import allocation, instrument, metrics_response
 from .openapi import API, openapi_document
 from .routes import Api, json_response, read_body, register_kinds
@@ -156,6 +158,15 @@ def create_app(
         obj = f"endpoint {endpoint_id}"
         info = parse_body(EndpointContainer, read_body(obj), obj)
         return json_response(state.endpoints.set_container(endpoint_id, info).dump())
+
+    @route(
+        f"{API}/alloc/networks/<key>",
+        "GET",
+        "A network as agents plug into it: its config, with the tag and pools the master chose",
+    )
+    def network_record(key: str) -> Response:
+        record, _ = state.networks.read(*parse_key(NETWORKS, key))
+        return json_response(record.to_json())
 
     @route(
         f"{API}/alloc/pools", "POST", "Reserve an address pool (Docker RequestPool)", PoolRequest

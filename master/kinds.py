@@ -77,11 +77,15 @@ class Row:
             raise ValueError(f"{plural}: rename needs a key field to take the new name")
 
     def parse(self, key: str) -> tuple[str, ...]:
-        """The URL key's parts; a key of the wrong shape is refused naming it."""
-        try:
-            return self.kind.key.parse(key)
-        except BadKey as e:
-            raise BadRequest(f"{self.kind.noun} {key}", str(e)) from None
+        return parse_key(self.kind, key)
+
+
+def parse_key(kind: Kind[Any], key: str) -> tuple[str, ...]:
+    """A URL key's parts; a key of the wrong shape is refused naming it."""
+    try:
+        return kind.key.parse(key)
+    except BadKey as e:
+        raise BadRequest(f"{kind.noun} {key}", str(e)) from None
 
 
 KINDS: tuple[Row, ...] = (

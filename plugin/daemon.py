@@ -76,7 +76,7 @@ class AgentDatapath:
             net.encap,
         ):  # new here, or deleted and made again otherwise: the agent replaces it
             # The config alone lacks the tag the master chose: ask for the whole record.
-            record = self.master.inspect_network(net.tenantName, net.networkName)
+            record = self.master.network_record(net.tenantName, net.networkName)
             self.agent.ensure_network(local_network(record))
         return net.id
 

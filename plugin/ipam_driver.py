@@ -111,7 +111,7 @@ class IpamDriver:
     def _cluster_network(self, tenant: str, name: str) -> NetworkRecord:
         """An existing cluster network's config and oper state, or a clear refusal."""
         try:
-            return self.master.inspect_network(tenant, name)
+            return self.master.network_record(tenant, name)
         except MasterError as e:
             if e.status == 404:
                 raise DriverError(

@@ -181,20 +181,18 @@ class MasterClient:
     def list_networks(self) -> list[Network]:
         return [_answer(Network, n, "network") for n in _list(self._call("GET", "/networks"))]
 
-    def inspect_network(self, tenant: str, name: str) -> NetworkRecord:
+    def network_record(self, tenant: str, name: str) -> NetworkRecord:
         """A network's config with what the master chose for it (its tag and pools)."""
         what = f"network {tenant}:{name}"
-        got = _fields(self._call("GET", f"/inspect/networks/{_key(tenant, name)}"), what, "Config")
-        oper = got.get("Oper") if isinstance(got.get("Oper"), dict) else {}
         try:
-            return NetworkRecord.from_json(
-                {
-                    "config": got["Config"],
-                    "pktTag": oper.get("pktTag"),
-                    "ipv4Pool": oper.get("ipv4Pool"),
-                    "ipv6Pool": oper.get("ipv6Pool"),
-                }
-            )
+            got = self._call("GET", f"/alloc/networks/{_key(tenant, name)}")
+        except MasterError as e:
+            if e.status == 404 and e.obj.startswith("/"):  # no such route: not this network
+                raise _bad_answer(what, "it is older than this agent; upgrade it first") from None
+            raise
+        got = _fields(got, what, "config")
+        try:
+            return NetworkRecord.from_json(got)
         except (ValueError, TypeError) as e:
             raise _bad_answer(what, e) from None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import requests
 from flask.testing import FlaskClient
 
 from master.state import ClusterState
@@ -218,3 +219,40 @@ def test_commit_stats(client: FlaskClient, state: ClusterState) -> None:
     got = client.get("/stats/commits").json
     assert got["groupCommit"] is True and got["txns"] == 3 and got["sizes"] == {"1": 3}
     assert got["worker"] > 0
+
+
+def test_agents_read_a_network_as_its_record(client: FlaskClient) -> None:
+    """The agent's network call answers the stored record (config, tag, pools), which the
+    plugin's client reads back as one; the operator's inspect view is not an internal API."""
+    from common.records import NetworkRecord
+    from plugin.master_client import MasterClient
+
+    body = {"subnet": "10.1.0.0/24", "ipv6Subnet": "fd00:1::/64", "encap": "vlan", "pktTag": 7}
+    assert client.post("/api/v1/networks/blue:web", json=body).status_code == 404  # no tenant
+    assert client.post("/api/v1/tenants/blue", json={}).status_code == 200
+    assert client.post("/api/v1/networks/blue:web", json=body).status_code == 200
+    got = client.get("/api/v1/alloc/networks/blue:web")
+    assert got.status_code == 200, got.json
+    oper = client.get("/api/v1/inspect/networks/blue:web").json["Oper"]
+    assert (got.json["pktTag"], got.json["ipv4Pool"], got.json["ipv6Pool"]) == (
+        7,
+        oper["ipv4Pool"],
+        oper["ipv6Pool"],
+    )
+
+    class Session:  # the plugin's client over this app
+        def request(self, method: str, url: str, json: object = None, timeout: object = None):
+            r = client.open(url.removeprefix("http://m"), method=method, json=json)
+            resp = requests.Response()
+            resp.status_code, resp._content = r.status_code, r.data
+            return resp
+
+    record = MasterClient("http://m", session=Session()).network_record("blue", "web")  # type: ignore[arg-type]
+    assert isinstance(record, NetworkRecord)
+    assert (record.encap, record.pkt_tag, record.config.subnet) == ("vlan", 7, "10.1.0.0/24")
+    assert record.pools == (oper["ipv4Pool"], oper["ipv6Pool"])
+
+    r = client.get("/api/v1/alloc/networks/blue:nosuch")
+    assert r.status_code == 404 and "network blue:nosuch" in r.json["error"]
+    r = client.get("/api/v1/alloc/networks/a:b:c")
+    assert r.status_code == 400 and "TENANT:NAME" in r.json["error"]

@@ -253,3 +253,19 @@ def test_ids_reach_the_master_as_one_path_segment() -> None:
         "/alloc/pools/default%3A10.5.0.0%2F24",
         "/networks/a%2Fb:..%2Fc",
     ]
+
+
+def test_a_master_older_than_the_agent_is_named_as_such() -> None:
+    """A 404 for the route itself (an older master) is not "no such network"."""
+    no_route = {"error": "no such API route GET /x", "object": "/x", "reason": "no such"}
+    session = FakeSession({"http://m": [lambda m, u, b: answer(404, no_route)]})
+    client = MasterClient("http://m", session=session)  # type: ignore[arg-type]
+    with pytest.raises(MasterError) as info:
+        client.network_record("default", "n")
+    assert info.value.status == 502 and "older than this agent" in info.value.message
+    no_network = {"error": "network default:n: not found", "object": "network default:n"}
+    session = FakeSession({"http://m": [lambda m, u, b: answer(404, {**no_network, "reason": ""})]})
+    client = MasterClient("http://m", session=session)  # type: ignore[arg-type]
+    with pytest.raises(MasterError) as info:
+        client.network_record("default", "n")
+    assert info.value.status == 404

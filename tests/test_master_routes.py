@@ -100,6 +100,7 @@ def test_every_route_is_a_kinds_or_one_of_the_explicit_ones(client: FlaskClient)
         ("/api/v1/alloc/endpoints", "POST"),
         ("/api/v1/alloc/endpoints/<endpoint_id>", "DELETE"),
         ("/api/v1/alloc/endpoints/<endpoint_id>/container", "PUT"),
+        ("/api/v1/alloc/networks/<key>", "GET"),
         ("/api/v1/alloc/pools", "POST"),
         ("/api/v1/alloc/pools/<path:pool_id>", "DELETE"),
         ("/api/v1/alloc/pool-bindings", "POST"),

@@ -115,7 +115,7 @@ class FakeMaster:
         self._check()
         return [Network.model_validate(n) for n in self.networks.values()]
 
-    def inspect_network(self, tenant: str, name: str) -> NetworkRecord:
+    def network_record(self, tenant: str, name: str) -> NetworkRecord:
         n = self._network(tenant, name)
         pool = f"{n['tenantName']}:{n['subnet']}" if n.get("subnet") else ""
         return NetworkRecord(Network.model_validate(n), n["encap"], 1, pool, "")
