@@ -184,7 +184,7 @@ def datapath_section(r: dict) -> list[str]:
         f"{fl['diff_ms']:.1f} ms (pure computation).",
         "",
         "Flow reconcile with a real switch, 500 endpoints: the in-process controller "
-        "(`python -m datapath.ofapp`) against a private userspace OVS in its own namespace. "
+        "(`python -m datapath.ofrunner`) against a private userspace OVS in its own namespace. "
         "*Reconcile* is the controller's own count: read the switch's flows, diff, send the "
         "flow-mods, barrier. *Wall* adds process start, os-ken start and the OpenFlow handshake.",
         "",

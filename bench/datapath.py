@@ -153,7 +153,7 @@ def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -
         model.replace(state)
         ctl = FlowController()
         switch = FakeSwitch(ctl, base)
-        ctl._on_connect(switch)
+        ctl.switch_connected(switch)
         ctl._run_once()
         ctl.set_desired(base)
         ctl._run_once()
@@ -186,7 +186,7 @@ def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -
 
         agent_ctl = FlowController()
         agent_switch = FakeSwitch(agent_ctl)
-        agent_ctl._on_connect(agent_switch)
+        agent_ctl.switch_connected(agent_switch)
         agent = HostDatapath(
             HostConfig(datapath_type="system"),
             FakeOvs(),
@@ -229,7 +229,7 @@ def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -
 
 def reconcile_round_trip(workdir: Path, endpoints: int = 500) -> dict[str, Any]:
     """The controller against a real switch: a private userspace OVS in its own namespace,
-    programmed by `python -m datapath.ofapp` for ``endpoints`` endpoints.
+    programmed by `python -m datapath.ofrunner` for ``endpoints`` endpoints.
 
     cold: an empty bridge gets every flow; restart: a new controller finds every flow
     right (the plugin-restart path); one more: a single endpoint is added.

@@ -14,7 +14,7 @@ os-ken keeps process-wide state (its config, AppManager and service registry) an
 non-daemon threads behind (its accept loop cannot be stopped), so: one FlowController per
 process, and a process that is done should call stop() and then os._exit().
 
-`python -m datapath.ofapp` runs it standalone from a state file (datapath.ofrunner).
+`python -m datapath.ofrunner` runs it standalone from a state file.
 
 The codec between Flows and os-ken objects lives in datapath.ofcodec, the os-ken app in
 datapath.osken_app, the messages of a reconcile in datapath.ofwire; their public names are
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -49,7 +48,6 @@ __all__ = [
     "ReconcileStats",
     "flow_mod",
     "from_ofp_flow",
-    "main",
     "to_ofp_instructions",
     "to_ofp_match",
 ]
@@ -244,7 +242,7 @@ class FlowController:
 
     # -- called by the os-ken app (its event thread)
 
-    def _on_connect(self, datapath: Any) -> None:
+    def switch_connected(self, datapath: Any) -> None:
         with self._changed:
             previous = self._datapath
             if previous is not None and previous.id != datapath.id:
@@ -271,7 +269,7 @@ class FlowController:
         except Exception:
             log.exception("on_connect callback failed")
 
-    def _on_disconnect(self, datapath: Any) -> None:
+    def switch_disconnected(self, datapath: Any) -> None:
         with self._changed:
             # A DEAD event can come after the next connection's handshake: only the
             # connection we are using counts.
@@ -284,10 +282,10 @@ class FlowController:
         log.warning("switch %s disconnected", datapath.address)
         self._notify()
 
-    def _on_reply(self, msg: Any) -> None:
+    def switch_reply(self, msg: Any) -> None:
         self._wire.on_reply(msg)
 
-    def _on_error(self, msg: Any) -> None:
+    def switch_error(self, msg: Any) -> None:
         text = self._wire.on_error(msg)
         if text is not None:
             log.warning("%s (xid %s)", text, msg.xid)
@@ -415,18 +413,3 @@ class FlowController:
             stats.deleted,
         )
         return stats
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The standalone runner (datapath.ofrunner)."""
-    from datapath.ofrunner import main as run
-
-    return run(argv)
-
-
-if __name__ == "__main__":
-    # The runner imports datapath.ofapp, the copy the rest of datapath uses, so the process
-    # has one FlowController class and one start guard.
-    from datapath.ofrunner import main as run
-
-    sys.exit(run())

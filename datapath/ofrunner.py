@@ -1,6 +1,6 @@
 """Run the flow controller standalone (the integration tests and the benchmarks do, inside
 the bridge's network namespace):
-    python -m datapath.ofapp --listen-port 6653 --state-file S.json --status-file T.json
+    python -m datapath.ofrunner --listen-port 6653 --state-file S.json --status-file T.json
 It compiles S.json (a DesiredState) and keeps T.json current. On SIGHUP it re-reads S.json
 and sends the switch only the delta (datapath.flowmodel), as the agent does; on SIGUSR1 it
 reconciles in full (reads the switch's flows back and diffs).
@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Serve one bridge from a DesiredState JSON file until SIGTERM."""
-    ap = argparse.ArgumentParser(prog="python -m datapath.ofapp", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m datapath.ofrunner", description=__doc__)
     ap.add_argument("--listen-host", default=DEFAULT_LISTEN_HOST)
     ap.add_argument("--listen-port", type=int, default=DEFAULT_LISTEN_PORT)
     ap.add_argument("--state-file", type=Path, required=True, help="DesiredState JSON")
@@ -78,3 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     ctl.stop()
     logging.shutdown()
     os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

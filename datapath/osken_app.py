@@ -12,7 +12,7 @@ import logging
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from os_ken import cfg
 from os_ken.base import app_manager
@@ -21,15 +21,21 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_5 as ofp
 
-if TYPE_CHECKING:
-    from datapath.ofapp import FlowController
-
 log = logging.getLogger(__name__)
 
 _OFP_HANDLER = "os_ken.controller.ofp_handler"
 
 
-def start_os_ken(controller: FlowController, host: str, port: int) -> None:
+class SwitchEvents(Protocol):
+    """What the app hands switch events to (datapath.ofapp.FlowController)."""
+
+    def switch_connected(self, datapath: Any) -> None: ...
+    def switch_disconnected(self, datapath: Any) -> None: ...
+    def switch_reply(self, msg: Any) -> None: ...
+    def switch_error(self, msg: Any) -> None: ...
+
+
+def start_os_ken(controller: SwitchEvents, host: str, port: int) -> None:
     """Start os-ken's OpenFlow server on host:port, its events going to ``controller``;
     returns once it listens."""
     _fix_os_ken_datapath()
@@ -60,36 +66,36 @@ class NetpluginOFApp(app_manager.OSKenApp):
 
     OFP_VERSIONS = [ofp.OFP_VERSION]
 
-    def __init__(self, *args: Any, netplugin_controller: FlowController, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, netplugin_controller: SwitchEvents, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.controller = netplugin_controller
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def _state_change(self, ev: Any) -> None:
         if ev.state == MAIN_DISPATCHER:
-            self.controller._on_connect(ev.datapath)
+            self.controller.switch_connected(ev.datapath)
         elif ev.state == DEAD_DISPATCHER:
-            self.controller._on_disconnect(ev.datapath)
+            self.controller.switch_disconnected(ev.datapath)
 
     @set_ev_cls(ofp_event.EventOFPFlowDescStatsReply, MAIN_DISPATCHER)
     def _flow_desc_reply(self, ev: Any) -> None:
-        self.controller._on_reply(ev.msg)
+        self.controller.switch_reply(ev.msg)
 
     @set_ev_cls(ofp_event.EventOFPMeterDescStatsReply, MAIN_DISPATCHER)
     def _meter_desc_reply(self, ev: Any) -> None:
-        self.controller._on_reply(ev.msg)
+        self.controller.switch_reply(ev.msg)
 
     @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, MAIN_DISPATCHER)
     def _group_desc_reply(self, ev: Any) -> None:
-        self.controller._on_reply(ev.msg)
+        self.controller.switch_reply(ev.msg)
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def _barrier_reply(self, ev: Any) -> None:
-        self.controller._on_reply(ev.msg)
+        self.controller.switch_reply(ev.msg)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def _error(self, ev: Any) -> None:
-        self.controller._on_error(ev.msg)
+        self.controller.switch_error(ev.msg)
 
 
 def _fix_os_ken_datapath() -> None:

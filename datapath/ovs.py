@@ -314,14 +314,6 @@ class Ovs:
             )
         )
 
-    def del_bridge(self, name: str, if_exists: bool = True) -> None:
-        """Delete a bridge and its ports."""
-        self.api.del_br(name, if_exists=if_exists).execute(check_error=True)
-
-    def bridge_exists(self, name: str) -> bool:
-        """True if the bridge is in the database."""
-        return bool(self.api.br_exists(name).execute(check_error=True))
-
     def add_port(
         self,
         bridge: str,
@@ -384,12 +376,6 @@ class Ovs:
             return ports
 
         return self._read(read)
-
-    def set_open_vswitch_config(self, **other_config: str) -> None:
-        """Set keys of Open_vSwitch other_config (e.g. userspace-tso-enable)."""
-        self.api.db_set("Open_vSwitch", self.api._ovs.uuid, ("other_config", other_config)).execute(
-            check_error=True
-        )
 
 
 def _iface_ofport(idl: Any, name: str) -> tuple[int | None, str | None]:

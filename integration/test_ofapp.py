@@ -1,7 +1,7 @@
 """The OpenFlow engine against a real userspace OVS, with real packets.
 
 Layout: a private OVS (ovsdb-server + ovs-vswitchd) in its own network namespace, its
-bridge programmed by `python -m datapath.ofapp` running in that same namespace (so the
+bridge programmed by `python -m datapath.ofrunner` running in that same namespace (so the
 bridge's tcp:127.0.0.1 controller target reaches it), and three "containers": network
 namespaces whose eth0 is a veth peered into the bridge. c1 and c2 are on network A (with
 the host-side gateway port gw-a), c3 is on network B but, on purpose, in the same subnet.

@@ -1,6 +1,6 @@
 """Service LBs through a real userspace OVS, with real TCP connections and UDP flows between
 network namespaces: the flows netplugin compiles (datapath.services), programmed by
-`python -m datapath.ofapp` on a private OVS.
+`python -m datapath.ofrunner` on a private OVS.
 
 c1, c2 and c3 are clients, p1 and p2 are providers of VIP 10.71.0.100:80 -> 8080 and
 10.71.0.100:53 -> 5353/udp (each a TCP and a UDP server that answer their own name). Each

@@ -222,6 +222,7 @@ class Store(abc.ABC):
     ) -> TxnResult:
         """Atomically: if every compare holds apply ``success`` else ``failure``."""
 
+    @abc.abstractmethod
     def txn_batch(self, members: Sequence[Txn]) -> BatchResult:
         """Commit independent txns together, each with the outcome it would have alone.
 
@@ -231,19 +232,8 @@ class Store(abc.ABC):
         failed compare changes nothing for the others. The backends commit the whole batch
         as one write (one fsync, one etcd round trip) at one new revision, unchanged when
         nothing was written; a put on a lease that is gone fails the whole batch
-        (LeaseNotFound). This default, for stores without a batch primitive, commits the
-        members one by one.
+        (LeaseNotFound).
         """
-        from store.batch import check_batch
-
-        check_batch(members)
-        ok: list[bool] = []
-        revision = 0
-        for t in members:
-            res = self.txn(t.compares, t.ops)
-            ok.append(res.succeeded)
-            revision = res.revision
-        return BatchResult(tuple(ok), revision if members else self.revision())
 
     @abc.abstractmethod
     def watch(self, prefix: str, start_revision: int) -> Watch:

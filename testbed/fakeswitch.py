@@ -72,17 +72,17 @@ class FakeSwitch:
             self._stats(msg)
         elif isinstance(msg, ofp_parser.OFPMeterDescStatsRequest):
             body = [_meter_stats(m) for m in self.table.values() if isinstance(m, Meter)]
-            self.controller._on_reply(self._reply(msg.xid, body=body))
+            self.controller.switch_reply(self._reply(msg.xid, body=body))
         elif isinstance(msg, ofp_parser.OFPGroupDescStatsRequest):
             body = [_group_stats(g) for g in self.table.values() if isinstance(g, Group)]
-            self.controller._on_reply(self._reply(msg.xid, body=body))
+            self.controller.switch_reply(self._reply(msg.xid, body=body))
         elif isinstance(msg, ofp_parser.OFPFlowMod):
             self._flow_mod(msg)
         elif isinstance(msg, ofp_parser.OFPMeterMod | ofp_parser.OFPGroupMod):
             self._entry_mod(msg)
         elif isinstance(msg, ofp_parser.OFPBarrierRequest):
             self.barriers += 1
-            self.controller._on_reply(self._reply(msg.xid))
+            self.controller.switch_reply(self._reply(msg.xid))
         return True
 
     def _reply(self, xid: int, **fields: Any) -> Any:
@@ -116,13 +116,13 @@ class FakeSwitch:
         ][: self.stall_after]
         if not self.part_interval:
             for part in parts:
-                self.controller._on_reply(part)
+                self.controller.switch_reply(part)
             return
 
         def trickle() -> None:
             for part in parts:
                 time.sleep(self.part_interval)
-                self.controller._on_reply(part)
+                self.controller.switch_reply(part)
 
         threading.Thread(target=trickle, daemon=True).start()
 
@@ -132,7 +132,7 @@ class FakeSwitch:
         if msg.command == ofp.OFPFC_ADD:
             if f in self.refuse:
                 error = self._reply(msg.xid, type=ofp.OFPET_BAD_ACTION, code=0)
-                self.controller._on_error(error)
+                self.controller.switch_error(error)
                 return
             self.table[f.identity] = f
         elif msg.command == ofp.OFPFC_DELETE_STRICT:
@@ -153,7 +153,7 @@ class FakeSwitch:
         if msg.command in (add, modify):
             if (msg.command == add) == (ident in self.table):
                 error = ofp.OFPET_METER_MOD_FAILED if meter else ofp.OFPET_GROUP_MOD_FAILED
-                self.controller._on_error(self._reply(msg.xid, type=error, code=0))
+                self.controller.switch_error(self._reply(msg.xid, type=error, code=0))
                 return
             self.table[ident] = from_ofp_meter(msg) if meter else from_ofp_group(msg)
         else:
@@ -181,6 +181,6 @@ def _group_stats(g: Group) -> Any:
 def reconcile(switch: FakeSwitch, desired: set[Flow]) -> ReconcileStats:
     """Connect the switch to its controller and run one reconcile toward ``desired``."""
     ctl = switch.controller
-    ctl._on_connect(switch)
+    ctl.switch_connected(switch)
     switch.flow_mods.clear()
     return ctl._reconcile(switch, 1, frozenset(desired), 1)

@@ -174,7 +174,7 @@ class OvsInstance:
 
 
 class ControllerProcess:
-    """`python -m datapath.ofapp` run inside an OvsInstance's namespace, so that its
+    """`python -m datapath.ofrunner` run inside an OvsInstance's namespace, so that its
     127.0.0.1 listener is the one the switch there reaches."""
 
     def __init__(self, ovs: OvsInstance, port: int, name: str = "ofapp") -> None:
@@ -196,7 +196,7 @@ class ControllerProcess:
         self.status_file.unlink(missing_ok=True)
         cmd = [
             "ip", "netns", "exec", self.ovs.netns,
-            str(VENV_PYTHON), "-m", "datapath.ofapp",
+            str(VENV_PYTHON), "-m", "datapath.ofrunner",
             "--listen-host", "127.0.0.1",
             "--listen-port", str(self.port),
             "--state-file", str(self.state_file),

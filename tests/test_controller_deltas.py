@@ -40,7 +40,7 @@ def connected(model: FlowModel) -> tuple[FlowController, FakeSwitch, ReconcileSt
     """A controller with a switch, fully reconciled to the model's flows."""
     ctl = FlowController()
     switch = FakeSwitch(ctl)
-    ctl._on_connect(switch)
+    ctl.switch_connected(switch)
     generation = ctl.set_desired(model.flows())
     first = run(ctl, generation)
     assert first.full and switch.flows == model.flows() and switch.stats_requests == 1
@@ -121,7 +121,7 @@ def test_a_new_connection_and_resync_reconcile_in_full() -> None:
     assert switch.flows == model.flows()
     # A reconnect (an ovs-vswitchd restart: the userspace datapath keeps no flows).
     restarted = FakeSwitch(ctl)
-    ctl._on_connect(restarted)
+    ctl.switch_connected(restarted)
     generation = ctl.apply(model.apply(Change(endpoints={NEW.id: None})))
     stats = run(ctl, generation)
     assert stats.full and stats.connection == 2 and restarted.flows == model.flows()
@@ -134,7 +134,7 @@ def test_before_set_desired_a_delta_never_touches_the_switch() -> None:
     running.replace(cluster())
     ctl = FlowController()
     switch = FakeSwitch(ctl, running.flows())
-    ctl._on_connect(switch)
+    ctl.switch_connected(switch)
     model = FlowModel()
     generation = ctl.apply(model.apply(Change(networks={NET_A: cluster().networks[0]})))
     ctl._run_once()

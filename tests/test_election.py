@@ -211,6 +211,10 @@ class FlakyStore(Store):
         self._check()
         return self.inner.txn(compares, success, failure)
 
+    def txn_batch(self, members: Any) -> Any:
+        self._check()
+        return self.inner.txn_batch(members)
+
     def watch(self, prefix: str, start_revision: int) -> Any:
         return self.inner.watch(prefix, start_revision)
 

@@ -131,7 +131,7 @@ def test_a_changed_entry_is_modified_in_place_and_a_stale_one_goes_last() -> Non
 def test_deltas_modify_what_the_switch_holds_and_delete_entries_after_their_flows() -> None:
     ctl = FlowController()
     switch = FakeSwitch(ctl)
-    ctl._on_connect(switch)
+    ctl.switch_connected(switch)
     ctl._run_once()  # nothing desired yet: untouched
     generation = ctl.set_desired(DESIRED)
     ctl._run_once()

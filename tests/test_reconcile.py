@@ -56,11 +56,11 @@ def test_reconcile_reports_flows_the_switch_refuses() -> None:
 def test_dead_event_of_an_old_connection_is_ignored() -> None:
     ctl = FlowController()
     old, new = FakeSwitch(ctl), FakeSwitch(ctl)
-    ctl._on_connect(old)
-    ctl._on_connect(new)  # the switch reconnected before the old DEAD arrived
-    ctl._on_disconnect(old)
+    ctl.switch_connected(old)
+    ctl.switch_connected(new)  # the switch reconnected before the old DEAD arrived
+    ctl.switch_disconnected(old)
     assert ctl.connected and ctl.wait_connected(0)
-    ctl._on_disconnect(new)
+    ctl.switch_disconnected(new)
     assert not ctl.connected
 
 
@@ -78,7 +78,7 @@ def test_no_reconcile_before_desired_state_is_known() -> None:
     switch = FakeSwitch(ctl, running)
     ctl._worker.start()  # the reconcile loop alone: no os-ken
     try:
-        ctl._on_connect(switch)
+        ctl.switch_connected(switch)
         time.sleep(0.3)  # give a wrongly eager worker the chance to act
         assert switch.flow_mods == [] and switch.flows == running
         generation = ctl.set_desired(running)
