@@ -9,12 +9,12 @@ the pools. A new leader starts its clocks afresh, so a failover only ever delays
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from common import keys
+from common.loop import Reconciler
 from common.models import Endpoint
 from store import StoreError
 
@@ -82,8 +82,7 @@ class Reclaimer:
         self._missing: dict[str, float] = {}
         self._term: int | None = None
         self._no_hosts_logged = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Reconciler("netmaster-reclaim", self._pass, interval=self.interval)
 
     def tick(self) -> list[Endpoint]:
         """One pass; returns the endpoints reclaimed."""
@@ -137,23 +136,17 @@ class Reclaimer:
             done.append(ep)
         return done
 
-    def start(self) -> None:
-        if self._thread is not None or self.grace <= 0:
-            return
-        self._thread = threading.Thread(target=self._run, name="netmaster-reclaim", daemon=True)
-        self._thread.start()
+    def _pass(self) -> None:
+        self.tick()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.tick()
-            except Exception:
-                log.exception("reclaim pass failed")
+    def start(self) -> None:
+        """Tick every ``interval`` in a thread of its own (never, with a grace of 0)."""
+        if self.grace > 0:
+            self._loop.start()
 
     def request_stop(self) -> None:
-        self._stop.set()
+        self._loop.stop()
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        self._loop.stop()
+        self._loop.join(timeout)

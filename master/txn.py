@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from common import keys
+from common.loop import Backoff
 from store import KV, Compare, Delete, Op, Put, Store, StoreError, StoreUnavailable, TxnResult
 
 from .errors import BadRequest, Conflict, NotFound, Unavailable
@@ -33,14 +34,13 @@ def retrying(obj: str, attempt: Callable[[], T]) -> T:
 
     Store errors that escape ``attempt`` become Unavailable naming ``obj``.
     """
-    delay = 0.001
+    delays = Backoff(0.001, 0.05)
     for _ in range(MAX_ATTEMPTS):
         try:
             return attempt()
         except Retry:
             txn_retried()
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+            time.sleep(delays.next())
         except StoreUnavailable as e:
             raise Unavailable(obj, f"cluster store unavailable: {e}") from None
         except StoreError as e:
