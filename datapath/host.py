@@ -23,7 +23,6 @@ from typing import Any
 from .effects import HostNat, Links, OpenFlow, Ovsdb
 from .flowmodel import Change, FlowModel, changes
 from .flows import Flow
-from .hostnat import PortMapping
 from .hoststate import HostState
 from .local import (
     VLAN_SEGMENT_BASE,
@@ -40,7 +39,7 @@ from .offloads import keeps_offloads, read_switch_tso
 from .ovs import PortInfo
 from .pipeline import DesiredState, RemoteEndpointState, compile_flows
 from .policy import GroupState
-from .ports import PortRequest
+from .ports import PublishedPort
 from .services import ServiceState
 from .tunnels import EXT_TUNNEL, ensure_tunnels, present_tunnels
 from .veth import NetlinkLinks, veth_names
@@ -407,7 +406,9 @@ class HostDatapath:
         self.links.delete_veth(endpoint_id)
         return gone
 
-    def publish(self, endpoint_id: str, requests: Iterable[PortRequest]) -> tuple[PortMapping, ...]:
+    def publish(
+        self, endpoint_id: str, requests: Iterable[PublishedPort]
+    ) -> tuple[PublishedPort, ...]:
         """Exactly these published ports (-p, -P) lead to the endpoint, with the host ports
         chosen; all or none (PortConflict names the port taken)."""
         self._wait_ready()
@@ -415,7 +416,7 @@ class HostDatapath:
             s = self._state
             return self._nat.publish(endpoint_id, list(requests), s.endpoints, s.networks.values())
 
-    def published_ports(self) -> dict[str, tuple[PortMapping, ...]]:
+    def published_ports(self) -> dict[str, tuple[PublishedPort, ...]]:
         """The published ports of every endpoint on this host that has some."""
         with self._lock:
             return {

@@ -9,7 +9,8 @@ import ipaddress
 from dataclasses import dataclass
 
 from .desired import EndpointState, NetworkState
-from .hostnat import PortMapping, gateway_port_name
+from .hostnat import gateway_port_name
+from .ports import PublishedPort
 
 VLAN_SEGMENT_BASE = 1 << 24
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
@@ -49,7 +50,7 @@ class LocalEndpoint:
     ipv4: str = ""
     ipv6: str = ""
     ofport: int = 0
-    port_mappings: tuple[PortMapping, ...] = ()
+    port_mappings: tuple[PublishedPort, ...] = ()
     group: str = ""  # TENANT:GROUP of its endpoint group ("" outside one)
 
 

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
-from datapath.hostnat import DNAT_CHAIN, PortMapping, dnat_rules
+from datapath.hostnat import DNAT_CHAIN, dnat_rules
 from datapath.offloads import keeps_offloads
 from datapath.ovs import PortInfo, detect_datapath_type
 from datapath.pipeline import ETH_TYPE_ARP, ETH_TYPE_IPV4, RemoteEndpointState, TunnelState
-from datapath.ports import PortRequest
+from datapath.ports import PublishedPort
 from datapath.veth import veth_names
 from testbed.fakeoftable import walk
 from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
@@ -86,8 +86,8 @@ def test_endpoint_lifecycle_pushes_flows_and_nat(world: dict[str, Any]) -> None:
     assert walk(ctl.pushed[-1], arp_for(port, EP.mac, EP.ipv4, NET.gateway)).outputs == [gw]
     assert walk(ctl.pushed[-1], back).outputs == [port]
     assert walk(ctl.pushed[-1], {**out, "ipv4_src": "10.1.0.99"}).outputs == []  # spoofed
-    agent.publish(EP.id, [PortRequest("tcp", "", 8080, 8080, 80)])
-    assert ipt.synced[-1][1] == [PortMapping("tcp", "", 8080, EP.ipv4, 80)]
+    agent.publish(EP.id, [PublishedPort("tcp", "", 8080, 80, host_port_end=8080)])
+    assert ipt.synced[-1][1] == [PublishedPort("tcp", "", 8080, 80, EP.ipv4)]
     agent.delete_endpoint_port(EP.id)
     assert set(ovs.ports) == {"npgw7"} and world["links"] == set()
     assert ipt.synced[-1][1] == []
@@ -212,8 +212,8 @@ def test_resync_adopts_live_ports_collects_stale_ones_and_keeps_published_ports(
     links.update(
         {live_host, "vc" + live_host[2:], "vpdeadbeef001", "vcdeadbeef001", "vpfeedface002"}
     )
-    published = PortMapping("tcp", "", 8080, EP.ipv4, 80)
-    ipt.chains[DNAT_CHAIN] = dnat_rules([published, PortMapping("tcp", "", 9090, "10.9.9.9", 80)])
+    published = PublishedPort("tcp", "", 8080, 80, EP.ipv4)
+    ipt.chains[DNAT_CHAIN] = dnat_rules([published, PublishedPort("tcp", "", 9090, 80, "10.9.9.9")])
     result = agent.resync([NET], [EP])
     assert result == {
         "endpoints": 1,

@@ -12,7 +12,7 @@ import pytest
 from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
 from datapath.pipeline import RemoteEndpointState, compile_flows
 from datapath.policy import GroupState, RuleState
-from datapath.ports import PortRequest
+from datapath.ports import PublishedPort
 from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
 NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
@@ -64,7 +64,7 @@ def play(agent: HostDatapath, kind: str, arg: Any) -> None:
     elif kind == "remove":
         agent.remove_network(arg.id)
     elif kind == "publish":
-        agent.publish(arg.id, [PortRequest("tcp", "", 8080, 8080, 80)])
+        agent.publish(arg.id, [PublishedPort("tcp", "", 8080, 80, host_port_end=8080)])
 
 
 def test_every_change_after_resync_is_a_delta_to_the_full_compile(agent: HostDatapath) -> None:
@@ -118,8 +118,8 @@ def test_iptables_runs_when_networks_or_published_ports_change(agent: HostDatapa
     assert nat_syncs(agent) == 1
     agent.publish(ep(2).id, [])  # Revoke of a container that published nothing
     assert nat_syncs(agent) == 1
-    agent.publish(ep(2).id, [PortRequest("tcp", "", 8080, 8080, 80)])
-    agent.publish(ep(2).id, [PortRequest("tcp", "", 8080, 8080, 80)])
+    agent.publish(ep(2).id, [PublishedPort("tcp", "", 8080, 80, host_port_end=8080)])
+    agent.publish(ep(2).id, [PublishedPort("tcp", "", 8080, 80, host_port_end=8080)])
     assert nat_syncs(agent) == 2
     agent.ensure_network(VLAN)
     assert nat_syncs(agent) == 3
@@ -157,7 +157,7 @@ def test_a_failed_iptables_sync_is_retried_on_the_next_change(agent: HostDatapat
 
     ipt.sync = broken  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="busy"):
-        agent.publish(ep(2).id, [PortRequest("tcp", "", 8080, 8080, 80)])
+        agent.publish(ep(2).id, [PublishedPort("tcp", "", 8080, 80, host_port_end=8080)])
     ipt.sync = original  # type: ignore[method-assign]
     assert agent.published_ports() == {}  # refused as a whole: Docker does not start it
     synced = len(ipt.synced)
