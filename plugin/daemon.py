@@ -18,7 +18,7 @@ from common.flags import split_endpoints
 from common.loop import Backoff, Reconciler
 from common.models import Network
 from common.records import HostRecord
-from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
+from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
 from datapath.hostnat import Iptables
 from datapath.hostports import HostPorts
 from datapath.netns import NetlinkNetns
@@ -91,7 +91,7 @@ class AgentDatapath:
         group: str = "",
     ) -> str:
         network_id = self._ensure_network(network)
-        ep = LocalEndpoint(endpoint_id, network_id, mac, ipv4, ipv6, group=group)
+        ep = EndpointState(endpoint_id, network_id, mac, ipv4, ipv6, group)
         return self.agent.create_endpoint_port(ep)
 
     def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str:
@@ -121,7 +121,7 @@ class AgentDatapath:
         return list(self.agent.published_ports().get(endpoint_id, ()))
 
 
-def _addressing(n: LocalNetwork) -> tuple[str, ...]:
+def _addressing(n: NetworkState) -> tuple[str, ...]:
     return (n.subnet, n.gateway, n.ipv6_subnet, n.ipv6_gateway, n.encap)
 
 

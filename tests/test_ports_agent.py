@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
+from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
 from datapath.hostnat import DNAT_CHAIN, dnat_rules
 from datapath.hostports import HOST_PROCESS
 from datapath.ports import PortConflict, PublishedPort
 from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
-NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
-OTHER = LocalNetwork(id="blue:n2", tag=8, subnet="10.2.0.0/24", gateway="10.2.0.1")
-A = LocalEndpoint("aa" * 32, NET.id, "02:42:0a:01:00:02", "10.1.0.2")
-B = LocalEndpoint("bb" * 32, OTHER.id, "02:42:0a:02:00:03", "10.2.0.3")
+NET = NetworkState(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
+OTHER = NetworkState(id="blue:n2", tag=8, subnet="10.2.0.0/24", gateway="10.2.0.1")
+A = EndpointState("aa" * 32, NET.id, "02:42:0a:01:00:02", "10.1.0.2")
+B = EndpointState("bb" * 32, OTHER.id, "02:42:0a:02:00:03", "10.2.0.3")
 
 
 def fixed(port: int, cport: int = 80, proto: str = "tcp", ip: str = "") -> PublishedPort:
@@ -93,7 +93,7 @@ def test_two_endpoints_asking_for_one_port_at_once_one_wins(
     results: dict[str, Any] = {}
     go = threading.Barrier(2)
 
-    def ask(ep: LocalEndpoint) -> None:
+    def ask(ep: EndpointState) -> None:
         go.wait()
         try:
             results[ep.id] = agent.publish(ep.id, [fixed(8080)])
@@ -143,7 +143,7 @@ def test_a_restarted_agent_keeps_every_published_port_and_its_number(
     again = make_agent(ipt, ports, ovs)
     again.resync([NET, OTHER], [A, B])
     assert again.published_ports() == published
-    again.create_endpoint_port(LocalEndpoint("cc" * 32, NET.id, "02:42:0a:01:00:04", "10.1.0.4"))
+    again.create_endpoint_port(EndpointState("cc" * 32, NET.id, "02:42:0a:01:00:04", "10.1.0.4"))
     with pytest.raises(PortConflict, match=f"{random_port.host_port}/tcp"):
         again.publish("cc" * 32, [fixed(random_port.host_port)])
     # Docker programs it again (its gateway endpoint moved): the random port stays.
