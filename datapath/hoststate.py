@@ -45,15 +45,13 @@ class HostState:
         unique among the cluster's networks, so that one was deleted and its tag reused) or
         an older version of it (deleted and made again); ValueError if one of them still has
         endpoints here."""
-        new = replace(net, gateway_ofport=None)  # the configuration, whatever its port
-        held = self.networks.get(net.id)
+        new = replace(net, gateway_ofport=None)  # its configuration, whatever its port
         stale = [
             n
             for n in self.networks.values()
-            if n.segment == net.segment and replace(n, gateway_ofport=None) != new
+            if net.segment == n.segment or net.id == n.id
+            if replace(n, gateway_ofport=None) != new
         ]
-        if held is not None and replace(held, gateway_ofport=None) != new and held not in stale:
-            stale.append(held)
         used = {e.network_id for e in self.endpoints.values()}
         for old in stale:
             if old.id in used:
