@@ -18,7 +18,7 @@ from bench.states import bench_state
 from bench.stats import pct
 from datapath.flowmodel import Change, FlowModel
 from datapath.flows import diff
-from datapath.pipeline import DesiredState, EndpointState, compile_flows
+from datapath.pipeline import DesiredState, compile_flows
 from datapath.veth import tx_checksumming
 from testbed.host import BUSYBOX_IMAGE, CREATE_NETWORK, IPERF_IMAGE, TEST_LABEL
 
@@ -137,7 +137,7 @@ def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -
     - flows_changed: the delta's flow-mods; switch_reads: flow-stats reads of the
       incremental path (the full one reads every flow each time).
     """
-    from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
+    from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
     from datapath.ofapp import FlowController
     from testbed.fakes_datapath import FakeIptables, FakeLinks, FakeOvs
     from testbed.fakeswitch import FakeSwitch
@@ -145,7 +145,7 @@ def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -
     out: dict[int, Any] = {}
     for n in standing:
         state = bench_state(n)
-        new = EndpointState("new", "t:n3", 90_000, "02:42:0b:00:00:01", "10.3.250.250")
+        new = EndpointState("new", "t:n3", "02:42:0b:00:00:01", "10.3.250.250", ofport=90_000)
         bigger = DesiredState(state.networks, [*state.endpoints, new])
         base = compile_flows(state)
         with_new = frozenset(compile_flows(bigger))
@@ -195,17 +195,17 @@ def endpoint_churn(standing: tuple[int, ...] = (0, 100, 1000), runs: int = 20) -
             FakeLinks(),
         )
         agent.resync(
-            [LocalNetwork(f"t:n{i}", 100 + i, f"10.{i}.0.0/16", f"10.{i}.0.1") for i in range(10)],
+            [NetworkState(f"t:n{i}", 100 + i, f"10.{i}.0.0/16", f"10.{i}.0.1") for i in range(10)],
             [],
         )
         agent_ctl._run_once()
         for j, ep in enumerate(state.endpoints):
             agent.create_endpoint_port(
-                LocalEndpoint(f"{j:011x}{'0' * 53}", ep.network_id, ep.mac, ep.ipv4 or "")
+                EndpointState(f"{j:011x}{'0' * 53}", ep.network_id, ep.mac, ep.ipv4 or "")
             )
         agent_ctl._run_once()
         created = []
-        one = LocalEndpoint("f" * 64, new.network_id, new.mac, new.ipv4 or "")
+        one = EndpointState("f" * 64, new.network_id, new.mac, new.ipv4 or "")
         for _ in range(runs):
             t0 = time.perf_counter()
             agent.create_endpoint_port(one)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from datapath.desired import ArpMode, EndpointState, NetworkState, RemoteEndpointState
+from datapath.desired import ArpMode, EndpointState, NetworkState
 from datapath.policy import GroupState
 from datapath.services import ServiceState
 
@@ -33,7 +33,7 @@ class Change:
 
     networks: Mapping[str, NetworkState | None] = field(default_factory=dict)
     endpoints: Mapping[str, EndpointState | None] = field(default_factory=dict)
-    remotes: Mapping[str, RemoteEndpointState | None] = field(default_factory=dict)
+    remotes: Mapping[str, EndpointState | None] = field(default_factory=dict)
     tunnels: Mapping[str, int | None] = field(default_factory=dict)
     uplink: int | Keep | None = KEEP
     arp_mode: ArpMode | None = None

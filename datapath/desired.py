@@ -1,11 +1,12 @@
 """The desired state of one host's bridge, and its validation.
 
-DesiredState is what the agent hands the compiler: networks, local endpoints, other hosts'
-endpoints, tunnels, the VLAN uplink, the endpoint groups of local networks with their
-policies' rules and netprofiles (datapath.policy, datapath.qos) and their service LBs
-(datapath.services). validate() refuses a state the switch cannot
-realise, naming the object at fault, and returns it indexed the way the flow builders
-use it. Nothing here knows about tables or flows.
+DesiredState is what the agent hands the compiler: networks, local endpoints and other
+hosts' endpoints (datapath.local's NetworkState and EndpointState, as the agent holds
+them), tunnels, the VLAN uplink, the endpoint groups of local networks with their policies'
+rules and netprofiles (datapath.policy, datapath.qos) and their service LBs
+(datapath.services). validate() refuses a state the switch cannot realise, naming the
+object at fault, and returns it indexed the way the flow builders use it. Nothing here
+knows about tables or flows.
 """
 
 from __future__ import annotations
@@ -16,52 +17,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from datapath.flows import CT_ZONE_MAX, OFPP_MAX, canonical_value
+from datapath.local import EndpointState, NetworkState
 from datapath.policy import GroupState, RuleState, check_group
+from datapath.ports import PublishedPort
 from datapath.qos import QosState
 from datapath.services import ProviderState, ServicePortState, ServiceState, check_service
-from datapath.tables import SEGMENT_MASK
 
 ArpMode = Literal["proxy", "flood"]
-
-
-@dataclass(frozen=True)
-class NetworkState:
-    """A network as one host sees it: its local segment, the host-side gateway port, and
-    how it reaches other hosts (a VNI over tunnels, or a VLAN on the uplink)."""
-
-    id: str
-    segment: int
-    gateway_port: int | None = None
-    gateway_mac: str | None = None
-    gateway_ip: str | None = None
-    vni: int | None = None
-    vlan: int | None = None
-
-
-@dataclass(frozen=True)
-class EndpointState:
-    """A container's interface: the bridge port it is plugged into and its addresses."""
-
-    id: str
-    network_id: str
-    ofport: int
-    mac: str
-    ipv4: str | None = None
-    ipv6: str | None = None
-    group: str | None = None  # its endpoint group, "TENANT:GROUP"
-
-
-@dataclass(frozen=True)
-class RemoteEndpointState:
-    """An endpoint of a local network that lives on another host."""
-
-    id: str
-    network_id: str
-    host: str
-    mac: str
-    ipv4: str | None = None
-    ipv6: str | None = None
-    group: str | None = None  # its endpoint group, "TENANT:GROUP"
 
 
 @dataclass(frozen=True)
@@ -77,8 +39,8 @@ class DesiredState:
     """Everything the flows of one bridge are compiled from."""
 
     networks: list[NetworkState] = field(default_factory=list)
-    endpoints: list[EndpointState] = field(default_factory=list)
-    remote_endpoints: list[RemoteEndpointState] = field(default_factory=list)
+    endpoints: list[EndpointState] = field(default_factory=list)  # plugged into this bridge
+    remote_endpoints: list[EndpointState] = field(default_factory=list)  # on other hosts
     tunnels: list[TunnelState] = field(default_factory=list)
     uplink_port: int | None = None  # VLAN networks reach other hosts through it
     arp_mode: ArpMode = "proxy"
@@ -94,14 +56,19 @@ class DesiredState:
         """Inverse of to_dict."""
         return cls(
             networks=[NetworkState(**n) for n in data.get("networks", [])],
-            endpoints=[EndpointState(**e) for e in data.get("endpoints", [])],
-            remote_endpoints=[RemoteEndpointState(**e) for e in data.get("remote_endpoints", [])],
+            endpoints=[_endpoint_from_dict(e) for e in data.get("endpoints", [])],
+            remote_endpoints=[_endpoint_from_dict(e) for e in data.get("remote_endpoints", [])],
             tunnels=[TunnelState(**t) for t in data.get("tunnels", [])],
             uplink_port=data.get("uplink_port"),
             arp_mode=data.get("arp_mode", "proxy"),
             groups=[_group_from_dict(g) for g in data.get("groups", [])],
             services=[_service_from_dict(s) for s in data.get("services", [])],
         )
+
+
+def _endpoint_from_dict(data: dict[str, Any]) -> EndpointState:
+    ports = tuple(PublishedPort(**p) for p in data.get("port_mappings", ()))
+    return EndpointState(**{**data, "port_mappings": ports})
 
 
 def _group_from_dict(data: dict[str, Any]) -> GroupState:
@@ -134,7 +101,7 @@ class SegmentPort:
     ipv6: str | None
     is_gateway: bool
     owner: str
-    group: str | None = None  # an endpoint's group
+    group: str = ""  # an endpoint's group
 
 
 @dataclass(frozen=True)
@@ -147,7 +114,7 @@ class RemotePort:
     ipv4: str | None
     owner: str
     ipv6: str | None = None
-    group: str | None = None
+    group: str = ""
 
 
 @dataclass
@@ -171,8 +138,8 @@ class ValidState:
         return [p for p in self.ports if p.segment == segment]
 
 
-def _address(owner: str, value: str | None, version: int) -> str | None:
-    if value is None:
+def _address(owner: str, value: str, version: int) -> str | None:
+    if not value:
         return None
     try:
         addr = ipaddress.ip_interface(value).ip
@@ -183,8 +150,8 @@ def _address(owner: str, value: str | None, version: int) -> str | None:
     return str(addr)
 
 
-def _unicast_mac(owner: str, value: str | None) -> str | None:
-    if value is None:
+def _unicast_mac(owner: str, value: str) -> str | None:
+    if not value:
         return None
     mac = canonical_value("eth_src", value)
     if int(mac[:2], 16) & 1:
@@ -207,7 +174,7 @@ def reaches(net: NetworkState, host: str, tunnels: Mapping[str, int], uplink: in
 # ---------------------------------------------------------------- what each object uses
 #
 # Every constraint between objects is "no two objects use one key" (an ofport, a MAC or IP
-# in a segment, a segment, a VNI, an endpoint ID...). Each object lists the keys it claims;
+# in a segment, a VNI or VLAN, an endpoint ID...). Each object lists the keys it claims;
 # validate() and the incremental datapath.flowmodel check the same claims, so they refuse
 # the same states.
 
@@ -233,9 +200,8 @@ def conflict_message(key: Key, first: str, second: str) -> str:
         return f"{first} and {second} share group id {key[1]}"
     if kind == "group_tag":
         return f"{first} and {second} share tag {key[1]}"
-    if kind in ("segment", "vni", "vlan"):
-        what = {"segment": "segment", "vni": "VNI", "vlan": "VLAN"}[kind]
-        return f"{first} and {second} share {what} {key[1]}"
+    if kind in ("vni", "vlan"):
+        return f"{first} and {second} share {kind.upper()} {key[1]}"
     if kind == "ofport":
         return f"{first} and {second} both use ofport {key[1]}"
     return f"{first} and {second} both use {kind} {key[2]}"  # MAC or IP, in one segment
@@ -276,17 +242,15 @@ class Claims:
 
 def check_network(net: NetworkState) -> None:
     """Refuse a network that is wrong by itself."""
-    if not 0 < net.segment <= SEGMENT_MASK:
-        raise ValueError(f"network {net.id}: segment {net.segment} is out of 1-{SEGMENT_MASK}")
-    if net.vni is not None and net.vlan is not None:
-        raise ValueError(f"network {net.id}: a VNI and a VLAN; pick one encapsulation")
+    if net.encap not in ("vxlan", "vlan"):
+        raise ValueError(f"network {net.id}: encap {net.encap!r} is neither vxlan nor vlan")
     if net.vni is not None and not 0 < net.vni < 1 << 24:
         raise ValueError(f"network {net.id}: VNI {net.vni} is out of 1-16777215")
     if net.vlan is not None and not 0 < net.vlan < 4095:
         raise ValueError(f"network {net.id}: VLAN {net.vlan} is out of 1-4094")
-    if net.gateway_port is not None and net.gateway_port > CT_ZONE_MAX:
+    if net.gateway_ofport is not None and net.gateway_ofport > CT_ZONE_MAX:
         raise ValueError(
-            f"network {net.id}: gateway port {net.gateway_port} is its conntrack zone, "
+            f"network {net.id}: gateway port {net.gateway_ofport} is its conntrack zone, "
             f"which must fit 16 bits (at most {CT_ZONE_MAX})"
         )
 
@@ -295,20 +259,20 @@ def ct_zone(net: NetworkState) -> int | None:
     """The network's conntrack zone on this host: its gateway port's ofport (unique on the
     bridge, kept while the port lives). None: the network is not tracked (no gateway port),
     so its traffic meets no policy."""
-    return net.gateway_port
+    return net.gateway_ofport
 
 
 def gateway_port(net: NetworkState) -> SegmentPort | None:
     """The network's host-side gateway port, if it has one."""
-    if net.gateway_port is None:
+    if net.gateway_ofport is None:
         return None
     owner = f"network {net.id} gateway"
-    _check_ofport(owner, net.gateway_port)
+    _check_ofport(owner, net.gateway_ofport)
     return SegmentPort(
-        net.gateway_port,
+        net.gateway_ofport,
         net.segment,
         _unicast_mac(owner, net.gateway_mac),
-        _address(owner, net.gateway_ip, 4),
+        _address(owner, net.gateway, 4),
         None,
         True,
         owner,
@@ -334,9 +298,16 @@ def endpoint_port(ep: EndpointState, net: NetworkState) -> SegmentPort:
     )
 
 
-def remote_port(rep: RemoteEndpointState, net: NetworkState) -> tuple[RemotePort, list[Claim]]:
+def remote_owner(rep: EndpointState) -> str:
+    """Another host's endpoint, as errors name it; refused without its host."""
+    if not rep.host:
+        raise ValueError(f"endpoint {rep.id}: another host's endpoint without its host")
+    return f"endpoint {rep.id} on host {rep.host}"
+
+
+def remote_port(rep: EndpointState, net: NetworkState) -> tuple[RemotePort, list[Claim]]:
     """Another host's endpoint of a local network, and the addresses it claims there."""
-    owner = f"endpoint {rep.id} on host {rep.host}"
+    owner = remote_owner(rep)
     mac = _unicast_mac(owner, rep.mac)
     if mac is None:
         raise ValueError(f"{owner}: a MAC address is required")
@@ -348,9 +319,9 @@ def remote_port(rep: RemoteEndpointState, net: NetworkState) -> tuple[RemotePort
 
 
 def network_claims(net: NetworkState, gateway: SegmentPort | None) -> list[Claim]:
-    """Its ID, segment and tag, and its gateway port's."""
+    """Its ID and tag (its segment follows from the tag), and its gateway port's."""
     owner = f"network {net.id}"
-    claims = [(("network", net.id), owner), (("segment", net.segment), owner)]
+    claims = [(("network", net.id), owner)]
     if net.vni is not None:
         claims.append((("vni", net.vni), owner))
     if net.vlan is not None:
@@ -438,7 +409,7 @@ def validate(state: DesiredState) -> ValidState:
     remotes: list[RemotePort] = []
     hosts_of: dict[int, set[str]] = {}
     for rep in state.remote_endpoints:
-        claims.add(endpoint_claims(rep.id, f"endpoint {rep.id} on host {rep.host}"))
+        claims.add(endpoint_claims(rep.id, remote_owner(rep)))
         net = networks.get(rep.network_id)
         if net is None:
             continue  # a network without local endpoints: nothing here talks to it

@@ -11,9 +11,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from datapath.flows import Flow, FlowDiff
-from datapath.hostnat import GatewayNet, PortMapping
+from datapath.hostnat import GatewayNet
 from datapath.netns import NetnsInterface, NetnsRoute
 from datapath.ovs import PortInfo
+from datapath.ports import PublishedPort
 
 
 class Links(Protocol):
@@ -91,7 +92,7 @@ class HostNat(Protocol):
         """The rules of one of our chains, None if it does not exist."""
         ...
 
-    def sync(self, nets: Sequence[GatewayNet], mappings: Sequence[PortMapping] = ()) -> bool:
+    def sync(self, nets: Sequence[GatewayNet], mappings: Sequence[PublishedPort] = ()) -> bool:
         """Make our chains hold exactly the rules of these networks and mappings."""
         ...
 

@@ -48,7 +48,6 @@ from datapath.desired import (
     DesiredState,
     EndpointState,
     NetworkState,
-    RemoteEndpointState,
     RemotePort,
     SegmentPort,
     TunnelState,
@@ -60,6 +59,7 @@ from datapath.desired import (
     network_claims,
     port_claims,
     reaches,
+    remote_owner,
     remote_port,
     service_claims,
     tunnel_claims,
@@ -97,7 +97,7 @@ class FlowModel:
     def __init__(self) -> None:
         self.networks: dict[str, NetworkState] = {}
         self.endpoints: dict[str, EndpointState] = {}
-        self.remotes: dict[str, RemoteEndpointState] = {}
+        self.remotes: dict[str, EndpointState] = {}
         self.tunnels: dict[str, int] = {}
         self.uplink: int | None = None
         self.arp_mode: ArpMode = "proxy"
@@ -240,7 +240,7 @@ class FlowModel:
                 if version is not None:
                     self._reindex(journal, self._eps_of, version.network_id, e, add)
                     dirty.add(("net", version.network_id))
-                    if version.group is not None:
+                    if version.group:
                         self._reindex(journal, self._members, version.group, ("ep", e), add)
         for r, rep in rems.items():
             self._put_remote(r, rep, journal, dirty)
@@ -278,7 +278,7 @@ class FlowModel:
         return dirty
 
     def _put_remote(
-        self, r: str, rep: RemoteEndpointState | None, journal: Journal, dirty: set[Unit]
+        self, r: str, rep: EndpointState | None, journal: Journal, dirty: set[Unit]
     ) -> None:
         old = self.remotes.get(r)
         journal.put(self.remotes, r, rep)
@@ -287,7 +287,7 @@ class FlowModel:
                 continue
             self._reindex(journal, self._remotes_of, version.network_id, r, add)
             self._reindex(journal, self._remotes_on, version.host, r, add)
-            if version.group is not None:
+            if version.group:
                 self._reindex(journal, self._members, version.group, ("remote", r), add)
             hosts = self._hosts_in.get(version.network_id, Counter())
             before = hosts[version.host] > 0
@@ -338,7 +338,7 @@ class FlowModel:
             rep = self.remotes.get(key)
             remote = None
             if rep is not None:
-                claims = endpoint_claims(rep.id, f"endpoint {rep.id} on host {rep.host}")
+                claims = endpoint_claims(rep.id, remote_owner(rep))
                 net = self.networks.get(rep.network_id)
                 if net is not None:
                     remote, addresses = remote_port(rep, net)

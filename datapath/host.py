@@ -23,24 +23,22 @@ from typing import Any
 from .effects import HostNat, Links, OpenFlow, Ovsdb
 from .flowmodel import Change, FlowModel, changes
 from .flows import Flow
-from .hostnat import PortMapping
 from .hoststate import HostState
 from .local import (
     VLAN_SEGMENT_BASE,
     VXLAN_OVERHEAD,
+    EndpointState,
     HostConfig,
-    LocalEndpoint,
-    LocalNetwork,
-    endpoint_state,
+    NetworkState,
     gateway_addresses,
     gateway_mac,
 )
 from .natsync import HostPortProbe, NatSync
 from .offloads import keeps_offloads, read_switch_tso
 from .ovs import PortInfo
-from .pipeline import DesiredState, RemoteEndpointState, compile_flows
+from .pipeline import DesiredState, compile_flows
 from .policy import GroupState
-from .ports import PortRequest
+from .ports import PublishedPort
 from .services import ServiceState
 from .tunnels import EXT_TUNNEL, ensure_tunnels, present_tunnels
 from .veth import NetlinkLinks, veth_names
@@ -52,10 +50,10 @@ __all__ = [
     "EXT_UPLINK",
     "VLAN_SEGMENT_BASE",
     "VXLAN_OVERHEAD",
+    "EndpointState",
     "HostConfig",
     "HostDatapath",
-    "LocalEndpoint",
-    "LocalNetwork",
+    "NetworkState",
     "gateway_addresses",
     "gateway_mac",
 ]
@@ -124,10 +122,10 @@ class HostDatapath:
 
     def resync(
         self,
-        networks: Iterable[LocalNetwork],
-        endpoints: Iterable[LocalEndpoint],
+        networks: Iterable[NetworkState],
+        endpoints: Iterable[EndpointState],
         peers: Mapping[str, str] | None = None,
-        remote_endpoints: Iterable[RemoteEndpointState] = (),
+        remote_endpoints: Iterable[EndpointState] = (),
         arp_mode: str = "proxy",
         groups: Iterable[GroupState] = (),
         services: Iterable[ServiceState] = (),
@@ -145,7 +143,7 @@ class HostDatapath:
             self._state = HostState(uplink_ofport=uplink, arp_mode=arp_mode)
             for net in networks:
                 self._ensure_network(net)
-            wanted: dict[str, LocalEndpoint] = {}
+            wanted: dict[str, EndpointState] = {}
             missing = 0
             for ep in endpoints:
                 host, _ = veth_names(ep.id)
@@ -197,7 +195,7 @@ class HostDatapath:
     def set_cluster(
         self,
         peers: Mapping[str, str],
-        remote_endpoints: Iterable[RemoteEndpointState],
+        remote_endpoints: Iterable[EndpointState],
         arp_mode: str = "proxy",
         groups: Iterable[GroupState] = (),
         services: Iterable[ServiceState] = (),
@@ -260,7 +258,7 @@ class HostDatapath:
                 "(is the cluster store reachable?); retry"
             )
 
-    def ensure_network(self, net: LocalNetwork) -> None:
+    def ensure_network(self, net: NetworkState) -> None:
         self._wait_ready()
         with self._lock:
             # Tags are unique among the cluster's networks, so a network of this host on
@@ -271,10 +269,10 @@ class HostDatapath:
                 log.info("network %s (tag %d) replaces %s, gone", net.id, net.tag, old.id)
                 self._drop_network(old.id)
             self._ensure_network(net)
-            self._apply(self._cluster_change(networks={net.id: self._state.network_state(net)}))
+            self._apply(self._cluster_change(networks={net.id: self._state.networks[net.id]}))
             self._sync_nat()
 
-    def _ensure_network(self, net: LocalNetwork) -> None:
+    def _ensure_network(self, net: NetworkState) -> None:
         ofport = self.ovs.add_port(
             self.config.bridge,
             net.gateway_port,
@@ -283,17 +281,16 @@ class HostDatapath:
             external_ids={EXT_NETWORK: net.id},
         )
         self._address_gateway(net)
-        self._state.networks[net.id] = net
-        self._state.gateway_ofports[net.id] = ofport
+        self._state.networks[net.id] = replace(net, gateway_ofport=ofport)
         self._held_since.setdefault(net.id, time.monotonic())
 
-    def _address_gateway(self, net: LocalNetwork) -> None:
+    def _address_gateway(self, net: NetworkState) -> None:
         """Address the network's internal port (vswitchd restarts lose these addresses)."""
         self.links.address_gateway(
             net.gateway_port, self.config.mtu_for(net.encap), gateway_addresses(net)
         )
 
-    def network(self, network_id: str) -> LocalNetwork | None:
+    def network(self, network_id: str) -> NetworkState | None:
         return self._state.networks.get(network_id)
 
     def drop_networks_gone(
@@ -319,7 +316,6 @@ class HostDatapath:
     def _drop_network(self, network_id: str) -> None:
         self._held_since.pop(network_id, None)
         net = self._state.networks.pop(network_id, None)
-        self._state.gateway_ofports.pop(network_id, None)
         if net is None:
             return
         stale = [e for e in self._state.endpoints.values() if e.network_id == network_id]
@@ -362,7 +358,7 @@ class HostDatapath:
         self._plugged[endpoint_id] = (ofport, container)
         return ofport, container
 
-    def create_endpoint_port(self, endpoint: LocalEndpoint) -> str:
+    def create_endpoint_port(self, endpoint: EndpointState) -> str:
         """Plug an endpoint into the bridge (or take the port plug() made) and send its
         flows; returns the container-side interface name once they are on the switch."""
         self._wait_ready()
@@ -370,7 +366,7 @@ class HostDatapath:
             ofport, container = self._plug(endpoint.id, endpoint.network_id, endpoint.mac)
             try:
                 ep = self._state.endpoints[endpoint.id] = replace(endpoint, ofport=ofport)
-                generation = self._apply(Change(endpoints={ep.id: endpoint_state(ep)}))
+                generation = self._apply(Change(endpoints={ep.id: ep}))
                 self._sync_nat_if(bool(ep.port_mappings))
             except BaseException:
                 self._remove_endpoint(endpoint.id)
@@ -399,7 +395,7 @@ class HostDatapath:
             self._apply(Change(endpoints={endpoint_id: None}))
             self._sync_nat_if(gone is not None and bool(gone.port_mappings))
 
-    def _remove_endpoint(self, endpoint_id: str) -> LocalEndpoint | None:
+    def _remove_endpoint(self, endpoint_id: str) -> EndpointState | None:
         gone = self._state.endpoints.pop(endpoint_id, None)
         self._plugged.pop(endpoint_id, None)
         host, _ = veth_names(endpoint_id)
@@ -407,7 +403,9 @@ class HostDatapath:
         self.links.delete_veth(endpoint_id)
         return gone
 
-    def publish(self, endpoint_id: str, requests: Iterable[PortRequest]) -> tuple[PortMapping, ...]:
+    def publish(
+        self, endpoint_id: str, requests: Iterable[PublishedPort]
+    ) -> tuple[PublishedPort, ...]:
         """Exactly these published ports (-p, -P) lead to the endpoint, with the host ports
         chosen; all or none (PortConflict names the port taken)."""
         self._wait_ready()
@@ -415,7 +413,7 @@ class HostDatapath:
             s = self._state
             return self._nat.publish(endpoint_id, list(requests), s.endpoints, s.networks.values())
 
-    def published_ports(self) -> dict[str, tuple[PortMapping, ...]]:
+    def published_ports(self) -> dict[str, tuple[PublishedPort, ...]]:
         """The published ports of every endpoint on this host that has some."""
         with self._lock:
             return {

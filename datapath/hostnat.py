@@ -12,6 +12,8 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .ports import PublishedPort
+
 GATEWAY_PREFIX = "npgw"  # OVS internal ports holding each network's gateway address
 NAT_CHAIN = "NETPLUGIN-POSTROUTING"
 DNAT_CHAIN = "NETPLUGIN-DNAT"
@@ -29,15 +31,6 @@ class GatewayNet:
     subnet: str  # IPv4 CIDR
     gateway_port: str  # e.g. npgw100
     internal: bool = False
-
-
-@dataclass(frozen=True)
-class PortMapping:
-    proto: str  # tcp | udp
-    host_ip: str  # "" = any
-    host_port: int
-    container_ip: str
-    container_port: int
 
 
 def gateway_port_name(tag: int) -> str:
@@ -86,7 +79,7 @@ def forward_rules(nets: Sequence[GatewayNet]) -> list[str]:
     return rules
 
 
-def dnat_rules(mappings: Sequence[PortMapping]) -> list[str]:
+def dnat_rules(mappings: Sequence[PublishedPort]) -> list[str]:
     """Published ports (`docker run -p`): DNAT to the container from anywhere but itself."""
     rules = []
     for m in sorted(mappings, key=lambda m: (m.proto, m.host_port, m.host_ip)):
@@ -106,15 +99,15 @@ _DNAT_RE = re.compile(
 )
 
 
-def parse_dnat_rules(rules: Sequence[str]) -> list[PortMapping]:
+def parse_dnat_rules(rules: Sequence[str]) -> list[PublishedPort]:
     """The inverse of dnat_rules: a restarted agent reads published ports back from the kernel."""
     out = []
     for rule in rules:
         m = _DNAT_RE.match(rule)
         if m:
             out.append(
-                PortMapping(
-                    m["proto"], m["host_ip"] or "", int(m["host_port"]), m["ip"], int(m["port"])
+                PublishedPort(
+                    m["proto"], m["host_ip"] or "", int(m["host_port"]), int(m["port"]), m["ip"]
                 )
             )
     return out
@@ -173,7 +166,7 @@ class Iptables:
                     changed = True
         return changed
 
-    def sync(self, nets: Sequence[GatewayNet], mappings: Sequence[PortMapping] = ()) -> bool:
+    def sync(self, nets: Sequence[GatewayNet], mappings: Sequence[PublishedPort] = ()) -> bool:
         changed = self.apply("nat", NAT_CHAIN, nat_rules(nets))
         changed |= self.apply("nat", DNAT_CHAIN, dnat_rules(mappings))
         changed |= self.apply("filter", FWD_CHAIN, forward_rules(nets))

@@ -4,32 +4,28 @@ makes of it: pure views, so host.py keeps only the decisions and their effects."
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .change import by_key
-from .local import LocalEndpoint, LocalNetwork, endpoint_state, network_state
-from .pipeline import ArpMode, DesiredState, NetworkState, RemoteEndpointState, TunnelState
+from .local import EndpointState, NetworkState
+from .pipeline import ArpMode, DesiredState, TunnelState
 from .policy import GroupState
 from .services import ServiceState
 
 
 @dataclass
 class HostState:
-    networks: dict[str, LocalNetwork] = field(default_factory=dict)
-    endpoints: dict[str, LocalEndpoint] = field(default_factory=dict)
-    gateway_ofports: dict[str, int] = field(default_factory=dict)
+    networks: dict[str, NetworkState] = field(default_factory=dict)  # with gateway ofports
+    endpoints: dict[str, EndpointState] = field(default_factory=dict)
     # Other hosts: tunnel ports by host, and their endpoints.
     tunnels: dict[str, int] = field(default_factory=dict)
-    remote_endpoints: tuple[RemoteEndpointState, ...] = ()
+    remote_endpoints: tuple[EndpointState, ...] = ()
     groups: tuple[GroupState, ...] = ()  # endpoint groups, their policies' rules, netprofiles
     services: tuple[ServiceState, ...] = ()  # service LBs with their providers
     uplink_ofport: int | None = None
     arp_mode: str = "proxy"
 
-    def network_state(self, n: LocalNetwork) -> NetworkState:
-        return network_state(n, self.gateway_ofports.get(n.id))
-
-    def remote_states(self) -> dict[str, RemoteEndpointState]:
+    def remote_states(self) -> dict[str, EndpointState]:
         """Other hosts' endpoints of the networks on this host (only those cost flows)."""
         local = [r for r in self.remote_endpoints if r.network_id in self.networks]
         return by_key(local, lambda r: r.id, "endpoint {} is listed twice")
@@ -44,15 +40,18 @@ class HostState:
         local = [s for s in self.services if s.network_id in self.networks]
         return by_key(local, lambda s: s.id, "service {} is listed twice")
 
-    def displaced_by(self, net: LocalNetwork) -> list[LocalNetwork]:
+    def displaced_by(self, net: NetworkState) -> list[NetworkState]:
         """The networks of this host that ``net`` replaces: one on its segment (tags are
         unique among the cluster's networks, so that one was deleted and its tag reused) or
         an older version of it (deleted and made again); ValueError if one of them still has
         endpoints here."""
-        held = self.networks.get(net.id)
-        stale = [n for n in self.networks.values() if n.segment == net.segment and n != net]
-        if held is not None and held != net and held not in stale:
-            stale.append(held)
+        new = replace(net, gateway_ofport=None)  # its configuration, whatever its port
+        stale = [
+            n
+            for n in self.networks.values()
+            if net.segment == n.segment or net.id == n.id
+            if replace(n, gateway_ofport=None) != new
+        ]
         used = {e.network_id for e in self.endpoints.values()}
         for old in stale:
             if old.id in used:
@@ -79,8 +78,8 @@ class HostState:
 
     def desired(self) -> DesiredState:
         return DesiredState(
-            networks=[self.network_state(n) for n in self.networks.values()],
-            endpoints=[endpoint_state(e) for e in self.endpoints.values()],
+            networks=list(self.networks.values()),
+            endpoints=list(self.endpoints.values()),
             remote_endpoints=list(self.remote_states().values()),
             groups=list(self.group_states().values()),
             services=list(self.service_states().values()),

@@ -1,6 +1,6 @@
 """What the datapath agent is told about this host: its configuration, and the networks
-and endpoints on it; and how they become the desired state the flows are compiled from
-(datapath.desired). Pure data."""
+and endpoints it holds; these are also what its flows are compiled from (datapath.desired).
+Pure data."""
 
 from __future__ import annotations
 
@@ -8,15 +8,19 @@ import hashlib
 import ipaddress
 from dataclasses import dataclass
 
-from .desired import EndpointState, NetworkState
-from .hostnat import PortMapping, gateway_port_name
+from .hostnat import gateway_port_name
+from .ports import PublishedPort
 
 VLAN_SEGMENT_BASE = 1 << 24
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 
 
 @dataclass(frozen=True)
-class LocalNetwork:
+class NetworkState:
+    """A network on this host: its configuration, and the ofport of its gateway port once
+    that port exists. How it reaches other hosts (a VNI over tunnels, or a VLAN on the
+    uplink), its local segment and its gateway's MAC follow from its tag and encap."""
+
     id: str  # tenant:name
     tag: int  # the network's pkt-tag: its VNI or VLAN id (cluster-unique per encap)
     subnet: str = ""
@@ -25,6 +29,7 @@ class LocalNetwork:
     ipv6_gateway: str = ""
     internal: bool = False
     encap: str = "vxlan"  # vxlan | vlan
+    gateway_ofport: int | None = None  # None until its gateway port is on the bridge
 
     @property
     def segment(self) -> int:
@@ -33,7 +38,16 @@ class LocalNetwork:
         return self.tag if self.encap == "vxlan" else VLAN_SEGMENT_BASE | self.tag
 
     @property
+    def vni(self) -> int | None:
+        return self.tag if self.encap == "vxlan" else None
+
+    @property
+    def vlan(self) -> int | None:
+        return self.tag if self.encap == "vlan" else None
+
+    @property
     def gateway_port(self) -> str:
+        """The name of its gateway port (an OVS internal port holding the gateway address)."""
         return gateway_port_name(self.tag) if self.encap == "vxlan" else f"npgwv{self.tag}"
 
     @property
@@ -42,15 +56,19 @@ class LocalNetwork:
 
 
 @dataclass(frozen=True)
-class LocalEndpoint:
+class EndpointState:
+    """A container's interface in a network. This host's is plugged into a bridge port
+    (ofport) and may publish ports; another host's names that host."""
+
     id: str
     network_id: str
     mac: str
     ipv4: str = ""
     ipv6: str = ""
-    ofport: int = 0
-    port_mappings: tuple[PortMapping, ...] = ()
     group: str = ""  # TENANT:GROUP of its endpoint group ("" outside one)
+    ofport: int = 0  # this host's: its bridge port (0 until it is plugged)
+    host: str = ""  # another host's: that host
+    port_mappings: tuple[PublishedPort, ...] = ()  # this host's: its published ports
 
 
 def gateway_mac(segment: int) -> str:
@@ -88,36 +106,10 @@ class HostConfig:
         return self.uplink_mtu - VXLAN_OVERHEAD if self.tunnels else self.uplink_mtu
 
 
-def gateway_addresses(net: LocalNetwork) -> list[str]:
+def gateway_addresses(net: NetworkState) -> list[str]:
     """The addresses of a network's gateway port, with the prefix length of its subnet."""
     return [
         f"{gw}/{ipaddress.ip_network(subnet).prefixlen}"
         for subnet, gw in ((net.subnet, net.gateway), (net.ipv6_subnet, net.ipv6_gateway))
         if subnet and gw
     ]
-
-
-def network_state(n: LocalNetwork, gateway_ofport: int | None) -> NetworkState:
-    """A network as the flow compiler sees it (its gateway port once it has an ofport)."""
-    return NetworkState(
-        id=n.id,
-        segment=n.segment,
-        gateway_port=gateway_ofport,
-        gateway_mac=n.gateway_mac,
-        gateway_ip=n.gateway or None,
-        vni=n.tag if n.encap == "vxlan" else None,
-        vlan=n.tag if n.encap == "vlan" else None,
-    )
-
-
-def endpoint_state(e: LocalEndpoint) -> EndpointState:
-    """An endpoint as the flow compiler sees it."""
-    return EndpointState(
-        id=e.id,
-        network_id=e.network_id,
-        ofport=e.ofport,
-        mac=e.mac,
-        ipv4=e.ipv4 or None,
-        ipv6=e.ipv6 or None,
-        group=e.group or None,
-    )

@@ -12,14 +12,14 @@ from dataclasses import replace
 from typing import Protocol
 
 from .effects import HostNat
-from .hostnat import DNAT_CHAIN, GatewayNet, PortMapping, parse_dnat_rules
+from .hostnat import DNAT_CHAIN, GatewayNet, parse_dnat_rules
 from .hostports import HostPorts
-from .local import LocalEndpoint, LocalNetwork
-from .ports import DEFAULT_EPHEMERAL, PortRequest, resolve, where
+from .local import EndpointState, NetworkState
+from .ports import DEFAULT_EPHEMERAL, PublishedPort, resolve, where
 
 log = logging.getLogger(__name__)
 
-_Inputs = tuple[tuple[GatewayNet, ...], tuple[PortMapping, ...]]
+_Inputs = tuple[tuple[GatewayNet, ...], tuple[PublishedPort, ...]]
 
 
 class HostPortProbe(Protocol):
@@ -39,10 +39,10 @@ class NatSync:
     def publish(
         self,
         endpoint_id: str,
-        requests: Sequence[PortRequest],
-        endpoints: MutableMapping[str, LocalEndpoint],
-        networks: Iterable[LocalNetwork],
-    ) -> tuple[PortMapping, ...]:
+        requests: Sequence[PublishedPort],
+        endpoints: MutableMapping[str, EndpointState],
+        networks: Iterable[NetworkState],
+    ) -> tuple[PublishedPort, ...]:
         """Choose the endpoint's host ports (ports.resolve) and DNAT them to it, all or
         none: on a conflict (PortConflict) or a failed sync, ``endpoints`` and iptables keep
         what they had. The caller holds the agent's lock across choice and install."""
@@ -86,10 +86,10 @@ class NatSync:
             )
         return new
 
-    def adopt_published(self, endpoints: Mapping[str, LocalEndpoint]) -> dict[str, LocalEndpoint]:
+    def adopt_published(self, endpoints: Mapping[str, EndpointState]) -> dict[str, EndpointState]:
         """The endpoints with the published ports our DNAT chain holds for them."""
         by_ip = {e.ipv4: e.id for e in endpoints.values() if e.ipv4}
-        published: dict[str, list[PortMapping]] = {}
+        published: dict[str, list[PublishedPort]] = {}
         for m in parse_dnat_rules(self.iptables.current("nat", DNAT_CHAIN) or []):
             if m.container_ip in by_ip:
                 published.setdefault(by_ip[m.container_ip], []).append(m)
@@ -101,8 +101,8 @@ class NatSync:
     def sync_if(
         self,
         changed: bool,
-        networks: Iterable[LocalNetwork],
-        endpoints: Iterable[LocalEndpoint],
+        networks: Iterable[NetworkState],
+        endpoints: Iterable[EndpointState],
     ) -> None:
         """Sync if an endpoint change ``changed`` published ports or the last sync failed."""
         if changed or self._applied is None:
@@ -110,8 +110,8 @@ class NatSync:
 
     def sync(
         self,
-        networks: Iterable[LocalNetwork],
-        endpoints: Iterable[LocalEndpoint],
+        networks: Iterable[NetworkState],
+        endpoints: Iterable[EndpointState],
         force: bool = False,
     ) -> None:
         """iptables, if its inputs changed since they were last applied (or ``force``)."""

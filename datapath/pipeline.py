@@ -32,7 +32,6 @@ from datapath.desired import (
     DesiredState,
     EndpointState,
     NetworkState,
-    RemoteEndpointState,
     RemotePort,
     SegmentPort,
     TunnelState,
@@ -98,7 +97,6 @@ __all__ = [
     "EndpointState",
     "NetworkState",
     "Pipeline",
-    "RemoteEndpointState",
     "TableSpec",
     "TunnelState",
     "WritePlan",
@@ -316,13 +314,13 @@ def remote_flows(remote: RemotePort, to_host: tuple[Action, ...], mode: ArpMode)
 def endpoint_tags(
     net: NetworkState,
     mac: str,
-    group_id: str | None,
+    group_id: str,
     groups: Mapping[str, GroupState],
     local: bool,
 ) -> list[Flow]:
     """An endpoint's group tag flows: none unless its network is tracked here and its group
     is known, tagged and of that network."""
-    group = groups.get(group_id) if group_id is not None else None
+    group = groups.get(group_id) if group_id else None
     zone = ct_zone(net)
     if zone is None or group is None or group.network_id != net.id:
         return []
@@ -333,7 +331,7 @@ def endpoint_qos(
     port: SegmentPort, net: NetworkState, groups: Mapping[str, GroupState]
 ) -> QosState | None:
     """The netprofile of a local endpoint's group, if the group is known and of its network."""
-    group = groups.get(port.group) if port.group is not None else None
+    group = groups.get(port.group) if port.group else None
     return group.qos if group is not None and group.network_id == net.id else None
 
 

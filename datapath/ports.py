@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from .hostnat import PortMapping
-
 # Linux's default net.ipv4.ip_local_port_range, for a host whose file cannot be read.
 DEFAULT_EPHEMERAL = (32768, 60999)
 
@@ -24,15 +22,17 @@ class PortConflict(Exception):
 
 
 @dataclass(frozen=True)
-class PortRequest:
-    """One of Docker's port bindings for a container port: host_port 0 is any free port of
-    the ephemeral range; host_port_end > host_port is any free one of that range."""
+class PublishedPort:
+    """A container port published on the host (-p, -P). As asked: host_port 0 is any free
+    port of the ephemeral range, host_port_end above host_port any free one of that range.
+    As made (resolve, the DNAT chain): the host port it got, to container_ip."""
 
     proto: str  # tcp | udp
     host_ip: str  # "" = every address of the host
     host_port: int
-    host_port_end: int
     container_port: int
+    container_ip: str = ""
+    host_port_end: int = 0
 
     @property
     def span(self) -> tuple[int, int] | None:
@@ -67,7 +67,7 @@ def overlaps(a: str, b: str) -> bool:
 
 
 def holder(
-    proto: str, host_ip: str, port: int, published: Iterable[tuple[str, PortMapping]]
+    proto: str, host_ip: str, port: int, published: Iterable[tuple[str, PublishedPort]]
 ) -> str | None:
     """The endpoint that already publishes this host port, if any."""
     for endpoint_id, m in published:
@@ -76,7 +76,7 @@ def holder(
     return None
 
 
-def candidates(request: PortRequest, ephemeral: tuple[int, int], start: int) -> Iterator[int]:
+def candidates(request: PublishedPort, ephemeral: tuple[int, int], start: int) -> Iterator[int]:
     """The host ports to try, in order: a range from its first port (as Docker's allocator),
     the ephemeral range from ``start`` round (so random ports spread over it)."""
     span = request.span
@@ -89,7 +89,7 @@ def candidates(request: PortRequest, ephemeral: tuple[int, int], start: int) -> 
         yield lo + (start + i) % count
 
 
-def _reused(request: PortRequest, current: list[PortMapping]) -> PortMapping | None:
+def _reused(request: PublishedPort, current: list[PublishedPort]) -> PublishedPort | None:
     """A mapping the endpoint already has that satisfies the request (Docker programs an
     endpoint again when its gateway moves; random ports keep their numbers)."""
     span = request.span
@@ -109,19 +109,19 @@ def _reused(request: PortRequest, current: list[PortMapping]) -> PortMapping | N
 def resolve(
     endpoint_id: str,
     container_ip: str,
-    requests: Sequence[PortRequest],
-    current: Sequence[PortMapping],
-    published: Sequence[tuple[str, PortMapping]],
+    requests: Sequence[PublishedPort],
+    current: Sequence[PublishedPort],
+    published: Sequence[tuple[str, PublishedPort]],
     probe: Probe,
     ephemeral: tuple[int, int] = DEFAULT_EPHEMERAL,
     start: int = 0,
-) -> tuple[PortMapping, ...]:
+) -> tuple[PublishedPort, ...]:
     """The endpoint's mappings for all of ``requests``, or PortConflict naming the first
     that cannot be had. ``current``: its mappings now (kept where they still fit);
     ``published``: (endpoint, mapping) of every other endpoint on this host."""
     keep = list(current)
     taken = list(published)
-    out: list[PortMapping] = []
+    out: list[PublishedPort] = []
     # Fixed ports first, then ranges, then any: a range never takes a port asked for alone.
     ordered = sorted(
         dict.fromkeys(requests),
@@ -137,13 +137,13 @@ def resolve(
 
 
 def _choose(
-    req: PortRequest,
+    req: PublishedPort,
     container_ip: str,
-    taken: Sequence[tuple[str, PortMapping]],
+    taken: Sequence[tuple[str, PublishedPort]],
     probe: Probe,
     ephemeral: tuple[int, int],
     start: int,
-) -> PortMapping:
+) -> PublishedPort:
     reasons: dict[str, list[int]] = {}
     for port in candidates(req, ephemeral, start):
         owner = holder(req.proto, req.host_ip, port, taken)
@@ -151,7 +151,7 @@ def _choose(
         if who is None:
             who = probe(req.proto, req.host_ip, port)
         if who is None:
-            return PortMapping(req.proto, req.host_ip, port, container_ip, req.container_port)
+            return PublishedPort(req.proto, req.host_ip, port, req.container_port, container_ip)
         reasons.setdefault(who, []).append(port)
     span = req.span
     if span is not None and span[0] == span[1]:

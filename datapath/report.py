@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .flows import Entry, Flow, Meter, diff, replaced
-from .local import LocalEndpoint, LocalNetwork
+from .local import EndpointState, NetworkState
 from .tables import PIPELINE
 
 if TYPE_CHECKING:
@@ -29,9 +29,8 @@ class LocalSnapshot:
     ready: bool
     bridge: str
     datapath_type: str
-    endpoints: dict[str, LocalEndpoint]
-    networks: dict[str, LocalNetwork]
-    gateway_ofports: dict[str, int]
+    endpoints: dict[str, EndpointState]
+    networks: dict[str, NetworkState]
     tunnels: dict[str, int]  # peer host -> ofport of its VXLAN port
     vlan_uplink: str
     uplink_ofport: int | None
@@ -47,7 +46,6 @@ def snapshot(agent: HostDatapath) -> LocalSnapshot:
             datapath_type=agent.datapath_type,
             endpoints=dict(s.endpoints),
             networks=dict(s.networks),
-            gateway_ofports=dict(s.gateway_ofports),
             tunnels=dict(s.tunnels),
             vlan_uplink=agent.config.vlan_uplink,
             uplink_ofport=s.uplink_ofport,

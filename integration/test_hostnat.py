@@ -14,11 +14,11 @@ from datapath.hostnat import (
     NAT_CHAIN,
     GatewayNet,
     Iptables,
-    PortMapping,
     dnat_rules,
     forward_rules,
     nat_rules,
 )
+from datapath.ports import PublishedPort
 
 
 @pytest.fixture
@@ -36,8 +36,8 @@ def test_sync_is_exact_and_idempotent(netns: str) -> None:
         GatewayNet("10.3.0.0/24", "npgw300", internal=True),
     ]
     maps = [
-        PortMapping("tcp", "", 8080, "10.1.0.5", 80),
-        PortMapping("udp", "192.0.2.1", 5353, "10.1.0.6", 53),
+        PublishedPort("tcp", "", 8080, 80, "10.1.0.5"),
+        PublishedPort("udp", "192.0.2.1", 5353, 53, "10.1.0.6"),
     ]
     assert ipt.sync(nets, maps)
     assert ipt.current("nat", NAT_CHAIN) == nat_rules(nets)

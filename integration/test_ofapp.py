@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from datapath.flows import diff
+from datapath.local import gateway_mac
 from datapath.ovs import CONTROLLER_INACTIVITY_PROBE_MS, Ovs
 from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
 from testbed.ovs import ControllerProcess, OvsInstance, run
@@ -32,7 +33,7 @@ from testbed.wait import wait_for
 
 BRIDGE = "br-np"
 SUBNET_PREFIX = 24
-GW_A = ("gw-a", "02:00:00:00:0a:fe", "10.1.0.254")
+GW_A = ("gw-a", gateway_mac(100), "10.1.0.254")  # the MAC the flows give net-a's gateway
 
 
 @dataclass
@@ -48,7 +49,7 @@ class Container:
     ofport: int = 0
 
     def endpoint(self) -> EndpointState:
-        return EndpointState(self.name, self.network, self.ofport, self.mac, self.ip)
+        return EndpointState(self.name, self.network, self.mac, self.ip, ofport=self.ofport)
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Lab:
     def state(self, *names: str) -> DesiredState:
         return DesiredState(
             networks=[
-                NetworkState("net-a", 100, self.gateway_ofport, GW_A[1], GW_A[2]),
+                NetworkState("net-a", 100, gateway=GW_A[2], gateway_ofport=self.gateway_ofport),
                 NetworkState("net-b", 200),
             ],
             endpoints=[self.containers[n].endpoint() for n in names],

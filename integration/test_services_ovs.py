@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from datapath.local import gateway_mac
 from datapath.ovs import Ovs
 from datapath.pipeline import DesiredState, EndpointState, NetworkState
 from datapath.policy import GroupState, RuleState
@@ -33,7 +34,7 @@ from testbed.wait import wait_for
 
 BRIDGE = "br-svc"
 NET = "net-s"
-GW = ("gw-s", "02:00:00:00:0b:fe", "10.71.0.254")
+GW = ("gw-s", gateway_mac(300), "10.71.0.254")  # the MAC the flows give its gateway
 VIP = "10.71.0.100"
 
 SERVER = """
@@ -100,7 +101,9 @@ class Box:
     group: str | None = None
 
     def endpoint(self) -> EndpointState:
-        return EndpointState(self.name, NET, self.ofport, self.mac, self.ip, group=self.group)
+        return EndpointState(
+            self.name, NET, self.mac, self.ip, group=self.group, ofport=self.ofport
+        )
 
     def provider(self) -> ProviderState:
         return ProviderState(self.ip, self.mac)
@@ -147,7 +150,7 @@ class Lab:
             tuple(sorted((self.boxes[p].provider() for p in providers), key=lambda p: p.ip)),
         )
         return DesiredState(
-            networks=[NetworkState(NET, 300, self.gateway_ofport, GW[1], GW[2])],
+            networks=[NetworkState(NET, 300, gateway=GW[2], gateway_ofport=self.gateway_ofport)],
             endpoints=[b.endpoint() for b in self.boxes.values()],
             services=[service],
             groups=groups or [],

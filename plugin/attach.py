@@ -17,8 +17,7 @@ from typing import Any, Protocol
 
 from common.client import MasterError
 from common.models import Endpoint, EndpointRequest, Network, group_id
-
-from .options import PortBinding
+from datapath.ports import PublishedPort
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +55,13 @@ class Datapath(Protocol):
 
     def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]: ...
 
-    def publish(self, endpoint_id: str, mappings: list[PortBinding]) -> list[PortBinding]:
+    def publish(self, endpoint_id: str, ports: list[PublishedPort]) -> list[PublishedPort]:
         """Make exactly these published ports lead to the endpoint (empty: none), choosing
         the host port where a binding leaves it open (0, or a range); the bindings made.
         A port that is taken is refused (DriverError naming it), and nothing changes."""
         ...
 
-    def published_ports(self, endpoint_id: str) -> list[PortBinding]:
+    def published_ports(self, endpoint_id: str) -> list[PublishedPort]:
         """The endpoint's published ports, with the host ports they got."""
         ...
 

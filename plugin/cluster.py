@@ -27,7 +27,7 @@ from common.records import (
     decode_config,
     decode_endpoint,
 )
-from datapath.pipeline import RemoteEndpointState
+from datapath.local import EndpointState
 from store import KV, Compacted, Lease, Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -250,18 +250,23 @@ def peers(
     return out
 
 
-def remote_endpoints(me: str, endpoints: Iterable[Endpoint]) -> list[RemoteEndpointState]:
+def datapath_endpoint(ep: Endpoint, host: str = "") -> EndpointState:
+    """An endpoint as the datapath wants it: ``host`` names another host's."""
+    return EndpointState(
+        ep.endpointID,
+        ep.network_id,
+        ep.macAddress,
+        ep.ipAddress,
+        ep.ipv6Address,
+        ep.group_id,
+        host=host,
+    )
+
+
+def remote_endpoints(me: str, endpoints: Iterable[Endpoint]) -> list[EndpointState]:
     """The endpoints of other hosts, as the datapath wants them."""
     out = [
-        RemoteEndpointState(
-            id=ep.endpointID,
-            network_id=ep.network_id,
-            host=ep.host,
-            mac=ep.macAddress,
-            ipv4=ep.ipAddress or None,
-            ipv6=ep.ipv6Address or None,
-            group=ep.group_id or None,
-        )
+        datapath_endpoint(ep, ep.host)
         for ep in endpoints
         if ep.host and ep.host != me and ep.macAddress
     ]

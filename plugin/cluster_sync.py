@@ -10,12 +10,11 @@ from typing import Any
 from common.loop import Reconciler
 from common.models import Endpoint
 from common.records import NetworkRecord
-from datapath.host import HostDatapath, LocalEndpoint, LocalNetwork
-from datapath.pipeline import RemoteEndpointState
+from datapath.host import EndpointState, HostDatapath, NetworkState
 from datapath.policy import GroupState
 from datapath.services import ServiceState
 
-from .cluster import ClusterView, peers, remote_endpoints
+from .cluster import ClusterView, datapath_endpoint, peers, remote_endpoints
 from .policy_view import Unresolved, group_states
 from .service_view import service_states
 
@@ -25,15 +24,13 @@ log = logging.getLogger("netplugin")
 # cluster view (which lags behind the master by a moment) before it counts as deleted.
 GONE_GRACE = 10.0
 
-ClusterState = tuple[
-    dict[str, str], list[RemoteEndpointState], str, list[GroupState], list[ServiceState]
-]
+ClusterState = tuple[dict[str, str], list[EndpointState], str, list[GroupState], list[ServiceState]]
 
 
-def local_network(record: NetworkRecord) -> LocalNetwork:
+def local_network(record: NetworkRecord) -> NetworkState:
     """A cluster network as this host's datapath wants it."""
     c = record.config
-    return LocalNetwork(
+    return NetworkState(
         id=record.id,
         tag=record.pkt_tag,
         subnet=c.subnet,
@@ -42,18 +39,6 @@ def local_network(record: NetworkRecord) -> LocalNetwork:
         ipv6_gateway=c.ipv6Gateway,
         internal=c.internal,
         encap=record.encap or c.encap,
-    )
-
-
-def local_endpoint(ep: Endpoint) -> LocalEndpoint:
-    """One of this host's endpoints as the datapath wants it."""
-    return LocalEndpoint(
-        id=ep.endpointID,
-        network_id=ep.network_id,
-        mac=ep.macAddress,
-        ipv4=ep.ipAddress,
-        ipv6=ep.ipv6Address,
-        group=ep.group_id,
     )
 
 
@@ -152,7 +137,7 @@ def resync(agent: HostDatapath, view: ClusterView, host: str) -> dict[str, int]:
     """After a (re)start: this host's endpoints and the cluster, reconciled with the switch."""
     nets = {rec.id: local_network(rec) for rec in view.networks.values().values()}
     endpoints = view.endpoints.values()
-    local_eps = [local_endpoint(e) for e in endpoints.values() if e.host == host]
+    local_eps = [datapath_endpoint(e) for e in endpoints.values() if e.host == host]
     used = {e.network_id for e in local_eps}
     (peer_vteps, remotes, arp_mode, groups, services), unresolved = cluster_state(
         view, host, endpoints

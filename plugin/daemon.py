@@ -18,13 +18,13 @@ from common.flags import split_endpoints
 from common.loop import Backoff, Reconciler
 from common.models import Network
 from common.records import HostRecord
-from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
-from datapath.hostnat import Iptables, PortMapping
+from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
+from datapath.hostnat import Iptables
 from datapath.hostports import HostPorts
 from datapath.netns import NetlinkNetns
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
-from datapath.ports import PortConflict, PortRequest
+from datapath.ports import PortConflict, PublishedPort
 from datapath.report import counts
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
 from datapath.veth import NetlinkLinks
@@ -46,7 +46,7 @@ from .inspect_api import AgentStatus, Window, create_inspect_app, parse_listen, 
 from .inspect_api import parse_error as inspect_parse_error
 from .master_client import MasterClient, leader_url_from_store
 from .metrics import AgentMetrics
-from .options import DriverError, PortBinding
+from .options import DriverError
 from .plugin_name import DriverName
 from .server import make_socket_server
 
@@ -91,7 +91,7 @@ class AgentDatapath:
         group: str = "",
     ) -> str:
         network_id = self._ensure_network(network)
-        ep = LocalEndpoint(endpoint_id, network_id, mac, ipv4, ipv6, group=group)
+        ep = EndpointState(endpoint_id, network_id, mac, ipv4, ipv6, group)
         return self.agent.create_endpoint_port(ep)
 
     def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str:
@@ -109,29 +109,20 @@ class AgentDatapath:
     def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]:
         return self.agent.endpoint_oper(endpoint_id)
 
-    def publish(self, endpoint_id: str, mappings: list[PortBinding]) -> list[PortBinding]:
-        if not mappings and not self.agent.has_endpoint(endpoint_id):
+    def publish(self, endpoint_id: str, ports: list[PublishedPort]) -> list[PublishedPort]:
+        if not ports and not self.agent.has_endpoint(endpoint_id):
             return []  # revoked after the endpoint is gone: nothing is published
-        requests = [
-            PortRequest(m.proto, m.host_ip, m.host_port, m.host_port_end, m.container_port)
-            for m in mappings
-        ]
         try:
-            made = self.agent.publish(endpoint_id, requests)
+            return list(self.agent.publish(endpoint_id, ports))
         except PortConflict as e:
             raise DriverError(str(e), 409) from None
-        return [_binding(m) for m in made]
 
-    def published_ports(self, endpoint_id: str) -> list[PortBinding]:
-        return [_binding(m) for m in self.agent.published_ports().get(endpoint_id, ())]
+    def published_ports(self, endpoint_id: str) -> list[PublishedPort]:
+        return list(self.agent.published_ports().get(endpoint_id, ()))
 
 
-def _addressing(n: LocalNetwork) -> tuple[str, ...]:
+def _addressing(n: NetworkState) -> tuple[str, ...]:
     return (n.subnet, n.gateway, n.ipv6_subnet, n.ipv6_gateway, n.encap)
-
-
-def _binding(m: PortMapping) -> PortBinding:
-    return PortBinding(m.proto, m.host_ip, m.host_port, m.container_ip, m.container_port)
 
 
 class LocalDocker:

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from datapath.ports import PublishedPort
+
 GATEWAY_REQUEST = "com.docker.network.gateway"
 MAC_OPTION = "com.docker.network.endpoint.macaddress"
 GENERIC = "com.docker.network.generic"
@@ -24,19 +26,6 @@ class DriverError(Exception):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
-
-
-@dataclass(frozen=True)
-class PortBinding:
-    """A published port: host_port 0 is any free port (-p CPORT, -P); host_port_end above
-    host_port is any free one of host_port-host_port_end (-p 8000-8010:80)."""
-
-    proto: str
-    host_ip: str
-    host_port: int
-    container_ip: str
-    container_port: int
-    host_port_end: int = 0
 
 
 PROTOCOLS = {6: "tcp", 17: "udp"}
@@ -71,12 +60,12 @@ def _host_ip(value: Any) -> str:
     return str(address)
 
 
-def port_bindings(portmap: Any, container_ip: str) -> list[PortBinding]:
-    """Docker's com.docker.network.portmap (from -p, -P) as bindings to ``container_ip``;
+def port_bindings(portmap: Any, container_ip: str) -> list[PublishedPort]:
+    """Docker's com.docker.network.portmap (from -p, -P) as ports published to ``container_ip``;
     one that is not a list of Docker's port objects is refused."""
     if not isinstance(portmap, list):
         raise DriverError(f"publishing: {PORTMAP} must be a list, not {type(portmap).__name__}")
-    out: list[PortBinding] = []
+    out: list[PublishedPort] = []
     for entry in portmap:
         if not isinstance(entry, dict):
             raise DriverError(f"publishing: each {PORTMAP} entry must be an object")
@@ -96,11 +85,13 @@ def port_bindings(portmap: Any, container_ip: str) -> list[PortBinding]:
         if not port:
             raise DriverError("publishing: an entry without its container port (Port)")
         host_ip = _host_ip(entry.get("HostIP"))
-        out.append(PortBinding(proto, host_ip, host_port, container_ip, port, max(end, host_port)))
+        out.append(
+            PublishedPort(proto, host_ip, host_port, port, container_ip, max(end, host_port))
+        )
     return out
 
 
-def portmap_value(bindings: list[PortBinding]) -> dict[str, Any]:
+def portmap_value(bindings: list[PublishedPort]) -> dict[str, Any]:
     """Published ports as EndpointOperInfo's value: Docker's types.PortBinding in JSON under
     its portmap key. (Docker 20.10 reads them back only from its own drivers, so `docker
     port` shows nothing of a remote driver's; API clients and newer dockers see them.)"""

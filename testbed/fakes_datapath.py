@@ -8,9 +8,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from datapath.flows import Flow, FlowDiff
-from datapath.hostnat import DNAT_CHAIN, GatewayNet, PortMapping, dnat_rules
+from datapath.hostnat import DNAT_CHAIN, GatewayNet, dnat_rules
 from datapath.ovs import PortInfo
-from datapath.ports import PortConflict, overlaps
+from datapath.ports import PortConflict, PublishedPort, overlaps
 from datapath.veth import CONTAINER_PREFIX, HOST_PREFIX, veth_names
 
 
@@ -96,12 +96,12 @@ class FakeIptables:
 
     def __init__(self) -> None:
         self.chains: dict[str, list[str]] = {}
-        self.synced: list[tuple[list[GatewayNet], list[PortMapping]]] = []
+        self.synced: list[tuple[list[GatewayNet], list[PublishedPort]]] = []
 
     def current(self, table: str, chain: str) -> list[str] | None:
         return self.chains.get(chain)
 
-    def sync(self, nets: Sequence[GatewayNet], mappings: Sequence[PortMapping] = ()) -> bool:
+    def sync(self, nets: Sequence[GatewayNet], mappings: Sequence[PublishedPort] = ()) -> bool:
         self.synced.append((list(nets), list(mappings)))
         self.chains[DNAT_CHAIN] = dnat_rules(mappings)
         return True

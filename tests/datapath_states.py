@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from datapath.local import gateway_mac
 from datapath.pipeline import (
     ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
     DesiredState,
     EndpointState,
     NetworkState,
-    RemoteEndpointState,
     TunnelState,
 )
 
@@ -20,11 +20,15 @@ BROADCAST = "ff:ff:ff:ff:ff:ff"
 # ---------------------------------------------------------------- a small world
 
 NET_A, NET_B = "net-a", "net-b"
-GW_A_PORT, GW_A_MAC, GW_A_IP = 10, "02:00:00:00:0a:01", "10.1.0.254"
+VNI_A, VNI_B, VLAN_C = 5000, 5001, 300
+GW_A_PORT, GW_A_MAC, GW_A_IP = 10, gateway_mac(VNI_A), "10.1.0.254"
+NETWORK_A = NetworkState(NET_A, VNI_A, gateway=GW_A_IP, gateway_ofport=GW_A_PORT)
 
 
-def ep(n: int, network: str, ipv6: str | None = None) -> EndpointState:
-    return EndpointState(f"ep{n}", network, n, f"02:00:00:00:00:{n:02x}", f"10.1.0.{n}", ipv6)
+def ep(n: int, network: str, ipv6: str = "") -> EndpointState:
+    return EndpointState(
+        f"ep{n}", network, f"02:00:00:00:00:{n:02x}", f"10.1.0.{n}", ipv6, ofport=n
+    )
 
 
 E1, E2, E4 = ep(1, NET_A, "fd00::1"), ep(2, NET_A), ep(4, NET_A)
@@ -34,8 +38,8 @@ E3 = ep(3, NET_B)  # same subnet as net-a on purpose: isolation must not rely on
 def world() -> DesiredState:
     return DesiredState(
         networks=[
-            NetworkState(NET_A, 100, GW_A_PORT, GW_A_MAC, GW_A_IP),
-            NetworkState(NET_B, 200),
+            NETWORK_A,
+            NetworkState(NET_B, VNI_B),
         ],
         endpoints=[E1, E2, E3, E4],
     )
@@ -69,14 +73,13 @@ def arp_request(src: EndpointState, target_ip: str, **over: Any) -> dict[str, An
 
 # ---------------------------------------------------------------- several hosts
 
-VNI_A, VNI_B, VLAN_C = 5000, 5001, 300
 NET_C = "net-c"  # a VLAN network
 TUN_H2, TUN_H3, UPLINK = 50, 51, 60
-R1 = RemoteEndpointState("r1", NET_A, "h2", "02:00:00:00:02:01", "10.1.0.21")
-R2 = RemoteEndpointState("r2", NET_B, "h3", "02:00:00:00:03:02", "10.1.0.32")
-R3 = RemoteEndpointState("r3", NET_C, "h2", "02:00:00:00:02:03", "10.3.0.23")
-R4 = RemoteEndpointState("r4", "net-elsewhere", "h3", "02:00:00:00:03:04", "10.9.0.4")
-E5 = EndpointState("ep5", NET_C, 5, "02:00:00:00:00:05", "10.3.0.5")
+R1 = EndpointState("r1", NET_A, "02:00:00:00:02:01", "10.1.0.21", host="h2")
+R2 = EndpointState("r2", NET_B, "02:00:00:00:03:02", "10.1.0.32", host="h3")
+R3 = EndpointState("r3", NET_C, "02:00:00:00:02:03", "10.3.0.23", host="h2")
+R4 = EndpointState("r4", "net-elsewhere", "02:00:00:00:03:04", "10.9.0.4", host="h3")
+E5 = EndpointState("ep5", NET_C, "02:00:00:00:00:05", "10.3.0.5", ofport=5)
 
 
 def cluster(arp_mode: str = "proxy") -> DesiredState:
@@ -84,9 +87,9 @@ def cluster(arp_mode: str = "proxy") -> DesiredState:
     h2; a network this host has no endpoint of lives on h3."""
     return DesiredState(
         networks=[
-            NetworkState(NET_A, 100, GW_A_PORT, GW_A_MAC, GW_A_IP, vni=VNI_A),
-            NetworkState(NET_B, 200, vni=VNI_B),
-            NetworkState(NET_C, 1 << 24 | VLAN_C, vlan=VLAN_C),
+            NETWORK_A,
+            NetworkState(NET_B, VNI_B),
+            NetworkState(NET_C, VLAN_C, encap="vlan"),
         ],
         endpoints=[E1, E2, E3, E5],
         remote_endpoints=[R1, R2, R3, R4],

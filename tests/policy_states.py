@@ -8,21 +8,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from datapath.desired import (
-    DesiredState,
-    EndpointState,
-    NetworkState,
-    RemoteEndpointState,
-    TunnelState,
-)
+from datapath.desired import DesiredState, EndpointState, NetworkState, TunnelState
 from datapath.flows import Flow
+from datapath.local import gateway_mac
 from datapath.pipeline import compile_flows
 from datapath.policy import GroupState, RuleState, sorted_rules
 from testbed.fakeoftable import FakeConntrack, Walk, walk
 
 NET = "pn"
-SEGMENT, VNI, VLAN = 100, 5000, 300
-GW_PORT, GW_MAC, GW_IP = 10, "02:00:00:00:0a:fe", "10.1.0.254"
+VNI, VLAN = 5000, 300
+GW_PORT, GW_MAC, GW_IP = 10, gateway_mac(VNI), "10.1.0.254"
 TUN, UPLINK = 50, 60
 WEB, APP, DB = "t:web", "t:app", "t:db"
 TAGS = {WEB: 11, APP: 22, DB: 33}
@@ -52,10 +47,12 @@ class Ep:
         return f"fd00::{self.n}"
 
     def local(self) -> EndpointState:
-        return EndpointState(self.id, NET, self.n, self.mac, self.ipv4, self.ipv6, self.group)
+        return EndpointState(self.id, NET, self.mac, self.ipv4, self.ipv6, self.group or "", self.n)
 
-    def remote(self, host: str) -> RemoteEndpointState:
-        return RemoteEndpointState(self.id, NET, host, self.mac, self.ipv4, self.ipv6, self.group)
+    def remote(self, host: str) -> EndpointState:
+        return EndpointState(
+            self.id, NET, self.mac, self.ipv4, self.ipv6, self.group or "", host=host
+        )
 
 
 WEB1, WEB2, APP1, DB1, LONER = Ep(1, WEB), Ep(2, WEB), Ep(3, APP), Ep(4, DB), Ep(5, None)
@@ -72,8 +69,9 @@ def groups(rules: Mapping[str, Sequence[RuleState]]) -> list[GroupState]:
 
 
 def network(gateway_port: int = GW_PORT, encap: str = "vni") -> NetworkState:
-    tag = {"vni": VNI} if encap == "vni" else {"vlan": VLAN}
-    return NetworkState(NET, SEGMENT, gateway_port, GW_MAC, GW_IP, **tag)
+    if encap == "vni":
+        return NetworkState(NET, VNI, gateway=GW_IP, gateway_ofport=gateway_port)
+    return NetworkState(NET, VLAN, gateway=GW_IP, encap="vlan", gateway_ofport=gateway_port)
 
 
 def one_host(rules: Mapping[str, Sequence[RuleState]]) -> DesiredState:

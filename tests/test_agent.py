@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
-from datapath.hostnat import DNAT_CHAIN, PortMapping, dnat_rules
+from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
+from datapath.hostnat import DNAT_CHAIN, dnat_rules
 from datapath.offloads import keeps_offloads
 from datapath.ovs import PortInfo, detect_datapath_type
-from datapath.pipeline import ETH_TYPE_ARP, ETH_TYPE_IPV4, RemoteEndpointState, TunnelState
-from datapath.ports import PortRequest
+from datapath.pipeline import ETH_TYPE_ARP, ETH_TYPE_IPV4, TunnelState
+from datapath.ports import PublishedPort
 from datapath.veth import veth_names
 from testbed.fakeoftable import walk
 from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
@@ -35,8 +35,8 @@ def world() -> dict[str, Any]:
     }
 
 
-NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
-EP = LocalEndpoint(id="ab" * 32, network_id="default:n1", mac="02:42:0a:01:00:02", ipv4="10.1.0.2")
+NET = NetworkState(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
+EP = EndpointState("ab" * 32, "default:n1", "02:42:0a:01:00:02", "10.1.0.2")
 
 
 def test_nothing_changes_before_the_first_resync(world: dict[str, Any]) -> None:
@@ -86,8 +86,8 @@ def test_endpoint_lifecycle_pushes_flows_and_nat(world: dict[str, Any]) -> None:
     assert walk(ctl.pushed[-1], arp_for(port, EP.mac, EP.ipv4, NET.gateway)).outputs == [gw]
     assert walk(ctl.pushed[-1], back).outputs == [port]
     assert walk(ctl.pushed[-1], {**out, "ipv4_src": "10.1.0.99"}).outputs == []  # spoofed
-    agent.publish(EP.id, [PortRequest("tcp", "", 8080, 8080, 80)])
-    assert ipt.synced[-1][1] == [PortMapping("tcp", "", 8080, EP.ipv4, 80)]
+    agent.publish(EP.id, [PublishedPort("tcp", "", 8080, 80, host_port_end=8080)])
+    assert ipt.synced[-1][1] == [PublishedPort("tcp", "", 8080, 80, EP.ipv4)]
     agent.delete_endpoint_port(EP.id)
     assert set(ovs.ports) == {"npgw7"} and world["links"] == set()
     assert ipt.synced[-1][1] == []
@@ -114,12 +114,10 @@ def test_endpoint_ports_on_netdev_finish_their_checksums(world: dict[str, Any]) 
     assert links.offloaded == [container]
 
 
-VLAN_NET = LocalNetwork(
+VLAN_NET = NetworkState(
     id="default:v1", tag=40, subnet="10.4.0.0/24", gateway="10.4.0.1", encap="vlan"
 )
-VLAN_EP = LocalEndpoint(
-    id="cd" * 32, network_id="default:v1", mac="02:42:0a:04:00:02", ipv4="10.4.0.2"
-)
+VLAN_EP = EndpointState("cd" * 32, "default:v1", "02:42:0a:04:00:02", "10.4.0.2")
 
 
 def test_offloads_stay_where_the_switch_can_take_them() -> None:
@@ -163,7 +161,7 @@ def test_a_switch_restarted_without_tso_turns_offloads_off_again(
 
 def test_gateways_get_the_networks_mtu_and_addresses(world: dict[str, Any]) -> None:
     agent, links = world["agent"], world["fake_links"]
-    dual = LocalNetwork(
+    dual = NetworkState(
         id="default:n2",
         tag=8,
         subnet="10.2.0.0/16",
@@ -171,7 +169,7 @@ def test_gateways_get_the_networks_mtu_and_addresses(world: dict[str, Any]) -> N
         ipv6_subnet="fd00:2::/64",
         ipv6_gateway="fd00:2::1",
     )
-    vlan = LocalNetwork(id="default:v", tag=9, subnet="10.3.0.0/24", gateway="", encap="vlan")
+    vlan = NetworkState(id="default:v", tag=9, subnet="10.3.0.0/24", gateway="", encap="vlan")
     agent.resync([NET, dual, vlan], [])
     assert links.gateways == {
         "npgw7": (1450, ("10.1.0.1/24",)),  # VXLAN between hosts costs its header
@@ -212,8 +210,8 @@ def test_resync_adopts_live_ports_collects_stale_ones_and_keeps_published_ports(
     links.update(
         {live_host, "vc" + live_host[2:], "vpdeadbeef001", "vcdeadbeef001", "vpfeedface002"}
     )
-    published = PortMapping("tcp", "", 8080, EP.ipv4, 80)
-    ipt.chains[DNAT_CHAIN] = dnat_rules([published, PortMapping("tcp", "", 9090, "10.9.9.9", 80)])
+    published = PublishedPort("tcp", "", 8080, 80, EP.ipv4)
+    ipt.chains[DNAT_CHAIN] = dnat_rules([published, PublishedPort("tcp", "", 9090, 80, "10.9.9.9")])
     result = agent.resync([NET], [EP])
     assert result == {
         "endpoints": 1,
@@ -245,8 +243,8 @@ def test_switch_reconnect_readdresses_gateways_only_after_resync(world: dict[str
     assert addressed == [NET.gateway_port]
 
 
-R1 = RemoteEndpointState("r1", NET.id, "h2", "02:42:0a:01:00:09", "10.1.0.9")
-R_ELSEWHERE = RemoteEndpointState("r2", "default:other", "h3", "02:42:0a:02:00:09", "10.2.0.9")
+R1 = EndpointState("r1", NET.id, "02:42:0a:01:00:09", "10.1.0.9", host="h2")
+R_ELSEWHERE = EndpointState("r2", "default:other", "02:42:0a:02:00:09", "10.2.0.9", host="h3")
 
 
 def test_tunnels_follow_the_peers(world: dict[str, Any]) -> None:
@@ -302,11 +300,11 @@ def test_mtu_from_the_uplink_and_the_encapsulation() -> None:
 
 
 def test_a_vlan_and_a_vxlan_network_may_share_a_tag() -> None:
-    vx = LocalNetwork(id="default:a", tag=100, encap="vxlan")
-    vl = LocalNetwork(id="default:b", tag=100, encap="vlan")
+    vx = NetworkState(id="default:a", tag=100, encap="vxlan")
+    vl = NetworkState(id="default:b", tag=100, encap="vlan")
     assert vx.segment != vl.segment
     assert vx.gateway_port != vl.gateway_port and vx.gateway_mac != vl.gateway_mac
-    assert max(len(vx.gateway_port), len(LocalNetwork("x", 4094, encap="vlan").gateway_port)) <= 15
+    assert max(len(vx.gateway_port), len(NetworkState("x", 4094, encap="vlan").gateway_port)) <= 15
 
 
 def test_datapath_type_is_system_only_with_the_kernel_module(tmp_path: Any) -> None:
@@ -378,7 +376,7 @@ def test_networks_gone_from_the_cluster_go_from_the_host_after_a_grace(
 ) -> None:
     agent, ovs = world["agent"], world["ovs"]
     agent.resync([NET], [])
-    other = LocalNetwork(id="default:n9", tag=9, subnet="10.9.0.0/24", gateway="10.9.0.1")
+    other = NetworkState(id="default:n9", tag=9, subnet="10.9.0.0/24", gateway="10.9.0.1")
     agent.ensure_network(other)
     agent.create_endpoint_port(replace(EP, network_id="default:n9", ipv4="10.9.0.2"))
     import time
@@ -390,7 +388,7 @@ def test_networks_gone_from_the_cluster_go_from_the_host_after_a_grace(
     # Made again with another subnet under the same name: the host takes the new one.
     again = replace(NET, tag=11, subnet="10.11.0.0/24", gateway="10.11.0.1")
     agent.ensure_network(again)
-    assert agent.network(NET.id) == again
+    assert replace(agent.network(NET.id), gateway_ofport=None) == again
     moved = replace(other, tag=12)
     with pytest.raises(ValueError, match="still on this host, with endpoints here"):
         agent.ensure_network(moved)

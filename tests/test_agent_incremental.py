@@ -9,25 +9,25 @@ from typing import Any
 
 import pytest
 
-from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
-from datapath.pipeline import RemoteEndpointState, compile_flows
+from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
+from datapath.pipeline import compile_flows
 from datapath.policy import GroupState, RuleState
-from datapath.ports import PortRequest
+from datapath.ports import PublishedPort
 from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
-NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
-VLAN = LocalNetwork(id="default:v", tag=9, subnet="10.3.0.0/24", gateway="10.3.0.1", encap="vlan")
+NET = NetworkState(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
+VLAN = NetworkState(id="default:v", tag=9, subnet="10.3.0.0/24", gateway="10.3.0.1", encap="vlan")
 
 
-def ep(n: int, network: str = NET.id) -> LocalEndpoint:
-    return LocalEndpoint(f"{n:02x}" * 32, network, f"02:42:0a:01:00:{n:02x}", f"10.1.0.{n}")
+def ep(n: int, network: str = NET.id) -> EndpointState:
+    return EndpointState(f"{n:02x}" * 32, network, f"02:42:0a:01:00:{n:02x}", f"10.1.0.{n}")
 
 
 PEERS = {"h2": "192.168.50.2", "h3": "192.168.50.3"}
-R1 = RemoteEndpointState("r1", NET.id, "h2", "02:42:0a:01:01:01", "10.1.1.1")
-R2 = RemoteEndpointState("r2", NET.id, "h3", "02:42:0a:01:01:02", "10.1.1.2")
-R3 = RemoteEndpointState("r3", VLAN.id, "h2", "02:42:0a:03:01:03", "10.3.1.3")
-ELSEWHERE = RemoteEndpointState("r4", "default:other", "h3", "02:42:0a:09:01:04", "10.9.1.4")
+R1 = EndpointState("r1", NET.id, "02:42:0a:01:01:01", "10.1.1.1", host="h2")
+R2 = EndpointState("r2", NET.id, "02:42:0a:01:01:02", "10.1.1.2", host="h3")
+R3 = EndpointState("r3", VLAN.id, "02:42:0a:03:01:03", "10.3.1.3", host="h2")
+ELSEWHERE = EndpointState("r4", "default:other", "02:42:0a:09:01:04", "10.9.1.4", host="h3")
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def play(agent: HostDatapath, kind: str, arg: Any) -> None:
     elif kind == "remove":
         agent.remove_network(arg.id)
     elif kind == "publish":
-        agent.publish(arg.id, [PortRequest("tcp", "", 8080, 8080, 80)])
+        agent.publish(arg.id, [PublishedPort("tcp", "", 8080, 80, host_port_end=8080)])
 
 
 def test_every_change_after_resync_is_a_delta_to_the_full_compile(agent: HostDatapath) -> None:
@@ -118,8 +118,8 @@ def test_iptables_runs_when_networks_or_published_ports_change(agent: HostDatapa
     assert nat_syncs(agent) == 1
     agent.publish(ep(2).id, [])  # Revoke of a container that published nothing
     assert nat_syncs(agent) == 1
-    agent.publish(ep(2).id, [PortRequest("tcp", "", 8080, 8080, 80)])
-    agent.publish(ep(2).id, [PortRequest("tcp", "", 8080, 8080, 80)])
+    agent.publish(ep(2).id, [PublishedPort("tcp", "", 8080, 80, host_port_end=8080)])
+    agent.publish(ep(2).id, [PublishedPort("tcp", "", 8080, 80, host_port_end=8080)])
     assert nat_syncs(agent) == 2
     agent.ensure_network(VLAN)
     assert nat_syncs(agent) == 3
@@ -135,7 +135,7 @@ def test_a_refused_endpoint_leaves_no_port_and_no_flow(agent: HostDatapath) -> N
     agent.resync([NET], [])
     agent.create_endpoint_port(ep(2))
     flows, deltas = ctl(agent).pushed[-1], len(ctl(agent).deltas)
-    twin = LocalEndpoint("ee" * 32, NET.id, ep(2).mac, "10.1.0.99")  # the MAC of ep 2
+    twin = EndpointState("ee" * 32, NET.id, ep(2).mac, "10.1.0.99")  # the MAC of ep 2
     with pytest.raises(ValueError, match="both use MAC"):
         agent.create_endpoint_port(twin)
     assert not agent.has_endpoint(twin.id) and len(ctl(agent).deltas) == deltas
@@ -157,7 +157,7 @@ def test_a_failed_iptables_sync_is_retried_on_the_next_change(agent: HostDatapat
 
     ipt.sync = broken  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="busy"):
-        agent.publish(ep(2).id, [PortRequest("tcp", "", 8080, 8080, 80)])
+        agent.publish(ep(2).id, [PublishedPort("tcp", "", 8080, 80, host_port_end=8080)])
     ipt.sync = original  # type: ignore[method-assign]
     assert agent.published_ports() == {}  # refused as a whole: Docker does not start it
     synced = len(ipt.synced)

@@ -9,7 +9,7 @@ from pathlib import Path
 from common import keys
 from common.models import Endpoint, GlobalSettings
 from common.records import HostRecord, decode_endpoint, encode_config, encode_endpoint
-from datapath.pipeline import RemoteEndpointState
+from datapath.pipeline import EndpointState
 from plugin.cluster import ClusterView, HostRegistration, PrefixMirror, peers, remote_endpoints
 from store.embedded import EmbeddedStore
 from testbed.wait import wait_for
@@ -48,8 +48,8 @@ def test_remote_endpoints_are_the_other_hosts_ones() -> None:
         ep("d", "h3", net="web", tenant="blue", ip=""),
     ]
     assert remote_endpoints("h1", eps) == [
-        RemoteEndpointState("a", "default:n1", "h2", "02:42:0a:00:00:02", "10.0.0.5", "fd00::5"),
-        RemoteEndpointState("d", "blue:web", "h3", "02:42:0a:00:00:02", None, None),
+        EndpointState("a", "default:n1", "02:42:0a:00:00:02", "10.0.0.5", "fd00::5", host="h2"),
+        EndpointState("d", "blue:web", "02:42:0a:00:00:02", "", "", host="h3"),
     ]
 
 

@@ -33,7 +33,7 @@ from datapath.pipeline import EndpointState
 from testbed.fakeoftable import walk
 from testbed.fakeswitch import FakeSwitch
 
-NEW = EndpointState("ep9", NET_A, 9, "02:00:00:00:00:09", "10.1.0.9")
+NEW = EndpointState("ep9", NET_A, "02:00:00:00:00:09", "10.1.0.9", ofport=9)
 
 
 def connected(model: FlowModel) -> tuple[FlowController, FakeSwitch, ReconcileStats]:

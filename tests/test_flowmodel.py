@@ -21,7 +21,6 @@ from datapath.pipeline import (
     DesiredState,
     EndpointState,
     NetworkState,
-    RemoteEndpointState,
     TunnelState,
     compile_flows,
 )
@@ -34,20 +33,20 @@ REMOTE_IDS = ("r1", "r2", "r3", "r4", "r5", "e1")  # e1: also a local endpoint's
 OFPORTS = st.integers(1, 60)
 # Small pools, so that two objects sometimes claim one key; rarely an invalid value.
 MACS = st.sampled_from([f"02:00:00:00:00:{i:02x}" for i in range(1, 41)] + ["01:00:5e:00:00:01"])
-IPV4 = st.sampled_from([None, *(f"10.0.0.{i}" for i in range(1, 41)), "fd00::9"])
-IPV6 = st.sampled_from([None, *(f"fd00::{i}" for i in range(1, 9))])
+IPV4 = st.sampled_from(["", *(f"10.0.0.{i}" for i in range(1, 41)), "fd00::9"])
+IPV6 = st.sampled_from(["", *(f"fd00::{i}" for i in range(1, 9))])
 NETWORK_OF = st.sampled_from((*NET_IDS, *NET_IDS, *NET_IDS, "n9"))  # n9: never a network
 GROUP_IDS = ("t:g1", "t:g2", "t:g3")
 
 
-def _group_of(network: str) -> st.SearchStrategy[str | None]:
+def _group_of(network: str) -> st.SearchStrategy[str]:
     """Mostly the group of the endpoint's network (g1 is on n1...), or another, or none;
     g9 is never a group."""
     own = f"t:g{network[1:]}"
-    return st.sampled_from((None, own, own, own, *GROUP_IDS, "t:g9"))
+    return st.sampled_from(("", own, own, own, *GROUP_IDS, "t:g9"))
 
 
-def _network_and_group() -> st.SearchStrategy[tuple[str, str | None]]:
+def _network_and_group() -> st.SearchStrategy[tuple[str, str]]:
     return NETWORK_OF.flatmap(lambda n: st.tuples(st.just(n), _group_of(n)))
 
 
@@ -83,16 +82,14 @@ groups = st.sampled_from(GROUP_IDS).flatmap(
 
 @st.composite
 def networks(draw: Any) -> NetworkState:
-    encap = draw(st.sampled_from(["vni", "vni", "vni", "vlan", "vlan", "none", "both"]))
-    segment = draw(st.sampled_from([1, 2, 3, 4, 1 << 24 | 10, 1 << 24 | 11]))
+    encap = draw(st.sampled_from(["vxlan", "vxlan", "vxlan", "vlan", "vlan", "gre"]))
+    tags = [5000, 5001, 5002, 5003, 1 << 24] if encap != "vlan" else [10, 11, 12, 4095]
     return NetworkState(
         id=draw(st.sampled_from(NET_IDS)),
-        segment=segment,
-        gateway_port=draw(GATEWAYS),
-        gateway_mac=draw(st.none() | MACS),
-        gateway_ip=draw(IPV4),
-        vni=draw(st.sampled_from([5000, 5001, 5002, 5003])) if encap in ("vni", "both") else None,
-        vlan=draw(st.sampled_from([10, 11, 12])) if encap in ("vlan", "both") else None,
+        tag=draw(st.sampled_from(tags)),
+        gateway=draw(IPV4),
+        encap=encap,
+        gateway_ofport=draw(GATEWAYS),
     )
 
 
@@ -110,7 +107,7 @@ endpoints = _network_and_group().flatmap(
 )
 remotes = _network_and_group().flatmap(
     lambda ng: st.builds(
-        RemoteEndpointState,
+        EndpointState,
         id=st.sampled_from(REMOTE_IDS),
         network_id=st.just(ng[0]),
         host=st.sampled_from(HOSTS),
@@ -270,7 +267,7 @@ class IncrementalMatchesFullCompile(RuleBasedStateMachine):
         )
 
     @rule(rep=remotes)
-    def put_remote(self, rep: RemoteEndpointState) -> None:
+    def put_remote(self, rep: EndpointState) -> None:
         self.step(
             self._with(lambda s: _put(s.remote_endpoints, rep, lambda r: r.id)),
             Change(remotes={rep.id: rep}),
@@ -319,7 +316,7 @@ class IncrementalMatchesFullCompile(RuleBasedStateMachine):
         self,
         nets: list[NetworkState],
         eps: list[EndpointState],
-        reps: list[RemoteEndpointState],
+        reps: list[EndpointState],
         tuns: list[TunnelState],
         grps: list[GroupState],
         drop_eps: list[str],
@@ -393,7 +390,7 @@ def test_a_refused_change_names_the_object_and_changes_nothing() -> None:
         model.apply(
             Change(groups={"t:b": GroupState("t:b", NET_A, 6, (RuleState("in", 0, "allow"),))})
         )
-    clash = EndpointState("x", NET_A, 77, E2.mac)
+    clash = EndpointState("x", NET_A, E2.mac, ofport=77)
     with pytest.raises(ValueError, match="endpoint ep2 and endpoint x both use MAC"):
         model.apply(Change(endpoints={"x": clash}))
     with pytest.raises(ValueError, match="endpoint ep1 and tunnel to host h9 both use ofport 1"):
@@ -404,7 +401,7 @@ def test_a_refused_change_names_the_object_and_changes_nothing() -> None:
     with pytest.raises(ValueError, match=f"group t:a: network {NET_A} is unknown"):
         model.apply(Change(networks={NET_A: None}, endpoints=gone))
     with pytest.raises(ValueError, match="share VNI 5000"):
-        model.apply(Change(networks={"twin": NetworkState("twin", 999, vni=5000)}))
+        model.apply(Change(networks={"twin": NetworkState("twin", 5000)}))
     assert model.flows() == before and compile_flows(model.state()) == before
 
 
@@ -412,7 +409,7 @@ def _standing(n: int, networks: int) -> DesiredState:
     """``n`` local endpoints over ``networks`` VXLAN networks, as many remote endpoints on
     two other hosts."""
     nets = [
-        NetworkState(f"n{i}", 100 + i, 1000 + i, f"02:4e:00:00:00:{i:02x}", f"10.{i}.0.1", 5000 + i)
+        NetworkState(f"n{i}", 5000 + i, gateway=f"10.{i}.0.1", gateway_ofport=1000 + i)
         for i in range(networks)
     ]
 
@@ -420,11 +417,13 @@ def _standing(n: int, networks: int) -> DesiredState:
         return f"02:00:{kind:02x}:00:{j >> 8:02x}:{j & 0xFF:02x}"
 
     eps = [
-        EndpointState(f"e{j}", f"n{j % networks}", 2000 + j, mac(1, j), f"10.{j % networks}.1.{j}")
+        EndpointState(
+            f"e{j}", f"n{j % networks}", mac(1, j), f"10.{j % networks}.1.{j}", ofport=2000 + j
+        )
         for j in range(n)
     ]
     reps = [
-        RemoteEndpointState(f"r{j}", f"n{j % networks}", f"h{2 + j % 2}", mac(2, j))
+        EndpointState(f"r{j}", f"n{j % networks}", mac(2, j), host=f"h{2 + j % 2}")
         for j in range(n)
     ]
     return DesiredState(nets, eps, reps, [TunnelState("h2", TUN_H2), TunnelState("h3", 51)])
@@ -436,7 +435,7 @@ def test_one_more_endpoint_touches_a_bounded_number_of_flows_and_units(standing:
     do not grow with the endpoints already on the host (here in other networks too)."""
     model = FlowModel()
     model.replace(_standing(standing, networks=10))
-    one = EndpointState("new", "n3", 9999, "02:00:09:00:00:01", "10.3.9.9")
+    one = EndpointState("new", "n3", "02:00:09:00:00:01", "10.3.9.9", ofport=9999)
     added = model.apply(Change(endpoints={"new": one}))
     assert model.last_units == 2  # its own, and its network's (floods, classify, gateway)
     removed = model.apply(Change(endpoints={"new": None}))
@@ -445,7 +444,7 @@ def test_one_more_endpoint_touches_a_bounded_number_of_flows_and_units(standing:
     # 3 floods (rewritten in place, or added and deleted with the segment's first port).
     assert len(added.to_add) + len(added.to_delete) == 9 and not added.to_delete
     assert len(removed.to_add) + len(removed.to_delete) == 9
-    remote = RemoteEndpointState("rnew", "n3", "h2", "02:00:09:00:00:02", "10.3.9.10")
+    remote = EndpointState("rnew", "n3", "02:00:09:00:00:02", "10.3.9.10", host="h2")
     moved = model.apply(Change(remotes={"rnew": remote}))
     assert len(moved.to_add) + len(moved.to_delete) <= 2 + 3
 
@@ -502,7 +501,7 @@ def test_one_more_grouped_endpoint_costs_its_usual_flows_and_two_tags(
     costs = {}
     for name, group in (("plain", None), ("grouped", "t:n3")):
         for v6 in (None, "fd00::3:9"):
-            one = EndpointState("new", "n3", 9999, "02:00:09:00:00:01", "10.3.9.9", v6, group)
+            one = EndpointState("new", "n3", "02:00:09:00:00:01", "10.3.9.9", v6, group, 9999)
             costs[name, v6 is not None] = _cost(model, Change(endpoints={"new": one}))
             assert model.last_units == 2  # its own, and its network's
             assert _cost(model, Change(endpoints={"new": None})) == costs[name, v6 is not None]
@@ -510,7 +509,7 @@ def test_one_more_grouped_endpoint_costs_its_usual_flows_and_two_tags(
     # src and dst tag, by MAC: the same for one address family or two
     assert costs["grouped", False] == costs["plain", False] + 2
     assert costs["grouped", True] == costs["plain", True] + 2
-    remote = RemoteEndpointState("rnew", "n3", "h2", "02:00:09:00:00:02", "10.3.9.10", None, "t:n3")
+    remote = EndpointState("rnew", "n3", "02:00:09:00:00:02", "10.3.9.10", "", "t:n3", host="h2")
     assert _cost(model, Change(remotes={"rnew": remote})) <= 2 + 3 + 2
 
 
@@ -550,6 +549,6 @@ def test_a_groups_tag_touches_its_members_and_its_network_touches_it() -> None:
     model.apply(Change(groups={"t:n1": replace(group, tag=99, rules=())}))
     assert model.last_units == 1  # the tag stayed: only the group's own unit
     net = model.networks["n2"]
-    model.apply(Change(networks={"n2": replace(net, gateway_port=3000)}))  # a new zone
+    model.apply(Change(networks={"n2": replace(net, gateway_ofport=3000)}))  # a new zone
     assert model.last_units == 1 + members + 1  # the network, its endpoints and its group
     assert compile_flows(model.state()) == model.flows()

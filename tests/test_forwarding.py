@@ -131,7 +131,7 @@ def test_ipv6_only_from_endpoints_with_an_ipv6_address(flows: set[Flow]) -> None
 
 
 def test_gateway_port_is_part_of_its_network(flows: set[Flow]) -> None:
-    gw = EndpointState("gw", NET_A, GW_A_PORT, GW_A_MAC, GW_A_IP)
+    gw = EndpointState("gw", NET_A, GW_A_MAC, GW_A_IP, ofport=GW_A_PORT)
     assert walk(flows, ipv4(E1, GW_A_MAC, "8.8.8.8")).outputs == [GW_A_PORT]
     # The host routes for others: any source IP, but only its own MAC.
     assert walk(flows, ipv4(gw, E1.mac, E1.ipv4, ipv4_src="192.0.2.7")).outputs == [E1.ofport]

@@ -70,7 +70,7 @@ def test_what_arrives_from_a_host_stays_on_this_host(multi: set[Flow]) -> None:
 
 
 def test_the_gateway_talks_only_to_this_hosts_endpoints(multi: set[Flow]) -> None:
-    gw = EndpointState("gw", NET_A, GW_A_PORT, GW_A_MAC, GW_A_IP)
+    gw = EndpointState("gw", NET_A, GW_A_MAC, GW_A_IP, ofport=GW_A_PORT)
     assert walk(multi, ipv4(gw, R1.mac, R1.ipv4)).ports == {E1.ofport, E2.ofport}
     assert TUN_H2 not in walk(multi, ipv4(gw, BROADCAST, "10.1.0.255")).ports
     assert walk(multi, arp_request(gw, R1.ipv4)).ports == {E1.ofport, E2.ofport}

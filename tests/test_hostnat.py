@@ -7,7 +7,6 @@ from datapath.hostnat import (
     FWD_CHAIN,
     NAT_CHAIN,
     GatewayNet,
-    PortMapping,
     dnat_rules,
     forward_rules,
     gateway_port_name,
@@ -15,6 +14,7 @@ from datapath.hostnat import (
     parse_dnat_rules,
     restore_script,
 )
+from datapath.ports import PublishedPort
 
 NETS = [
     GatewayNet("10.2.0.0/24", gateway_port_name(200)),
@@ -52,8 +52,8 @@ def test_rules_are_deterministic() -> None:
 def test_dnat() -> None:
     rules = dnat_rules(
         [
-            PortMapping("tcp", "", 8080, "10.1.0.5", 80),
-            PortMapping("udp", "192.0.2.1", 53, "10.1.0.6", 53),
+            PublishedPort("tcp", "", 8080, 80, "10.1.0.5"),
+            PublishedPort("udp", "192.0.2.1", 53, 53, "10.1.0.6"),
         ]
     )
     assert rules[0].startswith(f"-A {DNAT_CHAIN} -p tcp -m tcp --dport 8080")
@@ -63,8 +63,8 @@ def test_dnat() -> None:
 
 def test_published_ports_read_back_exactly() -> None:
     maps = [
-        PortMapping("tcp", "", 8080, "10.1.0.5", 80),
-        PortMapping("udp", "192.0.2.1", 53, "10.1.0.6", 5353),
+        PublishedPort("tcp", "", 8080, 80, "10.1.0.5"),
+        PublishedPort("udp", "192.0.2.1", 53, 5353, "10.1.0.6"),
     ]
     assert sorted(parse_dnat_rules(dnat_rules(maps)), key=str) == sorted(maps, key=str)
     assert parse_dnat_rules(["-A OTHER -j ACCEPT", "-N NETPLUGIN-DNAT"]) == []

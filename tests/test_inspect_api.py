@@ -13,7 +13,7 @@ from common import keys
 from common.models import Endpoint, GlobalSettings
 from common.records import HostRecord, encode_config, encode_endpoint
 from datapath.flows import flow
-from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
+from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
 from datapath.local import tunnel_port_name
 from datapath.report import flow_report
 from datapath.veth import veth_names
@@ -26,9 +26,9 @@ from store.embedded import EmbeddedStore
 from testbed.fakes_datapath import FakeController, FakeIptables, FakeLinks, FakeOvs
 from testbed.wait import wait_for
 
-NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
+NET = NetworkState(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
 EID = "ab" * 32
-EP = LocalEndpoint(id=EID, network_id="default:n1", mac="02:42:0a:01:00:02", ipv4="10.1.0.2")
+EP = EndpointState(EID, "default:n1", "02:42:0a:01:00:02", "10.1.0.2")
 
 
 class ReadBackController(FakeController):

@@ -71,7 +71,7 @@ def old_layout(flows: set[Flow]) -> set[Flow]:
     return old
 
 
-GW = EndpointState("gw", NET_A, GW_A_PORT, GW_A_MAC, GW_A_IP)
+GW = EndpointState("gw", NET_A, GW_A_MAC, GW_A_IP, ofport=GW_A_PORT)
 PACKETS: list[dict[str, Any]] = [
     ipv4(E1, E2.mac, E2.ipv4),
     ipv4(E2, E1.mac, E1.ipv4),

@@ -12,9 +12,9 @@ from datapath_states import (
     E1,
     E2,
     GW_A_IP,
-    GW_A_MAC,
     GW_A_PORT,
     NET_A,
+    NETWORK_A,
     TUN_H2,
     VNI_A,
     cluster,
@@ -34,7 +34,6 @@ from datapath.pipeline import (
     DesiredState,
     EndpointState,
     NetworkState,
-    RemoteEndpointState,
     TunnelState,
     compile_flows,
     install_order,
@@ -42,6 +41,7 @@ from datapath.pipeline import (
     static_flows,
 )
 from datapath.policy import GroupState, RuleState
+from datapath.ports import PublishedPort
 from datapath.tables import DST_GROUP, POLICY_IN, POLICY_OUT, SRC_GROUP
 from testbed.fakeoftable import CT_ESTABLISHED, CT_INVALID, CT_NEW, CT_RELATED, CT_TRACKED, walk
 
@@ -56,14 +56,16 @@ def flows() -> set[Flow]:
 def test_one_more_endpoint_changes_a_bounded_number_of_flows() -> None:
     def state(n: int) -> DesiredState:
         eps = [
-            EndpointState(f"e{i}", NET_A, 100 + i, f"02:00:00:01:{i >> 8:02x}:{i & 0xFF:02x}")
+            EndpointState(
+                f"e{i}", NET_A, f"02:00:00:01:{i >> 8:02x}:{i & 0xFF:02x}", ofport=100 + i
+            )
             for i in range(n)
         ]
         remotes = [
-            RemoteEndpointState(f"r{i}", NET_A, "h2", f"02:00:00:02:{i >> 8:02x}:{i & 0xFF:02x}")
+            EndpointState(f"r{i}", NET_A, f"02:00:00:02:{i >> 8:02x}:{i & 0xFF:02x}", host="h2")
             for i in range(n)
         ]
-        nets = [NetworkState(NET_A, 100, GW_A_PORT, GW_A_MAC, GW_A_IP, vni=VNI_A)]
+        nets = [NETWORK_A]
         return DesiredState(nets, eps, remotes, [TunnelState("h2", TUN_H2)])
 
     for n in (10, 200):
@@ -79,18 +81,22 @@ def test_one_more_endpoint_changes_a_bounded_number_of_flows() -> None:
         (lambda s: s.tunnels.append(TunnelState("h9", E1.ofport)), "both use ofport 1"),
         (
             lambda s: s.remote_endpoints.append(
-                RemoteEndpointState("rx", NET_A, "h3", E2.mac, "10.1.0.99")
+                EndpointState("rx", NET_A, E2.mac, "10.1.0.99", host="h3")
             ),
             "endpoint ep2 and endpoint rx on host h3 both use MAC",
         ),
         (
-            lambda s: s.networks.append(NetworkState("x", 9, vni=1, vlan=2)),
-            "network x: a VNI and a VLAN",
+            lambda s: s.networks.append(NetworkState("x", 9, encap="gre")),
+            "network x: encap 'gre' is neither vxlan nor vlan",
         ),
         # Two networks on one VNI or VLAN would both classify what arrives with it.
-        (lambda s: s.networks.append(NetworkState("x", 9, vni=VNI_A)), "share VNI 5000"),
-        (lambda s: s.networks.append(NetworkState("x", 9, vlan=300)), "share VLAN 300"),
+        (lambda s: s.networks.append(NetworkState("x", VNI_A)), "share VNI 5000"),
+        (lambda s: s.networks.append(NetworkState("x", 300, encap="vlan")), "share VLAN 300"),
         (lambda s: s.networks.append(s.networks[0]), f"network {NET_A} is listed twice"),
+        (
+            lambda s: s.remote_endpoints.append(EndpointState("rx", NET_A, "02:00:00:00:09:09")),
+            "endpoint rx: another host's endpoint without its host",
+        ),
     ],
 )
 def test_bad_cluster_state_is_refused_with_the_object_named(mutate: Any, message: str) -> None:
@@ -128,13 +134,15 @@ def test_compile_is_deterministic() -> None:
 
 def test_flow_count_is_linear_in_endpoints_and_networks() -> None:
     def count(n_networks: int, per_network: int) -> int:
-        networks = [NetworkState(f"n{i}", i + 1, 1000 + i, None, None) for i in range(n_networks)]
+        networks = [
+            NetworkState(f"n{i}", i + 1, gateway_ofport=1000 + i) for i in range(n_networks)
+        ]
         eps = [
             EndpointState(
                 f"e{i}-{j}",
                 f"n{i}",
-                i * 100 + j + 1,
                 f"02:00:00:{i:02x}:{j // 256:02x}:{j % 256:02x}",
+                ofport=i * 100 + j + 1,
             )
             for i in range(n_networks)
             for j in range(per_network)
@@ -150,6 +158,11 @@ def test_flow_count_is_linear_in_endpoints_and_networks() -> None:
 
 def test_state_round_trips_through_json_form() -> None:
     assert DesiredState.from_dict(world().to_dict()) == world()
+    published = (PublishedPort("tcp", "", 8080, 80, E1.ipv4), PublishedPort("udp", "", 53, 53))
+    state = dataclasses.replace(
+        world(), endpoints=[dataclasses.replace(E1, port_mappings=published)]
+    )
+    assert DesiredState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
 
 
 def _add_ep(**kw: Any) -> Any:
@@ -163,9 +176,10 @@ def _add_ep(**kw: Any) -> Any:
     ("mutate", "message"),
     [
         (_add_ep(network_id="nope"), "network nope is unknown"),
+        (_add_ep(ofport=0), "endpoint x: ofport 0 is not a valid switch port"),
         (_add_ep(id=E2.id), "endpoint ep2 is listed twice"),
         (_add_ep(ofport=2), "endpoint ep2 and endpoint x both use ofport 2"),
-        (lambda s: s.networks.append(NetworkState("c", 100)), "share segment 100"),
+        (lambda s: s.networks.append(NetworkState("c", VNI_A)), "share VNI 5000"),
         (_add_ep(mac="01:00:5e:00:00:01"), "endpoint x: MAC 01:00:5e:00:00:01 is a multicast"),
         (_add_ep(mac=E1.mac), "both use MAC"),
         (_add_ep(ipv4=GW_A_IP), "gateway and endpoint x both use IP 10.1.0.254"),
@@ -217,12 +231,16 @@ def test_each_tracked_network_has_ct_and_a_default_allow_in_its_zone() -> None:
     ct = {f for f in flows if f.table == CONNTRACK.id and f.priority == PRIO_RULE}
     assert ct == {
         flow(CONNTRACK.id, PRIO_RULE, [("ct", False, GW_A_PORT, SERVICE.id, [UNNAT])], **m)
-        for m in ({"metadata": (100, SEGMENT_MASK), "eth_type": e} for e in (0x0800, 0x86DD))
+        for m in (
+            {"metadata": (NETWORK_A.segment, SEGMENT_MASK), "eth_type": e} for e in (0x0800, 0x86DD)
+        )
     }
     default = {f for f in flows if f.table == POLICY_IN.id and f.priority > 0}
     assert default == {
         flow(POLICY_IN.id, 1, [("ct", True, GW_A_PORT, None), ("goto", FORWARD.id)], **m)
-        for m in ({"metadata": (100, SEGMENT_MASK), "eth_type": e} for e in (0x0800, 0x86DD))
+        for m in (
+            {"metadata": (NETWORK_A.segment, SEGMENT_MASK), "eth_type": e} for e in (0x0800, 0x86DD)
+        )
     }
     # Per tracked network 4 flows; the misses, the gate (4), the ND bypass (5) and the
     # hairpin's way back (1) once.
@@ -272,7 +290,7 @@ def test_neighbour_discovery_stays_out_of_conntrack() -> None:
 
 def test_a_gateway_port_that_does_not_fit_a_ct_zone_is_refused() -> None:
     state = world()
-    state.networks[0] = dataclasses.replace(state.networks[0], gateway_port=0x10000)
+    state.networks[0] = dataclasses.replace(state.networks[0], gateway_ofport=0x10000)
     with pytest.raises(ValueError, match="network net-a: gateway port 65536 is its conntrack zone"):
         compile_flows(state)
 

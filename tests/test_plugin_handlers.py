@@ -22,7 +22,8 @@ from common.models import (
     PoolRequest,
 )
 from common.records import NetworkRecord
-from datapath.hostnat import PortMapping, dnat_rules, parse_dnat_rules
+from datapath.hostnat import dnat_rules, parse_dnat_rules
+from datapath.ports import PublishedPort
 from plugin.app import create_app
 from plugin.driver import Driver
 from plugin.master_client import MasterClient, MasterError, PoolGrant
@@ -675,7 +676,7 @@ def test_any_host_address_is_spelled_as_the_rules_read_back_from_the_kernel() ->
         assert b.host_ip == ""
     [b] = port_bindings([{"Proto": 6, "Port": 80, "HostPort": 8080, "HostIP": "10.0.0.1"}], "ip")
     assert b.host_ip == "10.0.0.1"
-    rules = dnat_rules([PortMapping("tcp", "", 8080, "10.5.0.9", 80)])
+    rules = dnat_rules([PublishedPort("tcp", "", 8080, 80, "10.5.0.9")])
     assert [m.host_ip for m in parse_dnat_rules(rules)] == [""]
 
 

@@ -352,14 +352,14 @@ def test_what_gets_no_tag_and_no_rule_flows() -> None:
     assert _tag_flows_of(flows, WEB1) == _tag_flows_of(flows, WEB2) == set()
     assert not any(f.table == POLICY_IN.id and f.priority > 1000 for f in flows)
     # A group of another network than its endpoint's: that endpoint gets no tag.
-    other = replace(state, networks=[*state.networks, NetworkState("other", 7, 99)])
+    other = replace(state, networks=[*state.networks, NetworkState("other", 7, gateway_ofport=99)])
     other.groups = [replace(g, network_id="other") if g.id == WEB else g for g in groups(rules)]
     other.endpoints = [e.local() for e in (WEB1, APP1)]
     flows = compile_flows(other)
     assert _tag_flows_of(flows, WEB1) == set() and len(_tag_flows_of(flows, APP1)) == 2
     # An untracked network (no gateway port: no zone): no tags, no rules, no conntrack.
     untracked = one_host(rules)
-    untracked.networks = [replace(n, gateway_port=None) for n in untracked.networks]
+    untracked.networks = [replace(n, gateway_ofport=None) for n in untracked.networks]
     flows = compile_flows(untracked)
     assert not [f for f in flows if f.table in (SRC_GROUP.id, DST_GROUP.id) and f.priority]
     assert not [f for f in flows if f.table in (POLICY_OUT.id, POLICY_IN.id) and f.priority]

@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datapath.hostnat import PortMapping
 from datapath.hostports import HOST_PROCESS, HostPorts, parse_port_range
-from datapath.ports import PortConflict, PortRequest, candidates, resolve
+from datapath.ports import PortConflict, PublishedPort, candidates, resolve
 
 C = "10.1.0.5"
 EPHEMERAL = (40000, 40009)
@@ -22,8 +21,8 @@ def free(proto: str, host_ip: str, port: int) -> str | None:
 
 def req(
     host_port: int, cport: int = 80, end: int = 0, proto: str = "tcp", ip: str = ""
-) -> PortRequest:
-    return PortRequest(proto, ip, host_port, end or host_port, cport)
+) -> PublishedPort:
+    return PublishedPort(proto, ip, host_port, cport, host_port_end=end or host_port)
 
 
 def test_requests_read_as_docker_run_p() -> None:
@@ -35,7 +34,7 @@ def test_requests_read_as_docker_run_p() -> None:
 
 
 def test_a_fixed_port_is_taken_as_asked() -> None:
-    assert resolve("e1", C, [req(8080)], (), (), free) == (PortMapping("tcp", "", 8080, C, 80),)
+    assert resolve("e1", C, [req(8080)], (), (), free) == (PublishedPort("tcp", "", 8080, 80, C),)
 
 
 def test_a_random_port_comes_from_the_ephemeral_range_from_start_round() -> None:
@@ -45,13 +44,13 @@ def test_a_random_port_comes_from_the_ephemeral_range_from_start_round() -> None
 
 
 def test_a_range_takes_its_first_free_port() -> None:
-    others = [("e2", PortMapping("tcp", "", 8000, "10.1.0.6", 80))]
+    others = [("e2", PublishedPort("tcp", "", 8000, 80, "10.1.0.6"))]
     [m] = resolve("e1", C, [req(8000, end=8010)], (), others, free)
     assert m.host_port == 8001
 
 
 def test_one_port_per_host_port_and_protocol_and_overlapping_address() -> None:
-    others = [("e2" * 32, PortMapping("tcp", "", 8080, "10.2.0.6", 80))]
+    others = [("e2" * 32, PublishedPort("tcp", "", 8080, 80, "10.2.0.6"))]
     with pytest.raises(PortConflict) as e:
         resolve("e1", C, [req(8080)], (), others, free)
     assert str(e.value) == (
@@ -61,7 +60,7 @@ def test_one_port_per_host_port_and_protocol_and_overlapping_address() -> None:
     with pytest.raises(PortConflict, match=r"on 192\.0\.2\.2"):
         resolve("e1", C, [req(8080, ip="192.0.2.2")], (), others, free)
     assert resolve("e1", C, [req(8080, proto="udp")], (), others, free)  # another protocol
-    on_one = [("e2", PortMapping("tcp", "192.0.2.3", 8080, "10.2.0.6", 80))]
+    on_one = [("e2", PublishedPort("tcp", "192.0.2.3", 8080, 80, "10.2.0.6"))]
     assert resolve("e1", C, [req(8080, ip="192.0.2.2")], (), on_one, free)  # another address
     with pytest.raises(PortConflict):
         resolve("e1", C, [req(8080)], (), on_one, free)  # every address includes it
@@ -80,7 +79,7 @@ def test_a_port_a_host_process_holds_is_refused_or_skipped() -> None:
 
 
 def test_a_full_range_says_who_holds_its_ports() -> None:
-    others = [("e2" * 6, PortMapping("tcp", "", 8001, "10.1.0.6", 80))]
+    others = [("e2" * 6, PublishedPort("tcp", "", 8001, 80, "10.1.0.6"))]
 
     def probe(proto: str, host_ip: str, port: int) -> str | None:
         return HOST_PROCESS
@@ -105,7 +104,7 @@ def test_ports_of_one_request_do_not_collide_and_fixed_ones_go_first() -> None:
 
 def test_programming_again_keeps_the_ports_it_got() -> None:
     """Docker programs an endpoint again when its gateway moves: random ports keep theirs."""
-    current = (PortMapping("tcp", "", 40007, C, 80), PortMapping("udp", "", 8003, C, 53))
+    current = (PublishedPort("tcp", "", 40007, 80, C), PublishedPort("udp", "", 8003, 53, C))
 
     def probe(proto: str, host_ip: str, port: int) -> str | None:
         raise AssertionError("ports it holds are not probed")
@@ -115,7 +114,7 @@ def test_programming_again_keeps_the_ports_it_got() -> None:
 
 
 def test_no_free_ephemeral_port() -> None:
-    others = [("e2", PortMapping("tcp", "", p, "10.1.0.6", 80)) for p in range(40000, 40010)]
+    others = [("e2", PublishedPort("tcp", "", p, 80, "10.1.0.6")) for p in range(40000, 40010)]
     with pytest.raises(PortConflict, match="no free host port in 40000-40009/tcp"):
         resolve("e1", C, [req(0)], (), others, free, EPHEMERAL)
 
@@ -135,7 +134,7 @@ def test_no_free_ephemeral_port() -> None:
 def test_chosen_ports_never_overlap(asks: list[tuple[str, str, int, int]], start: int) -> None:
     """Whatever endpoints ask, one after the other: no two mappings meet, and each fits
     its request."""
-    taken: list[tuple[str, PortMapping]] = []
+    taken: list[tuple[str, PublishedPort]] = []
     for i, (proto, ip, lo, width) in enumerate(asks):
         request = req(
             40000 + lo if lo else 0, end=40000 + lo + width if lo else 0, proto=proto, ip=ip

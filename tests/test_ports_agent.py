@@ -8,23 +8,23 @@ from typing import Any
 
 import pytest
 
-from datapath.host import HostConfig, HostDatapath, LocalEndpoint, LocalNetwork
-from datapath.hostnat import DNAT_CHAIN, PortMapping, dnat_rules
+from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
+from datapath.hostnat import DNAT_CHAIN, dnat_rules
 from datapath.hostports import HOST_PROCESS
-from datapath.ports import PortConflict, PortRequest
+from datapath.ports import PortConflict, PublishedPort
 from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
-NET = LocalNetwork(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
-OTHER = LocalNetwork(id="blue:n2", tag=8, subnet="10.2.0.0/24", gateway="10.2.0.1")
-A = LocalEndpoint("aa" * 32, NET.id, "02:42:0a:01:00:02", "10.1.0.2")
-B = LocalEndpoint("bb" * 32, OTHER.id, "02:42:0a:02:00:03", "10.2.0.3")
+NET = NetworkState(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
+OTHER = NetworkState(id="blue:n2", tag=8, subnet="10.2.0.0/24", gateway="10.2.0.1")
+A = EndpointState("aa" * 32, NET.id, "02:42:0a:01:00:02", "10.1.0.2")
+B = EndpointState("bb" * 32, OTHER.id, "02:42:0a:02:00:03", "10.2.0.3")
 
 
-def fixed(port: int, cport: int = 80, proto: str = "tcp", ip: str = "") -> PortRequest:
-    return PortRequest(proto, ip, port, port, cport)
+def fixed(port: int, cport: int = 80, proto: str = "tcp", ip: str = "") -> PublishedPort:
+    return PublishedPort(proto, ip, port, cport, host_port_end=port)
 
 
-ANY = PortRequest("tcp", "", 0, 0, 80)
+ANY = PublishedPort("tcp", "", 0, 80, host_port_end=0)
 
 
 def make_agent(ipt: FakeIptables, ports: FakeHostPorts, ovs: FakeOvs | None = None) -> HostDatapath:
@@ -53,7 +53,7 @@ def test_a_port_another_endpoint_publishes_is_refused_and_nothing_changes(
     with pytest.raises(PortConflict, match=f"8080/tcp on every host address .* {A.id[:12]}"):
         agent.publish(B.id, [fixed(9090), fixed(8080, 81)])  # another network: one host
     assert ipt.chains[DNAT_CHAIN] == rules and len(ipt.synced) == syncs
-    assert agent.published_ports() == {A.id: (PortMapping("tcp", "", 8080, A.ipv4, 80),)}
+    assert agent.published_ports() == {A.id: (PublishedPort("tcp", "", 8080, 80, A.ipv4),)}
     agent.publish(B.id, [fixed(8080, 81, proto="udp")])  # udp is another port
     assert len(agent.published_ports()) == 2
 
@@ -82,8 +82,8 @@ def test_random_ports_are_unique_on_the_host(
     assert len(set(got)) == 4 and all(40000 <= p <= 40009 and p != 40003 for p in got)
 
 
-def replace_cport(r: PortRequest, cport: int) -> PortRequest:
-    return PortRequest(r.proto, r.host_ip, r.host_port, r.host_port_end, cport)
+def replace_cport(r: PublishedPort, cport: int) -> PublishedPort:
+    return PublishedPort(r.proto, r.host_ip, r.host_port, cport, host_port_end=r.host_port_end)
 
 
 def test_two_endpoints_asking_for_one_port_at_once_one_wins(
@@ -93,7 +93,7 @@ def test_two_endpoints_asking_for_one_port_at_once_one_wins(
     results: dict[str, Any] = {}
     go = threading.Barrier(2)
 
-    def ask(ep: LocalEndpoint) -> None:
+    def ask(ep: EndpointState) -> None:
         go.wait()
         try:
             results[ep.id] = agent.publish(ep.id, [fixed(8080)])
@@ -127,7 +127,7 @@ def test_a_failed_sync_puts_the_rules_back(
     with pytest.raises(RuntimeError, match="busy"):
         agent.publish(A.id, [fixed(9090)])
     assert ipt.chains[DNAT_CHAIN] == rules and len(calls) == 2  # the second put them back
-    assert agent.published_ports() == {A.id: (PortMapping("tcp", "", 8080, A.ipv4, 80),)}
+    assert agent.published_ports() == {A.id: (PublishedPort("tcp", "", 8080, 80, A.ipv4),)}
 
 
 def test_a_restarted_agent_keeps_every_published_port_and_its_number(
@@ -143,7 +143,7 @@ def test_a_restarted_agent_keeps_every_published_port_and_its_number(
     again = make_agent(ipt, ports, ovs)
     again.resync([NET, OTHER], [A, B])
     assert again.published_ports() == published
-    again.create_endpoint_port(LocalEndpoint("cc" * 32, NET.id, "02:42:0a:01:00:04", "10.1.0.4"))
+    again.create_endpoint_port(EndpointState("cc" * 32, NET.id, "02:42:0a:01:00:04", "10.1.0.4"))
     with pytest.raises(PortConflict, match=f"{random_port.host_port}/tcp"):
         again.publish("cc" * 32, [fixed(random_port.host_port)])
     # Docker programs it again (its gateway endpoint moved): the random port stays.

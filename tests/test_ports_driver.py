@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from plugin.options import PORTMAP, DriverError, PortBinding, port_bindings
+from datapath.ports import PublishedPort
+from plugin.options import PORTMAP, DriverError, port_bindings
 from testbed.fuzz_plugin import EID, NID, POOL, Stack, plugin_stack, seed
 
 ids = {"NetworkID": NID, "EndpointID": EID}
@@ -52,10 +53,10 @@ def test_docker_port_bindings_as_docker_20_10_sends_them() -> None:
         {"Proto": 6, "Port": 80, "HostIP": "::", "HostPort": 8080, "HostPortEnd": 8080},
     ]
     assert port_bindings(entries, "10.5.0.2") == [
-        PortBinding("tcp", "", 0, "10.5.0.2", 80, 0),
-        PortBinding("tcp", "", 8000, "10.5.0.2", 80, 8010),
-        PortBinding("udp", "127.0.0.1", 5353, "10.5.0.2", 53, 5353),
-        PortBinding("tcp", "", 8080, "10.5.0.2", 80, 8080),
+        PublishedPort("tcp", "", 0, 80, "10.5.0.2", 0),
+        PublishedPort("tcp", "", 8000, 80, "10.5.0.2", 8010),
+        PublishedPort("udp", "127.0.0.1", 5353, 53, "10.5.0.2", 5353),
+        PublishedPort("tcp", "", 8080, 80, "10.5.0.2", 8080),
     ]
     with pytest.raises(DriverError, match="HostPortEnd 9 without a HostPort"):
         port_bindings([{"Proto": 6, "Port": 80, "HostPort": 0, "HostPortEnd": 9}], "ip")
