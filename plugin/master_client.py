@@ -187,7 +187,7 @@ class MasterClient:
         got = _fields(self._call("GET", f"/inspect/networks/{_key(tenant, name)}"), what, "Config")
         oper = got.get("Oper") if isinstance(got.get("Oper"), dict) else {}
         try:
-            return NetworkRecord.from_json(
+            return NetworkRecord.model_validate(
                 {
                     "config": got["Config"],
                     "pktTag": oper.get("pktTag"),
