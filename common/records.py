@@ -29,9 +29,24 @@ reads every record an earlier version wrote.
 
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import dataclass, replace
-from typing import Any, Generic, Protocol, TypeVar
+import operator
+import re
+from typing import Any, Generic, Protocol, Self, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
 
 from .models import (
     Endpoint,
@@ -80,97 +95,114 @@ def _object(value: bytes, what: str) -> dict[str, Any]:
     return data
 
 
+class _Record(BaseModel):
+    """A stored record: its fields, their JSON names (camelCase unless aliased) and checks
+    are declared once, and it is stored as canonical JSON, a config as the REST API shows it
+    ("key" included). It reads what earlier versions wrote: a null field as a missing one, a
+    missing field as its default, a number where a string belongs as that string."""
+
+    model_config = ConfigDict(
+        frozen=True, populate_by_name=True, alias_generator=to_camel, coerce_numbers_to_str=True
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_missing(cls, data: Any) -> Any:
+        if isinstance(data, dict) and None in data.values():
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
+    @field_serializer("config", check_fields=False)
+    def _config(self, config: Any) -> Any:
+        return config.dump()
+
+    def encode(self) -> bytes:
+        return encode(self.model_dump(by_alias=True, mode="json"))
+
+    @classmethod
+    def decode(cls, value: bytes, what: str = "") -> Self:
+        what = what or _what(cls.__name__)
+        try:
+            return cls.model_validate(_object(value, what))
+        except ValidationError as e:
+            raise RecordError(f"{what}: {'; '.join(map(_problem, e.errors()))}") from None
+
+
+@functools.cache
+def _what(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", " ", name).lower()  # NetworkRecord: "network record"
+
+
+def _problem(error: Any) -> str:
+    where = ".".join(map(str, error["loc"]))
+    return f"no {where}" if error["type"] == "missing" else f"{where}: {error['msg']}"
+
+
 # --- configuration objects: {"config": <the object as the REST API shows it>} ---
 
 
-@dataclass(frozen=True)
-class ConfigRecord(Generic[C]):
+class ConfigRecord(_Record, Generic[C]):
     """A tenant, policy, rule or the global settings: only its configuration is stored.
     (An endpoint group's GroupRecord has the same "config", so this reads its config too.)"""
 
     config: C
 
-    def encode(self) -> bytes:
-        return encode({"config": self.config.dump()})
-
     @staticmethod
-    def decode(model: type[C], value: bytes) -> ConfigRecord[C]:
-        data = _object(value, model.__name__)
-        return ConfigRecord(model.model_validate(data.get("config")))
+    def decode(model: type[C], value: bytes) -> ConfigRecord[C]:  # type: ignore[override]
+        return super(ConfigRecord, ConfigRecord[model]).decode(value, model.__name__)
 
 
 def encode_config(
     obj: Tenant | EndpointGroup | GlobalSettings | Policy | Rule | NetProfile,
 ) -> bytes:
-    return ConfigRecord(obj).encode()
+    return ConfigRecord(config=obj).encode()
 
 
 def decode_config(model: type[C], value: bytes) -> C:
     return ConfigRecord.decode(model, value).config
 
 
-@dataclass(frozen=True)
-class GroupRecord:
+class GroupRecord(_Record):
     """An endpoint group: its configuration, plus the tag the control plane gave it (what
     the datapath marks its endpoints' packets with; 0 = none yet, a group stored before tags
     existed). ``decode_config(EndpointGroup, ...)`` reads the config of it."""
 
     config: EndpointGroup
-    tag: int = 0
+    tag: int = Field(0, ge=0, strict=True)
 
     @property
     def id(self) -> str:
         return self.config.id
 
-    def encode(self) -> bytes:
-        return encode({"config": self.config.dump(), "tag": self.tag})
 
-    @classmethod
-    def decode(cls, value: bytes) -> GroupRecord:
-        data = _object(value, "endpoint group record")
-        tag = data.get("tag") or 0
-        if not isinstance(tag, int) or isinstance(tag, bool) or tag < 0:
-            raise RecordError(f"endpoint group record: tag {tag!r} is not a tag")
-        return cls(EndpointGroup.model_validate(data.get("config")), tag)
-
-
-@dataclass(frozen=True)
-class ServiceRecord:
+class ServiceRecord(_Record):
     """A service LB: its configuration, the VIP booked for it in its network's IPv4 pool,
     and its tag (its ports' select groups on every host are named by it)."""
 
     config: ServiceLB
-    vip: str
-    tag: int
+    vip: str = Field(min_length=1, strict=True)
+    tag: int = Field(gt=0, strict=True)
 
     @property
     def id(self) -> str:
         return self.config.id
 
-    def encode(self) -> bytes:
-        return encode({"config": self.config.dump(), "vip": self.vip, "tag": self.tag})
 
-    @classmethod
-    def decode(cls, value: bytes) -> ServiceRecord:
-        data = _object(value, "service record")
-        tag = data.get("tag")
-        if not isinstance(tag, int) or isinstance(tag, bool) or tag <= 0:
-            raise RecordError(f"service record: tag {tag!r} is not a tag")
-        if not isinstance(data.get("vip"), str) or not data["vip"]:
-            raise RecordError("service record: no VIP")
-        return cls(ServiceLB.model_validate(data.get("config")), data["vip"], tag)
-
-
-@dataclass(frozen=True)
-class NetworkRecord:
+class NetworkRecord(_Record):
     """A network: its configuration, plus what the control plane chose for it: the tag
-    (VNI or VLAN id; the config's pktTag may be 0 = "pick one") and its address pools."""
+    (VNI or VLAN id; the config's pktTag may be 0 = "pick one") and its address pools.
+    A record without an encap has its config's."""
 
     config: Network
-    encap: str
-    pkt_tag: int
+    encap: str = Field("", validate_default=True)
+    pkt_tag: int = 0
     ipv4_pool: str = ""
     ipv6_pool: str = ""
+
+    @field_validator("encap")
+    @classmethod
+    def _config_encap(cls, encap: str, info: ValidationInfo) -> str:
+        return encap or getattr(info.data.get("config"), "encap", "")
 
     @property
     def id(self) -> str:
@@ -185,34 +217,7 @@ class NetworkRecord:
         return self.ipv4_pool if version == 4 else self.ipv6_pool
 
     def with_config(self, config: Network) -> NetworkRecord:
-        return replace(self, config=config)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "config": self.config.dump(),
-            "encap": self.encap,
-            "pktTag": self.pkt_tag,
-            "ipv4Pool": self.ipv4_pool,
-            "ipv6Pool": self.ipv6_pool,
-        }
-
-    def encode(self) -> bytes:
-        return encode(self.to_json())
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> NetworkRecord:
-        config = Network.model_validate(data.get("config"))
-        return cls(
-            config=config,
-            encap=str(data.get("encap") or config.encap),
-            pkt_tag=int(data.get("pktTag") or 0),
-            ipv4_pool=str(data.get("ipv4Pool") or ""),
-            ipv6_pool=str(data.get("ipv6Pool") or ""),
-        )
-
-    @classmethod
-    def decode(cls, value: bytes) -> NetworkRecord:
-        return cls.from_json(_object(value, "network record"))
+        return self.model_copy(update={"config": config})
 
 
 def encode_endpoint(ep: Endpoint) -> bytes:
@@ -226,8 +231,7 @@ def decode_endpoint(value: bytes) -> Endpoint:
 # --- address management ---
 
 
-@dataclass(frozen=True)
-class PoolRecord:
+class PoolRecord(_Record):
     """An address pool: a network's subnet, or a pool Docker reserved (RequestPool) that no
     network owns yet. ``range`` is the sub-pool addresses are handed out from (--ip-range).
 
@@ -235,149 +239,65 @@ class PoolRecord:
     create -o tenant=T`, `-o network=N`) becomes an alias: ``alias`` names the pool (with
     "@group" for an endpoint group's) that Docker's pool id stands for from then on, and
     that pool lists it in ``aliases`` (deleted with it). An alias holds no addresses.
+    Both are stored only when set: the records of pools without aliases keep their bytes.
     """
 
-    cidr: str
+    cidr: str = Field(strict=True)
     range: str = ""
     network: str = ""  # the owning network's id; "" for a pool only Docker reserved
     gateway: str = ""
     name: str = ""
-    alias: str = ""  # the pool id this docker pool id stands for ("" for a pool of its own)
-    aliases: tuple[str, ...] = ()  # the docker pool ids standing for this pool
+    # The pool id this docker pool id stands for ("" for a pool of its own).
+    alias: str = Field("", exclude_if=operator.not_)
+    # The docker pool ids standing for this pool (stored sorted).
+    aliases: tuple[StrictStr, ...] = Field((), exclude_if=operator.not_)
 
-    def encode(self) -> bytes:
-        data: dict[str, Any] = {
-            "cidr": self.cidr,
-            "range": self.range,
-            "network": self.network,
-            "gateway": self.gateway,
-            "name": self.name,
-        }
-        # Only when set: the records of pools without aliases keep the bytes they had.
-        if self.alias:
-            data["alias"] = self.alias
-        if self.aliases:
-            data["aliases"] = sorted(self.aliases)
-        return encode(data)
-
-    @classmethod
-    def decode(cls, value: bytes) -> PoolRecord:
-        data = _object(value, "pool record")
-        if not isinstance(data.get("cidr"), str):
-            raise RecordError("pool record: no cidr")
-        aliases = data.get("aliases") or []
-        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-            raise RecordError("pool record: aliases is not a list of pool ids")
-        return cls(
-            cidr=data["cidr"],
-            range=str(data.get("range") or ""),
-            network=str(data.get("network") or ""),
-            gateway=str(data.get("gateway") or ""),
-            name=str(data.get("name") or ""),
-            alias=str(data.get("alias") or ""),
-            aliases=tuple(aliases),
-        )
+    @field_serializer("aliases")
+    def _sorted(self, aliases: tuple[str, ...]) -> list[str]:
+        return sorted(aliases)
 
 
-@dataclass(frozen=True)
-class AllocRecord:
+class AllocRecord(_Record):
     """Who holds one address of a pool (see common.owners for the owner names)."""
 
-    owner: str
-    kind: str = ""  # "", "gateway" or "aux": what Docker asked the address for
-    network: str = ""  # for endpoint addresses: the endpoint's network id
-
-    def encode(self) -> bytes:
-        data = {"owner": self.owner}
-        if self.kind:
-            data["kind"] = self.kind
-        if self.network:
-            data["network"] = self.network
-        return encode(data)
-
-    @classmethod
-    def decode(cls, value: bytes) -> AllocRecord:
-        data = _object(value, "address record")
-        return cls(
-            owner=str(data.get("owner") or ""),
-            kind=str(data.get("kind") or ""),
-            network=str(data.get("network") or ""),
-        )
+    owner: str = ""
+    # "", "gateway" or "aux": what Docker asked the address for.
+    kind: str = Field("", exclude_if=operator.not_)
+    network: str = Field("", exclude_if=operator.not_)  # an endpoint address's: its network id
 
 
-@dataclass(frozen=True)
-class OwnerRecord:
+class OwnerRecord(_Record):
     """The address an owner of a plain address request holds: requests are idempotent by
     owner, so a retried RequestAddress gets the same address."""
 
-    pool: str
-    address: str
-
-    def encode(self) -> bytes:
-        return encode({"pool": self.pool, "address": self.address})
-
-    @classmethod
-    def decode(cls, value: bytes) -> OwnerRecord:
-        data = _object(value, "owner record")
-        return cls(pool=str(data.get("pool") or ""), address=str(data.get("address") or ""))
+    pool: str = ""
+    address: str = ""
 
 
 # --- hosts and masters ---
 
 
-@dataclass(frozen=True)
-class HostRecord:
+class HostRecord(_Record):
     """What a host's agent publishes about itself (keys.host under its lease, and keys.vtep
     without one, so peers keep a tunnel to a host whose agent is down)."""
 
-    host: str
-    vtep_ip: str = ""
-    ctrl_ip: str = ""
+    host: str = ""
+    vtep_ip: str = Field("", alias="vtepIP")
+    ctrl_ip: str = Field("", alias="ctrlIP")
     datapath: str = ""
-    uplink_mtu: int = 0
+    uplink_mtu: int = Field(0, alias="uplinkMTU")
     vlan_if: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "vtepIP": self.vtep_ip,
-            "ctrlIP": self.ctrl_ip,
-            "datapath": self.datapath,
-            "uplinkMTU": self.uplink_mtu,
-            "vlanIf": self.vlan_if,
-        }
 
-    def encode(self) -> bytes:
-        return encode(self.to_json())
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> HostRecord:
-        return cls(
-            host=str(data.get("host") or ""),
-            vtep_ip=str(data.get("vtepIP") or ""),
-            ctrl_ip=str(data.get("ctrlIP") or ""),
-            datapath=str(data.get("datapath") or ""),
-            uplink_mtu=int(data.get("uplinkMTU") or 0),
-            vlan_if=str(data.get("vlanIf") or ""),
-        )
-
-    @classmethod
-    def decode(cls, value: bytes) -> HostRecord:
-        return cls.from_json(_object(value, "host record"))
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderRecord:
-    """The value of keys.LEADER, plus the lease and revision it was read with."""
+class LeaderRecord(_Record):
+    """The value of keys.LEADER (its JSON: ``model_dump()``), plus the lease and revision it
+    was read with."""
 
     id: str
     url: str
     since: str
-    lease: int = 0
-    mod_revision: int = 0
-
-    def to_json(self) -> dict[str, str]:
-        return {"id": self.id, "url": self.url, "since": self.since}
+    lease: int = Field(0, exclude=True)
+    mod_revision: int = Field(0, exclude=True)
 
     def encode(self) -> bytes:
         return encode_leader(self.id, self.url, self.since)
@@ -394,13 +314,8 @@ def parse_leader(kv: KVLike | None) -> LeaderRecord | None:
         data = {}
     if not isinstance(data, dict):
         data = {}
-    return LeaderRecord(
-        id=str(data.get("id") or ""),
-        url=str(data.get("url") or ""),
-        since=str(data.get("since") or ""),
-        lease=kv.lease,
-        mod_revision=kv.mod_revision,
-    )
+    fields = {f: str(data.get(f) or "") for f in ("id", "url", "since")}
+    return LeaderRecord(**fields, lease=kv.lease, mod_revision=kv.mod_revision)
 
 
 def encode_leader(master_id: str, url: str, since: str) -> bytes:

@@ -24,6 +24,7 @@ from common.models import (
     PoolBinding,
     PoolRequest,
 )
+from common.records import NetworkRecord
 
 from . import __version__
 from .auth import TokenTable, install
@@ -163,10 +164,11 @@ def create_app(
         f"{API}/alloc/networks/<key>",
         "GET",
         "A network as agents plug into it: its config, with the tag and pools the master chose",
+        response=NetworkRecord,
     )
     def network_record(key: str) -> Response:
         record, _ = state.networks.read(*parse_key(NETWORKS, key))
-        return json_response(record.to_json())
+        return json_response(record.model_dump(by_alias=True, mode="json"))
 
     @route(
         f"{API}/alloc/pools", "POST", "Reserve an address pool (Docker RequestPool)", PoolRequest

@@ -165,7 +165,7 @@ class Elector:
         """The body of GET /api/v1/leader."""
         v = self.view()
         return {
-            "leader": v.leader.to_json() if v.leader else None,
+            "leader": v.leader.model_dump() if v.leader else None,
             "self": {
                 "id": self.master_id,
                 "url": self.url,
@@ -252,7 +252,8 @@ class Elector:
         if not res.succeeded:
             self._release()
             return CANDIDATE
-        return View("leader", LeaderRecord(self.master_id, self.url, since, lease.id), True)
+        mine = LeaderRecord(id=self.master_id, url=self.url, since=since, lease=lease.id)
+        return View("leader", mine, True)
 
     def _set_view(self, view: View) -> None:
         old = self._view

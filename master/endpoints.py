@@ -98,7 +98,7 @@ class Endpoints:
                 gkv, group = ghit
                 within = group_range(req, group, net)
                 compares.append(unchanged(gkv))
-            held = AllocRecord(owner, network=net.id).encode()
+            held = AllocRecord(owner=owner, network=net.id).encode()
             claims = Claims(self.txn, self.hot, self.pools, obj, owner)
             ops: list[Op] = []
             result = {"ipAddress": "", "ipv6Address": "", "ipv4Pool": "", "ipv6Pool": ""}

@@ -128,7 +128,7 @@ class Groups:
         others, rev = self.txn.range(keys.groups_of(g.tenantName))
         check_pool_overlap(g, (decode_config(EndpointGroup, kv.value) for kv in others))
         compares.append(untouched_since(keys.groups_of(g.tenantName), rev))
-        self.txn.commit(compares, [*ops, Put(key, GroupRecord(g, tag).encode())])
+        self.txn.commit(compares, [*ops, Put(key, GroupRecord(config=g, tag=tag).encode())])
         return g
 
     def _free_tag(self, group_id: str) -> int:
@@ -154,7 +154,7 @@ class Groups:
             [unchanged(old), absent(keys.group_tag(tag))],
             [
                 Put(keys.group_tag(tag), rec.id.encode()),
-                Put(key, GroupRecord(rec.config, tag).encode()),
+                Put(key, GroupRecord(config=rec.config, tag=tag).encode()),
             ],
         )
         return True

@@ -158,7 +158,7 @@ class Networks:
             for pid, pool in plan.pools.values():
                 ops.append(Put(keys.pool(pid), pool.encode()))
                 if pool.gateway:
-                    gateway = AllocRecord(owners.NETWORK_GATEWAY).encode()
+                    gateway = AllocRecord(owner=owners.NETWORK_GATEWAY).encode()
                     ops.append(Put(keys.alloc(pid, pool.gateway), gateway))
                     if pid in plan.adopted:
                         self._take_gateway(pid, pool.gateway, compares, ops)

@@ -7,7 +7,6 @@ group's ip-pool. A pool id Docker got before its network said which network it i
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from common import keys, owners
@@ -132,7 +131,7 @@ class Pools:
             compares.append(unchanged(tkv))
             pool = PoolRecord.decode(tkv.value)
             left = tuple(a for a in pool.aliases if a != pool_id_of(akv))
-            ops.append(Put(target, replace(pool, aliases=left).encode()))
+            ops.append(Put(target, pool.model_copy(update={"aliases": left}).encode()))
         self.txn.commit(compares, ops)
 
     def bind_pool(self, req: PoolBinding) -> str:
@@ -159,7 +158,7 @@ class Pools:
             if group:
                 gkv = self.txn.get(keys.group(tenant, group))
                 found = _group(gkv) if gkv else None
-                group_pool_range(obj, tenant, network, group, found, pool or PoolRecord(""))
+                group_pool_range(obj, tenant, network, group, found, pool or PoolRecord(cidr=""))
                 if gkv is not None:
                     compares.append(unchanged(gkv))
             joining = rec.config.dockerNetworkID != req.dockerNetworkID
@@ -179,16 +178,19 @@ class Pools:
                 untouched_since(keys.allocs_of(req.poolID), rev),
                 *(absent(keys.alloc(qid, a)) for a, _ in plan.moved),
             ]
+            alias = PoolRecord(cidr=docker.cidr, alias=plan.alias, name=req.poolID)
+            aliased = pool.model_copy(update={"aliases": (*pool.aliases, req.poolID)})
             ops: list[Op] = [
                 Delete(keys.allocs_of(req.poolID), prefix=True),
-                Put(pkv.key, PoolRecord(docker.cidr, alias=plan.alias, name=req.poolID).encode()),
-                Put(qkv.key, replace(pool, aliases=(*pool.aliases, req.poolID)).encode()),
+                Put(pkv.key, alias.encode()),
+                Put(qkv.key, aliased.encode()),
                 *(Delete(keys.owner(o)) for o in plan.dropped),
             ]
             for address, held in plan.moved:
                 ops.append(Put(keys.alloc(qid, address), held.encode()))
                 if owners.is_request(held.owner):
-                    ops.append(Put(keys.owner(held.owner), OwnerRecord(qid, address).encode()))
+                    owned = OwnerRecord(pool=qid, address=address)
+                    ops.append(Put(keys.owner(held.owner), owned.encode()))
             self.txn.commit(compares, ops)
             self.pools.forget(req.poolID)
             self.pools.forget(qid)
@@ -238,9 +240,11 @@ class Pools:
             claims = Claims(self.txn, self.hot, self.pools, obj, req.owner)
             try:
                 addr = claims.claim(pool_id, req.address, within, compares, fresh)
+                held = AllocRecord(owner=req.owner, kind=req.kind)
+                owned = OwnerRecord(pool=pool_id, address=str(addr))
                 ops: list[Op] = [
-                    Put(keys.alloc(pool_id, str(addr)), AllocRecord(req.owner, req.kind).encode()),
-                    Put(keys.owner(req.owner), OwnerRecord(pool_id, str(addr)).encode()),
+                    Put(keys.alloc(pool_id, str(addr)), held.encode()),
+                    Put(keys.owner(req.owner), owned.encode()),
                 ]
                 res = self.txn.txn(compares, ops)
             except BaseException:

@@ -68,7 +68,7 @@ class Services:
         ops: list[Op] = []
         if prev is not None and not rebooks(prev.config, s, prev.vip):
             stored = s.model_copy(update={"ipAddress": s.ipAddress or prev.config.ipAddress})
-            record = ServiceRecord(stored, prev.vip, prev.tag)
+            record = ServiceRecord(config=stored, vip=prev.vip, tag=prev.tag)
             if record == prev:
                 return stored
             self.txn.commit([*compares, unchanged(old)], [Put(key, record.encode())])  # type: ignore[arg-type]
@@ -83,8 +83,8 @@ class Services:
             compares.append(absent(keys.service_tag(tag)))
             ops.append(Put(keys.service_tag(tag), s.id.encode()))
         vip, claims, pool_id = self._claim_vip(obj, s, net, compares)
-        ops.append(Put(keys.alloc(pool_id, vip), AllocRecord(owners.service(s.id)).encode()))
-        ops.append(Put(key, ServiceRecord(s, vip, tag).encode()))
+        ops.append(Put(keys.alloc(pool_id, vip), AllocRecord(owner=owners.service(s.id)).encode()))
+        ops.append(Put(key, ServiceRecord(config=s, vip=vip, tag=tag).encode()))
         try:
             res = self.txn.txn(compares, self.txn.without_overlaps(ops))
         except BaseException:

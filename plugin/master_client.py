@@ -192,7 +192,7 @@ class MasterClient:
             raise
         got = _fields(got, what, "config")
         try:
-            return NetworkRecord.from_json(got)
+            return NetworkRecord.model_validate(got)
         except (ValueError, TypeError) as e:
             raise _bad_answer(what, e) from None
 

@@ -28,7 +28,7 @@ def ep(eid: str, host: str, net: str = "n1", tenant: str = "default", **kw: str)
 
 
 def hosts(**vtep: str) -> dict[str, HostRecord]:
-    return {h: HostRecord(h, vtep_ip=v) for h, v in vtep.items()}
+    return {h: HostRecord(host=h, vtep_ip=v) for h, v in vtep.items()}
 
 
 def test_peers_are_live_hosts_and_hosts_that_still_have_endpoints() -> None:
@@ -71,7 +71,7 @@ def test_mirror_follows_puts_and_deletes_after_its_first_read(tmp_path: Path) ->
 
 def test_registration_lives_on_a_lease_and_stop_removes_it(tmp_path: Path) -> None:
     with EmbeddedStore(str(tmp_path / "state.db")) as store:
-        info = HostRecord("h1", vtep_ip="192.168.1.1", datapath="netdev", uplink_mtu=1500)
+        info = HostRecord(host="h1", vtep_ip="192.168.1.1", datapath="netdev", uplink_mtu=1500)
         reg = HostRegistration(store, info, ttl=2).start()
         assert reg.registered.wait(5)
         kv = store.get(keys.host("h1"))
@@ -85,7 +85,7 @@ def test_registration_lives_on_a_lease_and_stop_removes_it(tmp_path: Path) -> No
 
 def test_registration_comes_back_when_its_lease_is_lost(tmp_path: Path) -> None:
     with EmbeddedStore(str(tmp_path / "state.db")) as store:
-        reg = HostRegistration(store, HostRecord("h1"), ttl=1).start()
+        reg = HostRegistration(store, HostRecord(host="h1"), ttl=1).start()
         try:
             assert reg.registered.wait(5)
             first = store.get(keys.host("h1"))

@@ -102,22 +102,26 @@ def test_the_reporter_retries_what_did_not_take() -> None:
 
 # --- what the agent makes of services and netprofiles ---
 
-NET = NetworkRecord(Network(tenantName="t", networkName="n", subnet="10.1.0.0/24"), "vxlan", 5)
+NET = NetworkRecord(
+    config=Network(tenantName="t", networkName="n", subnet="10.1.0.0/24"), encap="vxlan", pkt_tag=5
+)
 
 
 def test_service_states_carry_the_providers_the_master_would_show() -> None:
     svc = ServiceRecord(
-        ServiceLB(
+        config=ServiceLB(
             tenantName="t",
             serviceName="web",
             networkName="n",
             selectors=["app=web"],
             ports=["80:8080:TCP", "53:53:UDP"],
         ),
-        "10.1.0.100",
-        2,
+        vip="10.1.0.100",
+        tag=2,
     )
-    lost = ServiceRecord(svc.config.model_copy(update={"networkName": "gone"}), "10.9.0.1", 3)
+    lost = ServiceRecord(
+        config=svc.config.model_copy(update={"networkName": "gone"}), vip="10.9.0.1", tag=3
+    )
     eps = [
         ep("e1", ip="10.1.0.7", labels={"app": "web"}),
         ep("e22", ip="10.1.0.3", labels={"app": "web"}, host="h2"),
@@ -150,9 +154,10 @@ def test_netprofiles_as_the_datapath_takes_them(fields: dict[str, Any], qos: Any
 
 def test_groups_carry_their_netprofile() -> None:
     group = GroupRecord(
-        EndpointGroup(tenantName="t", groupName="g", networkName="n", netProfile="gold"), 4
+        config=EndpointGroup(tenantName="t", groupName="g", networkName="n", netProfile="gold"),
+        tag=4,
     )
-    plain = GroupRecord(EndpointGroup(tenantName="t", groupName="h", networkName="n"), 5)
+    plain = GroupRecord(config=EndpointGroup(tenantName="t", groupName="h", networkName="n"), tag=5)
     gold = NetProfile(tenantName="t", profileName="gold", bandwidth="5mbps", DSCP=8)
     states, _ = group_states([group, plain], [], [NET], [gold])
     assert [(g.id, g.qos) for g in states] == [("t:g", QosState(5_000, 0, 8)), ("t:h", None)]

@@ -23,9 +23,9 @@ from master.decisions.endpoints import (
 from master.errors import BadRequest, Conflict
 
 NET = NetworkRecord(
-    Network(tenantName="t", networkName="n", subnet="10.1.0.0/24"),
-    "vxlan",
-    5000,
+    config=Network(tenantName="t", networkName="n", subnet="10.1.0.0/24"),
+    encap="vxlan",
+    pkt_tag=5000,
     ipv4_pool="t:10.1.0.0/24",
 )
 
@@ -73,9 +73,9 @@ def test_a_static_address_needs_a_subnet_of_its_family() -> None:
 
 
 def test_only_a_plain_request_may_be_adopted() -> None:
-    assert adoptable(AllocRecord(owners.docker_static("p", "10.1.0.9")))
-    assert not adoptable(AllocRecord(owners.endpoint("e2"), network="t:n"))
-    assert not adoptable(AllocRecord(owners.NETWORK_GATEWAY))
+    assert adoptable(AllocRecord(owner=owners.docker_static("p", "10.1.0.9")))
+    assert not adoptable(AllocRecord(owner=owners.endpoint("e2"), network="t:n"))
+    assert not adoptable(AllocRecord(owner=owners.NETWORK_GATEWAY))
 
 
 def test_the_new_endpoint_record() -> None:
@@ -90,9 +90,9 @@ def test_the_new_endpoint_record() -> None:
 
 def test_deleting_releases_only_what_the_endpoint_still_holds() -> None:
     ep = Endpoint(endpointID="e1", tenantName="t", networkName="n")
-    assert holds(ep, AllocRecord(owners.endpoint("e1"), network="t:n"))
-    assert not holds(ep, AllocRecord(owners.endpoint("e2"), network="t:n"))
-    assert not holds(ep, AllocRecord("req-1"))
+    assert holds(ep, AllocRecord(owner=owners.endpoint("e1"), network="t:n"))
+    assert not holds(ep, AllocRecord(owner=owners.endpoint("e2"), network="t:n"))
+    assert not holds(ep, AllocRecord(owner="req-1"))
 
 
 def test_reclaim_only_from_a_host_that_is_still_gone() -> None:

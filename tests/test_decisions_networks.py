@@ -30,7 +30,7 @@ def net(name: str = "n", tenant: str = "t", **kw: object) -> Network:
 
 
 def record(n: Network, tag: int, v4: str = "", v6: str = "") -> NetworkRecord:
-    return NetworkRecord(n, n.encap, tag, ipv4_pool=v4, ipv6_pool=v6)
+    return NetworkRecord(config=n, encap=n.encap, pkt_tag=tag, ipv4_pool=v4, ipv6_pool=v6)
 
 
 # --- choose_tag ---
@@ -85,30 +85,41 @@ def test_new_pools_for_each_subnet() -> None:
     planned, adopted = plan_pools(n, {})
     assert adopted == []
     assert planned == {
-        4: ("t:10.1.0.0/24", PoolRecord("10.1.0.0/24", "", "t:n", "10.1.0.1", "t:n")),
-        6: ("t:fd00:1::/64", PoolRecord("fd00:1::/64", "", "t:n", "", "t:n")),
+        4: (
+            "t:10.1.0.0/24",
+            PoolRecord(cidr="10.1.0.0/24", range="", network="t:n", gateway="10.1.0.1", name="t:n"),
+        ),
+        6: (
+            "t:fd00:1::/64",
+            PoolRecord(cidr="fd00:1::/64", range="", network="t:n", gateway="", name="t:n"),
+        ),
     }
 
 
 def test_a_docker_pool_for_the_same_subnet_is_adopted_with_its_sub_pool() -> None:
-    docker = PoolRecord("10.1.0.0/16", range="10.1.5.0/24", name="t:10.1.0.0/16")
-    elsewhere = PoolRecord("10.9.0.0/24", network="t:other", name="t:other")
+    docker = PoolRecord(cidr="10.1.0.0/16", range="10.1.5.0/24", name="t:10.1.0.0/16")
+    elsewhere = PoolRecord(cidr="10.9.0.0/24", network="t:other", name="t:other")
     n = net(subnet="10.1.0.0/16", gateway="10.1.5.0")
     planned, adopted = plan_pools(n, {"t:10.1.0.0/16": docker, "t:10.9.0.0/24": elsewhere})
     assert adopted == ["t:10.1.0.0/16"]
     assert planned[4] == (
         "t:10.1.0.0/16",
-        PoolRecord("10.1.0.0/16", "10.1.5.0/24", "t:n", "10.1.5.0", "t:n"),
+        PoolRecord(
+            cidr="10.1.0.0/16", range="10.1.5.0/24", network="t:n", gateway="10.1.5.0", name="t:n"
+        ),
     )
 
 
 @pytest.mark.parametrize(
     ("existing", "words"),
     [
-        (PoolRecord("10.1.0.0/16", network="t:big"), "overlaps 10.1.0.0/16 of network t:big"),
-        (PoolRecord("10.1.0.128/25"), "overlaps 10.1.0.128/25 of network a docker pool"),
+        (PoolRecord(cidr="10.1.0.0/16", network="t:big"), "overlaps 10.1.0.0/16 of network t:big"),
+        (PoolRecord(cidr="10.1.0.128/25"), "overlaps 10.1.0.128/25 of network a docker pool"),
         # A pool of the same subnet that another network owns is an overlap, not adoptable.
-        (PoolRecord("10.1.0.0/24", network="t:twin"), "overlaps 10.1.0.0/24 of network t:twin"),
+        (
+            PoolRecord(cidr="10.1.0.0/24", network="t:twin"),
+            "overlaps 10.1.0.0/24 of network t:twin",
+        ),
     ],
 )
 def test_overlapping_pools_are_refused(existing: PoolRecord, words: str) -> None:
@@ -118,13 +129,15 @@ def test_overlapping_pools_are_refused(existing: PoolRecord, words: str) -> None
 
 
 def test_pools_of_another_family_never_overlap() -> None:
-    planned, _ = plan_pools(net(ipv6Subnet="fd00::/64"), {"t:10.0.0.0/8": PoolRecord("10.0.0.0/8")})
+    planned, _ = plan_pools(
+        net(ipv6Subnet="fd00::/64"), {"t:10.0.0.0/8": PoolRecord(cidr="10.0.0.0/8")}
+    )
     assert list(planned) == [6]
 
 
 def test_the_previous_pools_do_not_count() -> None:
     old = record(net(subnet="10.1.0.0/24"), 5000, v4="t:10.1.0.0/24")
-    mine = {"t:10.1.0.0/24": PoolRecord("10.1.0.0/24", network="t:n", name="t:n")}
+    mine = {"t:10.1.0.0/24": PoolRecord(cidr="10.1.0.0/24", network="t:n", name="t:n")}
     planned, adopted = plan_pools(net(subnet="10.1.0.0/25"), mine, old)
     assert planned[4][0] == "t:10.1.0.0/25" and adopted == []
     with pytest.raises(Conflict, match=re.escape("overlaps 10.1.0.0/24 of network t:n")):
@@ -150,7 +163,7 @@ def test_plan_of_a_readdressed_network() -> None:
 
 
 def test_a_refused_plan_names_the_tag_before_the_pools() -> None:
-    taken = {"t:x": PoolRecord("10.1.0.0/24", network="t:x")}
+    taken = {"t:x": PoolRecord(cidr="10.1.0.0/24", network="t:x")}
     with pytest.raises(Conflict, match="pkt-tag 5000 is already used"):
         plan_network(net(subnet="10.1.0.0/24", pktTag=5000), SETTINGS, {5000: "t:x"}, taken)
 
@@ -210,16 +223,18 @@ def test_rename_carries_the_tag_and_the_pools() -> None:
     new = renamed(old, "web")
     assert new.id == "t:web" and new.config.subnet == "10.1.0.0/24"
     assert (new.encap, new.pkt_tag, new.pools) == ("vxlan", 5000, ("t:10.1.0.0/24",))
-    pool = PoolRecord("10.1.0.0/24", "10.1.0.128/25", "t:abc", "10.1.0.1", "t:abc")
+    pool = PoolRecord(
+        cidr="10.1.0.0/24", range="10.1.0.128/25", network="t:abc", gateway="10.1.0.1", name="t:abc"
+    )
     assert renamed_pool(pool, new) == PoolRecord(
-        "10.1.0.0/24", "10.1.0.128/25", "t:web", "10.1.0.1", "t:web"
+        cidr="10.1.0.0/24", range="10.1.0.128/25", network="t:web", gateway="10.1.0.1", name="t:web"
     )
 
 
 def test_rename_carries_the_groups_of_the_network_only() -> None:
     def group(name: str, network: str, **kw: object) -> GroupRecord:
         g = {"tenantName": "t", "groupName": name, "networkName": network, **kw}
-        return GroupRecord(EndpointGroup.model_validate(g), tag=len(name))
+        return GroupRecord(config=EndpointGroup.model_validate(g), tag=len(name))
 
     web = group("web", "abc", ipPool="10.1.0.10-10.1.0.20", policies=["p"], netProfile="gold")
     groups = [web, group("db", "other"), group("app", "abc")]

@@ -35,7 +35,7 @@ def req(**kw: object) -> PoolRequest:
 def test_a_pool_asked_for_is_created_in_its_address_space() -> None:
     grant = plan_pool_request(req(addressSpace="blue", pool="10.1.0.0/16"), {})
     assert grant == PoolGrant(
-        "blue:10.1.0.0/16", "10.1.0.0/16", PoolRecord("10.1.0.0/16", name="blue:10.1.0.0/16")
+        "blue:10.1.0.0/16", "10.1.0.0/16", PoolRecord(cidr="10.1.0.0/16", name="blue:10.1.0.0/16")
     )
     assert grant.to_json() == {"poolID": "blue:10.1.0.0/16", "pool": "10.1.0.0/16", "data": {}}
     assert plan_pool_request(req(pool="10.1.0.0/16"), {}).pool_id == "default:10.1.0.0/16"
@@ -67,17 +67,17 @@ def test_bad_cidrs_are_bad_requests(fields: dict) -> None:
 
 def test_the_default_pool_avoids_every_pool_of_every_space() -> None:
     assert plan_pool_request(req(), {}, []).pool == "10.200.0.0/24"
-    taken = [PoolRecord("10.200.0.0/24", network="t:a"), PoolRecord("10.200.1.0/25")]
+    taken = [PoolRecord(cidr="10.200.0.0/24", network="t:a"), PoolRecord(cidr="10.200.1.0/25")]
     grant = plan_pool_request(req(addressSpace="other"), {}, taken)
     assert grant == PoolGrant(
-        "other:10.200.2.0/24", "10.200.2.0/24", PoolRecord("10.200.2.0/24", name=grant.pool_id)
+        "other:10.200.2.0/24", "10.200.2.0/24", PoolRecord(cidr="10.200.2.0/24", name=grant.pool_id)
     )
     v6 = plan_pool_request(req(v6=True), {}, taken)
     assert ipaddress.ip_network(v6.pool).version == 6 and v6.pool_id == f"default:{v6.pool}"
 
 
 def test_no_default_pool_left() -> None:
-    full = [PoolRecord(cidr) for cidr, _ in DEFAULT_V4_POOLS]
+    full = [PoolRecord(cidr=cidr) for cidr, _ in DEFAULT_V4_POOLS]
     with pytest.raises(Conflict) as e:
         plan_pool_request(req(), {}, full)
     assert str(e.value) == (
@@ -86,7 +86,7 @@ def test_no_default_pool_left() -> None:
 
 
 def test_an_identical_pool_is_shared() -> None:
-    mine = {"default:10.1.0.0/16": PoolRecord("10.1.0.0/16", range="10.1.5.0/24")}
+    mine = {"default:10.1.0.0/16": PoolRecord(cidr="10.1.0.0/16", range="10.1.5.0/24")}
     for fields in ({"pool": "10.1.0.0/16"}, {"pool": "10.1.0.0/16", "subPool": "10.1.5.0/24"}):
         grant = plan_pool_request(req(**fields), mine)
         assert grant == PoolGrant("default:10.1.0.0/16", "10.1.0.0/16", None)
@@ -99,26 +99,26 @@ def test_an_identical_pool_is_shared() -> None:
 
 
 def test_an_overlapping_pool_is_refused() -> None:
-    web = PoolRecord("10.1.0.0/16", network="default:web")
+    web = PoolRecord(cidr="10.1.0.0/16", network="default:web")
     with pytest.raises(
         Conflict, match=re.escape("pool 10.1.2.0/24 overlaps pool 10.1.0.0/16 of default:web")
     ):
         plan_pool_request(req(pool="10.1.2.0/24"), {"default:10.1.0.0/16": web})
     with pytest.raises(Conflict, match=re.escape("overlaps pool 10.1.0.0/16 of another network")):
-        plan_pool_request(req(pool="10.0.0.0/8"), {"default:x": PoolRecord("10.1.0.0/16")})
+        plan_pool_request(req(pool="10.0.0.0/8"), {"default:x": PoolRecord(cidr="10.1.0.0/16")})
     assert (
         plan_pool_request(req(pool="10.2.0.0/16"), {"default:10.1.0.0/16": web}).record is not None
     )
 
 
 def test_pool_spec_reads_the_sub_pool() -> None:
-    spec = pool_spec("p", PoolRecord("10.1.0.0/16", range="10.1.5.0/24"))
+    spec = pool_spec("p", PoolRecord(cidr="10.1.0.0/16", range="10.1.5.0/24"))
     assert spec.name == "p" and str(spec.network) == "10.1.0.0/16"
     assert spec.range == (
         int(ipaddress.ip_address("10.1.5.0")),
         int(ipaddress.ip_address("10.1.5.255")),
     )
-    assert pool_spec("p", PoolRecord("10.1.0.0/16", name="t:n")).name == "t:n"
+    assert pool_spec("p", PoolRecord(cidr="10.1.0.0/16", name="t:n")).name == "t:n"
     assert pool_id_for("t", ipaddress.ip_network("10.1.0.0/16")) == "t:10.1.0.0/16"
 
 
@@ -127,30 +127,30 @@ def test_pool_spec_reads_the_sub_pool() -> None:
 
 def test_a_retried_request_gets_what_its_owner_holds() -> None:
     r = AddressRequest(poolID="p", owner="r1")
-    assert granted_before(r, OwnerRecord("p", "10.1.0.7"), 24) == "10.1.0.7/24"
+    assert granted_before(r, OwnerRecord(pool="p", address="10.1.0.7"), 24) == "10.1.0.7/24"
     with pytest.raises(Conflict) as e:
-        granted_before(r, OwnerRecord("q", "10.2.0.7"), 24)
+        granted_before(r, OwnerRecord(pool="q", address="10.2.0.7"), 24)
     assert str(e.value) == "address request in pool p: owner r1 already holds an address in pool q"
 
 
 def test_the_networks_own_gateway_is_granted_to_every_host() -> None:
-    pool = PoolRecord("10.1.0.0/24", network="t:n", gateway="10.1.0.1")
+    pool = PoolRecord(cidr="10.1.0.0/24", network="t:n", gateway="10.1.0.1")
     gw = AddressRequest(poolID="p", owner="gw-h1", kind="gateway")
     assert network_gateway(gw, pool, 24) == "10.1.0.1/24"
     assert network_gateway(gw.model_copy(update={"address": "10.1.0.1"}), pool, 24) == "10.1.0.1/24"
     # Another address, another kind, or a pool without a gateway: an ordinary allocation.
     assert network_gateway(gw.model_copy(update={"address": "10.1.0.9"}), pool, 24) is None
     assert network_gateway(AddressRequest(poolID="p", owner="x"), pool, 24) is None
-    assert network_gateway(gw, PoolRecord("10.1.0.0/24"), 24) is None
+    assert network_gateway(gw, PoolRecord(cidr="10.1.0.0/24"), 24) is None
 
 
 def test_release_refuses_an_endpoints_address_and_keeps_the_gateway() -> None:
     obj = "address 10.1.0.5 in pool p"
     with pytest.raises(Conflict) as e:
-        should_release(obj, AllocRecord(owners.endpoint("e1"), network="t:n"))
+        should_release(obj, AllocRecord(owner=owners.endpoint("e1"), network="t:n"))
     assert str(e.value) == f"{obj}: it belongs to endpoint e1; delete the endpoint"
-    assert should_release(obj, AllocRecord(owners.NETWORK_GATEWAY)) is False
-    assert should_release(obj, AllocRecord(owners.docker_static("p", "10.1.0.5"))) is True
+    assert should_release(obj, AllocRecord(owner=owners.NETWORK_GATEWAY)) is False
+    assert should_release(obj, AllocRecord(owner=owners.docker_static("p", "10.1.0.5"))) is True
 
 
 def test_request_owners_are_the_plain_requests_among_the_holders() -> None:
@@ -158,11 +158,11 @@ def test_request_owners_are_the_plain_requests_among_the_holders() -> None:
     from master.decisions.pools import request_owners
 
     held = [
-        AllocRecord("gateway"),
-        AllocRecord("ep:e1"),
-        AllocRecord("addr:p:10.0.0.5", kind="aux"),
-        AllocRecord("req:1"),
-        AllocRecord("req:1"),
+        AllocRecord(owner="gateway"),
+        AllocRecord(owner="ep:e1"),
+        AllocRecord(owner="addr:p:10.0.0.5", kind="aux"),
+        AllocRecord(owner="req:1"),
+        AllocRecord(owner="req:1"),
     ]
     assert request_owners(held) == ["addr:p:10.0.0.5", "req:1"]
 
@@ -190,7 +190,7 @@ def test_a_pool_id_names_its_group_after_an_at(pool_id: str, split: tuple[str, s
     assert split_group_pool(pool_id) == split
 
 
-NET_POOL = PoolRecord("10.7.0.0/24", network="blue:web", gateway="10.7.0.1")
+NET_POOL = PoolRecord(cidr="10.7.0.0/24", network="blue:web", gateway="10.7.0.1")
 OBJ = "address request in pool blue:10.7.0.0/24@front"
 
 
@@ -202,7 +202,7 @@ def group(**kw: object) -> EndpointGroup:
 def test_a_group_pool_is_its_networks_pool() -> None:
     assert pool_network(OBJ, "blue:10.7.0.0/24", NET_POOL, "front") == ("blue", "web")
     with pytest.raises(BadRequest, match=re.escape("pool default:10.9.0.0/24 is no network's")):
-        pool_network(OBJ, "default:10.9.0.0/24", PoolRecord("10.9.0.0/24"), "front")
+        pool_network(OBJ, "default:10.9.0.0/24", PoolRecord(cidr="10.9.0.0/24"), "front")
 
 
 def test_a_group_pool_draws_from_the_groups_ip_pool() -> None:
@@ -214,7 +214,7 @@ def test_a_group_pool_draws_from_the_groups_ip_pool() -> None:
     )
     # Without an ip-pool: the whole pool; the IPv6 pool of the network is not the group's.
     assert group_pool_range(OBJ, "blue", "web", "front", group(), NET_POOL) is None
-    v6 = PoolRecord("fd00:7::/64", network="blue:web")
+    v6 = PoolRecord(cidr="fd00:7::/64", network="blue:web")
     assert group_pool_range(OBJ, "blue", "web", "front", g, v6) is None
 
 

@@ -81,7 +81,7 @@ def test_pool_views_sort_addresses_numerically() -> None:
 
 def test_network_view() -> None:
     net = Network(tenantName="blue", networkName="web", subnet="10.1.0.0/24", gateway="10.1.0.1")
-    rec = NetworkRecord(net, "vlan", 100, ipv4_pool="blue:10.1.0.0/24")
+    rec = NetworkRecord(config=net, encap="vlan", pkt_tag=100, ipv4_pool="blue:10.1.0.0/24")
     ep = Endpoint(endpointID="e1", tenantName="blue", networkName="web", ipAddress="10.1.0.2")
     pools = [pool_view(4, ipaddress.ip_network("10.1.0.0/24"), ["10.1.0.1", "10.1.0.2"])]
     view = network_view(rec, [ep], pools)

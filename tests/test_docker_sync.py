@@ -173,10 +173,10 @@ def test_cluster_network_from_a_store_record() -> None:
         },
         "pktTag": 7,
     }
-    net = cluster_network(NetworkRecord.from_json(record))
+    net = cluster_network(NetworkRecord.model_validate(record))
     assert net.key == ("default", "net1", "") and net.internal and net.docker_id == "f" * 64
     group = EndpointGroup(groupName="g", networkName="net1")
-    assert cluster_group(group, NetworkRecord.from_json(record)) == ClusterNetwork(
+    assert cluster_group(group, NetworkRecord.model_validate(record)) == ClusterNetwork(
         "default", "net1", "10.3.0.0/24", internal=True, group="g"
     )
 
@@ -184,7 +184,10 @@ def test_cluster_network_from_a_store_record() -> None:
 def test_the_sync_reads_networks_and_groups_from_the_store(tmp_path: Path) -> None:
     with EmbeddedStore(str(tmp_path / "state.db")) as store:
         web = Network(networkName="web", subnet="10.1.0.0/24", gateway="10.1.0.1")
-        store.put(keys.network("default", "web"), NetworkRecord(web, "vxlan", 5).encode())
+        store.put(
+            keys.network("default", "web"),
+            NetworkRecord(config=web, encap="vxlan", pkt_tag=5).encode(),
+        )
         front = EndpointGroup(groupName="front", networkName="web")
         store.put(keys.group("default", "front"), encode_config(front))
         # A group record with more than its config (a tag) reads the same.

@@ -31,7 +31,7 @@ from master.state import ClusterState
 from store import KV, Lease, Store, StoreUnavailable
 from store.embedded import EmbeddedStore
 
-A = LeaderRecord("a", "http://a:9999", "t", lease=11, mod_revision=5)
+A = LeaderRecord(id="a", url="http://a:9999", since="t", lease=11, mod_revision=5)
 
 
 # --- pure decisions ---
@@ -62,14 +62,16 @@ def test_decide_other_master_means_follow_and_drop_our_lease() -> None:
 
 
 def test_decide_replaces_a_record_without_lease() -> None:
-    stale = LeaderRecord("x", "http://x:1", "t", lease=0, mod_revision=42)
+    stale = LeaderRecord(id="x", url="http://x:1", since="t", lease=0, mod_revision=42)
     d = decide(stale, "a", None)
     assert d.acquire and d.replace_revision == 42 and d.view == CANDIDATE
 
 
 def test_parse_leader() -> None:
     kv = KV(keys.LEADER, b'{"id":"a","url":"http://a:1","since":"s"}', 3, 4, 1, lease=9)
-    assert parse_leader(kv) == LeaderRecord("a", "http://a:1", "s", 9, 4)
+    assert parse_leader(kv) == LeaderRecord(
+        id="a", url="http://a:1", since="s", lease=9, mod_revision=4
+    )
     assert parse_leader(None) is None
     garbage = parse_leader(KV(keys.LEADER, b"[not json", 3, 4, 1, lease=9))
     assert garbage is not None and garbage.url == ""
@@ -87,8 +89,18 @@ def test_parse_leader() -> None:
         ("/api/v1/networks", False, View("leader", A), None),
         ("/api/v1/networks", False, View("leader", A, holder=True), None),
         ("/api/v1/networks", False, CANDIDATE, None),  # no leader known: serve here
-        ("/api/v1/networks", False, View("follower", LeaderRecord("b", "", "", 1)), None),
-        ("/api/v1/networks", False, View("follower", LeaderRecord("b", "http://me/", "", 1)), None),
+        (
+            "/api/v1/networks",
+            False,
+            View("follower", LeaderRecord(id="b", url="", since="", lease=1)),
+            None,
+        ),
+        (
+            "/api/v1/networks",
+            False,
+            View("follower", LeaderRecord(id="b", url="http://me/", since="", lease=1)),
+            None,
+        ),
     ],
 )
 def test_forward_target(path: str, forwarded: bool, view: View, expected: str | None) -> None:

@@ -193,7 +193,10 @@ def register(state: ClusterState, host: str, vtep: str = "", ctrl: str = "") -> 
 
 
 def test_a_subnet_holding_a_hosts_address_is_refused() -> None:
-    hosts = [HostRecord("h1", vtep_ip="192.168.77.1"), HostRecord("h2", ctrl_ip="fd00:77::2")]
+    hosts = [
+        HostRecord(host="h1", vtep_ip="192.168.77.1"),
+        HostRecord(host="h2", ctrl_ip="fd00:77::2"),
+    ]
     check_clear_of_hosts(Network(networkName="x", subnet="192.168.78.0/24"), hosts)
     with pytest.raises(Conflict) as e:
         check_clear_of_hosts(Network(networkName="x", subnet="192.168.0.0/16"), hosts)
@@ -206,7 +209,7 @@ def test_a_subnet_holding_a_hosts_address_is_refused() -> None:
     with pytest.raises(Conflict, match="fd00:77::2, the control address of host h2"):
         check_clear_of_hosts(six, hosts)
     # An address an agent wrote wrong cannot clash with anything.
-    check_clear_of_hosts(six, [HostRecord("h3", vtep_ip="not-an-address")])
+    check_clear_of_hosts(six, [HostRecord(host="h3", vtep_ip="not-an-address")])
 
 
 def test_a_network_is_not_made_over_a_registered_hosts_address(state: ClusterState) -> None:

@@ -173,7 +173,7 @@ def test_o_tenant_alone_books_every_address_once_in_the_tenants_pool(
     n = network_of(master, NID1)
     assert n.tenantName == "blue"
     # Docker's pool id now stands for the tenant's pool; its gateway booking moved there.
-    assert pool(master, net.pool_id) == PoolRecord(X, alias=f"blue:{X}", name=net.pool_id)
+    assert pool(master, net.pool_id) == PoolRecord(cidr=X, alias=f"blue:{X}", name=net.pool_id)
     blue = pool(master, f"blue:{X}")
     assert blue is not None and blue.aliases == (net.pool_id,)
     assert bookings(master, "10.60.0.1") == [keys.alloc(f"blue:{X}", "10.60.0.1")]
@@ -443,7 +443,7 @@ def test_twin_pool_ids() -> None:
 
 
 def test_a_request_without_options_never_shares_a_networks_pool() -> None:
-    owned = {f"default:{X}": PoolRecord(X, network="default:web")}
+    owned = {f"default:{X}": PoolRecord(cidr=X, network="default:web")}
     grant = plan_pool_request(PoolRequest(pool=X), owned)
     assert grant.pool_id == f"default:{X}~2" and grant.record is not None
     shared = plan_pool_request(PoolRequest(pool=X, options={"tenant": "default"}), owned)
@@ -451,51 +451,51 @@ def test_a_request_without_options_never_shares_a_networks_pool() -> None:
 
 
 def test_an_alias_is_neither_shared_nor_overlapped() -> None:
-    alias = {f"default:{X}": PoolRecord(X, alias=f"blue:{X}")}
+    alias = {f"default:{X}": PoolRecord(cidr=X, alias=f"blue:{X}")}
     grant = plan_pool_request(PoolRequest(pool=X, options={"tenant": "default"}), alias)
     assert grant.pool_id == f"default:{X}~2" and grant.record is not None
     planned, adopted = plan_pools(Network(networkName="n", subnet="10.60.0.0/25"), alias)
     assert planned[4][0] == "default:10.60.0.0/25" and adopted == []
-    twin = {**alias, f"default:{X}~2": PoolRecord(X, name=f"default:{X}~2")}
+    twin = {**alias, f"default:{X}~2": PoolRecord(cidr=X, name=f"default:{X}~2")}
     planned, adopted = plan_pools(Network(networkName="n", subnet=X), twin)
     assert planned[4][0] == f"default:{X}~2" and adopted == [f"default:{X}~2"]
 
 
-BLUE = Target("blue:n", f"blue:{X}", PoolRecord(X, network="blue:n", gateway="10.60.0.1"))
+BLUE = Target("blue:n", f"blue:{X}", PoolRecord(cidr=X, network="blue:n", gateway="10.60.0.1"))
 
 
 def test_a_docker_pool_of_its_own_becomes_an_alias_with_its_addresses() -> None:
-    gw = AllocRecord(owners.docker_gateway(f"default:{X}", "10.60.0.1"), "gateway")
-    aux = AllocRecord(owners.docker_static(f"default:{X}", "10.60.0.9"), "aux")
+    gw = AllocRecord(owner=owners.docker_gateway(f"default:{X}", "10.60.0.1"), kind="gateway")
+    aux = AllocRecord(owner=owners.docker_static(f"default:{X}", "10.60.0.9"), kind="aux")
     allocs = {"10.60.0.1": gw, "10.60.0.9": aux}
-    got = plan_binding(f"default:{X}", PoolRecord(X), BLUE, allocs)
+    got = plan_binding(f"default:{X}", PoolRecord(cidr=X), BLUE, allocs)
     assert got == Binding(f"blue:{X}", (("10.60.0.9", aux),), (gw.owner,))
     with pytest.raises(Conflict, match=r"address 10\.60\.0\.9 Docker booked is already in use"):
-        plan_binding(f"default:{X}", PoolRecord(X), BLUE, allocs, ["10.60.0.9"])
+        plan_binding(f"default:{X}", PoolRecord(cidr=X), BLUE, allocs, ["10.60.0.9"])
 
 
 def test_what_needs_no_binding_and_what_cannot_be_bound() -> None:
-    assert plan_binding(f"blue:{X}", PoolRecord(X, network="blue:n"), BLUE) == Binding()
+    assert plan_binding(f"blue:{X}", PoolRecord(cidr=X, network="blue:n"), BLUE) == Binding()
     with pytest.raises(NotFound) as e:
         plan_binding(f"default:{X}", None, BLUE)
     assert str(e.value) == (
         f"docker pool default:{X} of a new network in tenant blue: not found (no RequestPool "
         "gave it, or ReleasePool took it back): nothing to bind"
     )
-    bound = PoolRecord(X, alias=f"blue:{X}")
+    bound = PoolRecord(cidr=X, alias=f"blue:{X}")
     assert plan_binding(f"default:{X}", bound, BLUE) == Binding()
     with pytest.raises(Conflict, match="already stands for pool red:"):
-        plan_binding(f"default:{X}", PoolRecord(X, alias=f"red:{X}"), BLUE)
+        plan_binding(f"default:{X}", PoolRecord(cidr=X, alias=f"red:{X}"), BLUE)
     with pytest.raises(BadRequest, match="--ipam-opt tenant=red is not -o's tenant"):
-        plan_binding(f"red:{X}", PoolRecord(X), BLUE)
+        plan_binding(f"red:{X}", PoolRecord(cidr=X), BLUE)
     with pytest.raises(BadRequest, match="hands out its whole subnet: no --ip-range"):
-        plan_binding(f"default:{X}", PoolRecord(X, range="10.60.0.128/25"), BLUE)
+        plan_binding(f"default:{X}", PoolRecord(cidr=X, range="10.60.0.128/25"), BLUE)
 
 
 def test_a_pool_record_without_aliases_keeps_its_bytes() -> None:
-    plain = PoolRecord(X, network="blue:n", gateway="10.60.0.1", name="blue:n")
+    plain = PoolRecord(cidr=X, network="blue:n", gateway="10.60.0.1", name="blue:n")
     assert b"alias" not in plain.encode()
-    both = PoolRecord(X, alias="blue:x@g", aliases=("default:b", "default:a"))
+    both = PoolRecord(cidr=X, alias="blue:x@g", aliases=("default:b", "default:a"))
     assert PoolRecord.decode(both.encode()) == PoolRecord(
-        X, alias="blue:x@g", aliases=("default:a", "default:b")
+        cidr=X, alias="blue:x@g", aliases=("default:a", "default:b")
     )

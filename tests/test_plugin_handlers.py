@@ -119,7 +119,13 @@ class FakeMaster:
     def network_record(self, tenant: str, name: str) -> NetworkRecord:
         n = self._network(tenant, name)
         pool = f"{n['tenantName']}:{n['subnet']}" if n.get("subnet") else ""
-        return NetworkRecord(Network.model_validate(n), n["encap"], 1, pool, "")
+        return NetworkRecord(
+            config=Network.model_validate(n),
+            encap=n["encap"],
+            pkt_tag=1,
+            ipv4_pool=pool,
+            ipv6_pool="",
+        )
 
     def rename_network(self, tenant: str, name: str, new_name: str) -> Network:
         self._check()

@@ -14,14 +14,14 @@ from plugin.policy_view import group_states, protocol_number
 
 def net(name: str, subnet: str, v6: str = "", tenant: str = "default") -> NetworkRecord:
     cfg = Network(tenantName=tenant, networkName=name, subnet=subnet, ipv6Subnet=v6)
-    return NetworkRecord(cfg, "vxlan", 100)
+    return NetworkRecord(config=cfg, encap="vxlan", pkt_tag=100)
 
 
 def grp(name: str, network: str, tag: int, *policies: str, tenant: str = "default") -> GroupRecord:
     cfg = EndpointGroup(
         tenantName=tenant, groupName=name, networkName=network, policies=list(policies)
     )
-    return GroupRecord(cfg, tag)
+    return GroupRecord(config=cfg, tag=tag)
 
 
 def rule(policy: str, rid: str, tenant: str = "default", **kw: Any) -> Rule:

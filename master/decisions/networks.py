@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from ipaddress import ip_address
 from typing import Any
 
@@ -147,7 +147,9 @@ def plan_pools(
         if pid in docker:
             rng = pools[pid].range
             adopted.append(pid)
-        record = PoolRecord(str(network), range=rng, network=net.id, gateway=gateway, name=net.id)
+        record = PoolRecord(
+            cidr=str(network), range=rng, network=net.id, gateway=gateway, name=net.id
+        )
         planned[version] = (pid, record)
     return planned, adopted
 
@@ -169,7 +171,7 @@ def plan_network(
     v4, v6 = (planned[v][0] if v in planned else "" for v in (4, 6))
     new_tag = previous is None or (previous.encap, previous.pkt_tag) != (net.encap, tag)
     return NetworkPlan(
-        record=NetworkRecord(net, net.encap, tag, ipv4_pool=v4, ipv6_pool=v6),
+        record=NetworkRecord(config=net, encap=net.encap, pkt_tag=tag, ipv4_pool=v4, ipv6_pool=v6),
         new_tag=new_tag,
         pools=planned,
         adopted=adopted,
@@ -231,7 +233,7 @@ def renamed(rec: NetworkRecord, new_name: str) -> NetworkRecord:
 
 def renamed_pool(pool: PoolRecord, network: NetworkRecord) -> PoolRecord:
     """A network's pool follows its network's rename (its aliases' pool ids stay)."""
-    return replace(pool, network=network.id, name=network.id)
+    return pool.model_copy(update={"network": network.id, "name": network.id})
 
 
 def carried_groups(groups: Iterable[GroupRecord], old: str, new: str) -> list[GroupRecord]:
@@ -240,7 +242,7 @@ def carried_groups(groups: Iterable[GroupRecord], old: str, new: str) -> list[Gr
     stays), policies and netprofiles. A group left naming ``old`` would refuse its
     containers, leave ``new`` deletable under it, and go to a new network ``old``."""
     return [
-        replace(g, config=g.config.model_copy(update={"networkName": new}))
+        g.model_copy(update={"config": g.config.model_copy(update={"networkName": new})})
         for g in groups
         if g.config.networkName == old
     ]
