@@ -204,6 +204,40 @@ class GlobalSettings(_Model):
         return {"key": "global", **super().dump()}
 
 
+class Bgp(_Model):
+    """Contiv's Bgp: how one host (``hostname``, the key) peers with its top-of-rack router
+    in routing mode. ``routerip`` is the host's own address on the router's link with its
+    prefix length ("50.1.1.1/24"), ``as`` the host's AS number, ``neighbor`` the router's
+    address and ``neighbor-as`` its AS. Contiv sends the AS numbers as strings; a JSON
+    number is taken too. As stored (master/decisions/bgp.normalize_bgp) every field is
+    canonical: the CIDR as ipaddress spells it, the AS numbers in decimal."""
+
+    # Only Contiv's names in a body ("as", "neighbor-as"), never the Python ones.
+    model_config = ConfigDict(populate_by_name=False)
+
+    key: str | None = Field(default=None, exclude=True)
+    hostname: str = Field(min_length=1, max_length=253)
+    routerip: str = ""
+    as_: str = Field(default="", alias="as")
+    neighbor_as: str = Field(default="", alias="neighbor-as")
+    neighbor: str = ""
+
+    @field_validator("as_", "neighbor_as", mode="before")
+    @classmethod
+    def _as_number(cls, value: Any) -> Any:
+        # Contiv sends a string; a JSON number is the same AS.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    @property
+    def id(self) -> str:
+        return self.hostname
+
+    def dump(self) -> dict[str, Any]:
+        return {"key": self.id, **super().dump()}
+
+
 class Endpoint(_Model):
     """Read-only endpoint record; created through the allocation API."""
 
