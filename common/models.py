@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 NAME_RULE = "1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
@@ -15,6 +15,8 @@ MAX_VLAN = 4094
 MAX_VXLAN = 16777215
 
 Name = Annotated[str, Field(min_length=1, max_length=64)]
+# An AS number as Contiv sends it (a string of digits), or a JSON number; stored as a string.
+AsNumber = Annotated[str, WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer"}]})]
 
 
 class _Model(BaseModel):
@@ -218,8 +220,8 @@ class Bgp(_Model):
     key: str | None = Field(default=None, exclude=True)
     hostname: str = Field(min_length=1, max_length=253)
     routerip: str = ""
-    as_: str = Field(default="", alias="as")
-    neighbor_as: str = Field(default="", alias="neighbor-as")
+    as_: AsNumber = Field(default="", alias="as")
+    neighbor_as: AsNumber = Field(default="", alias="neighbor-as")
     neighbor: str = ""
 
     @field_validator("as_", "neighbor_as", mode="before")

@@ -163,3 +163,15 @@ def test_concurrent_hosts_never_share_a_router_ip(state: ClusterState) -> None:
         t.join()
     assert len(won) == 1 and sorted(won + refused) == hosts
     assert [b.hostname for b in state.bgps.list()] == won
+
+
+def test_the_openapi_document_says_what_a_bgp_body_takes(client: FlaskClient) -> None:
+    doc = client.get("/api/v1/openapi.json").json
+    put = doc["paths"]["/api/v1/Bgps/{key}"]["post"]
+    assert put["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Bgp"
+    }
+    props = doc["components"]["schemas"]["Bgp"]["properties"]
+    assert set(props) == {"key", "hostname", "routerip", "as", "neighbor-as", "neighbor"}
+    for field in ("as", "neighbor-as"):  # Contiv sends strings; a number is taken too
+        assert props[field]["anyOf"] == [{"type": "string"}, {"type": "integer"}]
