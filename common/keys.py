@@ -21,6 +21,7 @@ GROUP_TAGS = ROOT + "grouptags/"  # grouptags/<tag> -> the group's id (TENANT:NA
 NETPROFILES = ROOT + "netprofiles/"  # netprofiles/<tenant>/<profile>
 SERVICES = ROOT + "services/"  # services/<tenant>/<service>
 SERVICE_TAGS = ROOT + "svctags/"  # svctags/<tag> -> the service's id (TENANT:NAME)
+BGPS = ROOT + "bgp/"  # bgp/<hostname>
 LEADER = ROOT + "master/leader"
 
 
@@ -78,6 +79,11 @@ def services_of(tenant_name: str) -> str:
 
 def service(tenant_name: str, name: str) -> str:
     return f"{SERVICES}{tenant_name}/{name}"
+
+
+def bgp(hostname: str) -> str:
+    """A host's Bgp object (its peering with its router): at most one per host."""
+    return BGPS + hostname
 
 
 def service_tag(value: int) -> str:

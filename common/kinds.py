@@ -10,6 +10,7 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel
 
 from .models import (
+    Bgp,
     Endpoint,
     EndpointGroup,
     GlobalSettings,
@@ -125,6 +126,7 @@ NETPROFILES = Kind(
 SERVICES = Kind(
     "serviceLBs", "service", ServiceLB, TENANT_NAME, ("tenantName", "serviceName")
 )  # Contiv's plural
+BGPS = Kind("Bgps", "bgp", Bgp, PartsKey(("HOSTNAME",)), ("hostname",))  # Contiv's plural
 GLOBALS = Kind("globals", "global", GlobalSettings, SingletonKey("global", "global settings"))
 ENDPOINTS = Kind(
     "endpoints", "endpoint", Endpoint, PartsKey(("ID",), param="endpoint_id"), ("endpointID",)

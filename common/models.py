@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 NAME_RULE = "1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
@@ -15,6 +15,8 @@ MAX_VLAN = 4094
 MAX_VXLAN = 16777215
 
 Name = Annotated[str, Field(min_length=1, max_length=64)]
+# An AS number as Contiv sends it (a string of digits), or a JSON number; stored as a string.
+AsNumber = Annotated[str, WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer"}]})]
 
 
 class _Model(BaseModel):
@@ -202,6 +204,40 @@ class GlobalSettings(_Model):
 
     def dump(self) -> dict[str, Any]:
         return {"key": "global", **super().dump()}
+
+
+class Bgp(_Model):
+    """Contiv's Bgp: how one host (``hostname``, the key) peers with its top-of-rack router
+    in routing mode. ``routerip`` is the host's own address on the router's link with its
+    prefix length ("50.1.1.1/24"), ``as`` the host's AS number, ``neighbor`` the router's
+    address and ``neighbor-as`` its AS. Contiv sends the AS numbers as strings; a JSON
+    number is taken too. As stored (master/decisions/bgp.normalize_bgp) every field is
+    canonical: the CIDR as ipaddress spells it, the AS numbers in decimal."""
+
+    # Only Contiv's names in a body ("as", "neighbor-as"), never the Python ones.
+    model_config = ConfigDict(populate_by_name=False)
+
+    key: str | None = Field(default=None, exclude=True)
+    hostname: str = Field(min_length=1, max_length=253)
+    routerip: str = ""
+    as_: AsNumber = Field(default="", alias="as")
+    neighbor_as: AsNumber = Field(default="", alias="neighbor-as")
+    neighbor: str = ""
+
+    @field_validator("as_", "neighbor_as", mode="before")
+    @classmethod
+    def _as_number(cls, value: Any) -> Any:
+        # Contiv sends a string; a JSON number is the same AS.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    @property
+    def id(self) -> str:
+        return self.hostname
+
+    def dump(self) -> dict[str, Any]:
+        return {"key": self.id, **super().dump()}
 
 
 class Endpoint(_Model):

@@ -15,6 +15,7 @@ reads every record an earlier version wrote.
 | policy(tenant, name)       | ConfigRecord of Policy                        |
 | rule(tenant, policy, id)   | ConfigRecord of Rule                          |
 | netprofile(tenant, name)   | ConfigRecord of NetProfile                    |
+| bgp(hostname)              | ConfigRecord of Bgp                           |
 | service(tenant, name)      | ServiceRecord (config + VIP and tag)          |
 | service_tag(n)             | the owning service's id (TENANT:NAME), bytes  |
 | endpoint(t, n, id)         | Endpoint                                      |
@@ -49,6 +50,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from .models import (
+    Bgp,
     Endpoint,
     EndpointGroup,
     GlobalSettings,
@@ -60,7 +62,7 @@ from .models import (
     Tenant,
 )
 
-C = TypeVar("C", Tenant, Network, EndpointGroup, GlobalSettings, Policy, Rule, NetProfile)
+C = TypeVar("C", Tenant, Network, EndpointGroup, GlobalSettings, Policy, Rule, NetProfile, Bgp)
 
 
 class KVLike(Protocol):
@@ -153,7 +155,7 @@ class ConfigRecord(_Record, Generic[C]):
 
 
 def encode_config(
-    obj: Tenant | EndpointGroup | GlobalSettings | Policy | Rule | NetProfile,
+    obj: Tenant | EndpointGroup | GlobalSettings | Policy | Rule | NetProfile | Bgp,
 ) -> bytes:
     return ConfigRecord(config=obj).encode()
 

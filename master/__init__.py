@@ -16,7 +16,7 @@ One job per module:
   pools, addresses), the inspect views. One module per family, unit-tested in
   tests/test_decisions_*.py.
 - The store families, one module each: settings, tenants, networks, groups, policies,
-  rules, netprofiles, services (the config objects); endpoints and pools (allocation;
+  rules, netprofiles, services, bgps (the config objects); endpoints and pools (allocation;
   Docker's pools and addresses), with addresses.py (the PoolCache and an attempt's address
   claims). Each operation reads, calls its decision, and commits with a compare for every
   fact the decision relied on, so a refused request changes nothing.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel
 
 from common.kinds import (
+    BGPS,
     ENDPOINTS,
     GLOBALS,
     GROUPS,
@@ -152,6 +153,15 @@ KINDS: tuple[Row, ...] = (
         put="Create or update a service LB (its VIP is booked)",
         delete="Delete a service LB and release its VIP",
         inspect="Service LB config and oper state (VIP, providers)",
+    ),
+    Row(
+        BGPS,
+        lambda s: s.bgps,
+        list="List Bgp objects (each host's peering with its router)",
+        get="Get a host's Bgp object (key: the hostname)",
+        put="Create or update a host's Bgp object (routerip, as, neighbor-as, neighbor)",
+        delete="Delete a host's Bgp object",
+        inspect="Bgp config and oper state (host registration, forwarding mode)",
     ),
     Row(
         GLOBALS,

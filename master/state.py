@@ -12,6 +12,7 @@ from typing import Any
 from store import Store
 
 from .addresses import PoolCache
+from .bgps import Bgps
 from .endpoints import Endpoints
 from .groupcommit import GroupCommit
 from .groups import Groups
@@ -44,6 +45,7 @@ class ClusterState:
         self.netprofiles = NetProfiles(txn, self.tenants, self.groups)
         self.services = Services(txn, hot, self.pool_cache, self.tenants, self.networks)
         self.endpoints = Endpoints(txn, hot, self.pool_cache)
+        self.bgps = Bgps(txn, self.settings)
         self.pools = Pools(txn, hot, self.pool_cache)
 
     def commit_stats(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from common.kinds import ENDPOINTS, GLOBALS, GROUPS, NETWORKS, TENANTS
 
 from . import __version__
 from .args import Commands, name, tenant_option
+from .bgp import add_bgp_commands
 from .client import DEFAULT_URL, MasterClient, MasterError, normalize_url
 from .host import add_host_commands
 from .output import (
@@ -339,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     # netprofile, service
     add_service_commands(commands)
+
+    # bgp
+    add_bgp_commands(commands)
 
     # endpoint
     ep = obj("endpoint", "endpoints (read-only)", ["ep"])

@@ -63,7 +63,7 @@ ODD_PATHS = ["/", "/api/v1", "/api/v1/nosuch", "/api/v2/networks", "/api/v1/netw
 # --- values: right-ish ones by field name, so that some requests are accepted ---
 KNOWN_KEYS = [
     *("default:net1", "net1", "t1:n2", "default:grp1", "grp1", "t1", "default", "global"),
-    *("default:pol1", "pol1", "pol1:r1", "default:pol1:r1", "pol1:r2"),
+    *("default:pol1", "pol1", "pol1:r1", "default:pol1:r1", "pol1:r2", "host1"),
 ]
 names = mix(
     (3, st.sampled_from(["default", "net1", "n2", "grp1", "t1", "net3", "g2", "global", "pol1"])),
@@ -118,6 +118,9 @@ HINTS: dict[str, st.SearchStrategy[Any]] = {
     **dict.fromkeys(["ipv6Gateway", "ipv6Address"], addresses6),
     **dict.fromkeys(["ipPool", "subPool"], ranges | cidrs4),
     **dict.fromkeys(["vlans", "vxlans"], tag_ranges),
+    "routerip": cidrs4,
+    "neighbor": addresses,
+    **dict.fromkeys(["as", "neighbor-as"], st.sampled_from(["65000", "1", 4294967295, "0", "x"])),
     "macAddress": macs,
     "endpointID": endpoint_ids,
     "poolID": pool_ids,
@@ -174,6 +177,7 @@ URL_FIELDS = {
     "policys": {"tenantName", "policyName"},
     "rules": {"tenantName", "policyName", "ruleId"},
     "globals": {"name"},
+    "Bgps": {"hostname"},
 }
 
 

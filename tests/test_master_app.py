@@ -48,6 +48,33 @@ def test_global_partial_update_merges(client: FlaskClient) -> None:
     assert g["arpMode"] == "flood" and g["vlans"] == "1-4094"
 
 
+def test_fwd_mode_refusals_name_the_field_and_store_nothing(
+    client: FlaskClient, state: ClusterState
+) -> None:
+    def scan() -> dict[str, bytes]:
+        return {kv.key: kv.value for kv in state.store.range("/netplugin/").kvs}
+
+    before = scan()
+    r = client.post("/api/v1/globals/global", json={"fwdMode": "nat"})
+    assert (r.status_code, r.json["error"]) == (
+        400,
+        "global: field 'fwdMode': Input should be 'bridge' or 'routing'",
+    )
+    assert scan() == before
+    assert client.post("/api/v1/networks/n1", json={"subnet": "10.1.0.0/24"}).status_code == 200
+    before = scan()
+    r = client.post("/api/v1/globals/global", json={"fwdMode": "routing", "arpMode": "flood"})
+    assert (r.status_code, r.json["error"]) == (
+        409,
+        "global: fwd-mode cannot change from bridge to routing while 1 network(s) exist "
+        "(default:n1); delete them first",
+    )
+    assert scan() == before
+    assert client.delete("/api/v1/networks/n1").status_code == 200
+    r = client.post("/api/v1/globals/global", json={"fwdMode": "routing"})
+    assert r.status_code == 200 and r.json["fwdMode"] == "routing"
+
+
 def test_network_update_without_endpoints_rewrites_pool(
     client: FlaskClient, state: ClusterState
 ) -> None:

@@ -138,6 +138,8 @@ def test_bearer_header_parsing() -> None:
         ("DELETE", "/api/v1/endpointGroups/<key>", "agent"),
         ("PATCH", "/api/v1/endpointGroups/<key>", "admin"),
         ("POST", "/api/v1/globals/<key>", "admin"),
+        ("POST", "/api/v1/Bgps/<key>", "admin"),
+        ("DELETE", "/api/v1/Bgps/<key>", "admin"),
         ("POST", None, "reader"),  # no such route: a valid token of any role learns the 404
     ],
 )
@@ -191,6 +193,7 @@ def test_every_route_of_the_app_needs_the_role_the_readme_says(tmp_path: Path) -
             "globals",
             "netprofiles",
             "serviceLBs",
+            "Bgps",
         )
         if (m, kind) not in (("DELETE", "globals"), ("DELETE", "endpointGroups"))
     } | {("PATCH", "endpointGroups")}

@@ -67,9 +67,10 @@ def test_todays_kinds_and_what_each_allows() -> None:
     ops = ("list", "get", "put", "patch", "rename", "delete", "inspect")
     crud = {"list", "get", "put", "delete", "inspect"}
     allowed = {p: {op for op in ops if getattr(k, op) is not None} for p, k in KIND.items()}
-    assert {p: allowed.get(p) for p in ("tenants", "policys")} == {
+    assert {p: allowed.get(p) for p in ("tenants", "policys", "Bgps")} == {
         "tenants": crud,
         "policys": crud,
+        "Bgps": crud,
     }
     assert allowed["endpointGroups"] == crud | {"patch"}  # netctl group update
     assert allowed["rules"] == crud - {"inspect"}
@@ -108,9 +109,9 @@ def test_every_route_is_a_kinds_or_one_of_the_explicit_ones(client: FlaskClient)
         ("/api/v1/alloc/addresses/release", "POST"),
     }
     assert _rules(client.application) == from_table | explicit
-    # tenants, networks, endpointGroups, policys, rules, netprofiles, serviceLBs, globals,
-    # endpoints
-    assert len(from_table) == 6 + 7 + 7 + 6 + 5 + 6 + 6 + 5 + 3
+    # tenants, networks, endpointGroups, policys, rules, netprofiles, serviceLBs, Bgps,
+    # globals, endpoints
+    assert len(from_table) == 6 + 7 + 7 + 6 + 5 + 6 + 6 + 6 + 5 + 3
 
 
 def test_undeclared_operations_are_refused(client: FlaskClient) -> None:
@@ -353,6 +354,11 @@ def test_each_kind_serves_list_get_and_inspect(client: FlaskClient) -> None:
         json={"endpointID": "e1", "tenantName": "t1", "networkName": "n1"},
     )
     assert r.status_code == 201, r.json
+    r = client.post(
+        "/api/v1/Bgps/host1",
+        json={"routerip": "50.1.1.1/24", "as": "1", "neighbor-as": "2", "neighbor": "50.1.1.2"},
+    )
+    assert r.status_code == 200, r.json
     sample = {
         "tenants": "t1",
         "networks": "t1:n1",
@@ -361,6 +367,7 @@ def test_each_kind_serves_list_get_and_inspect(client: FlaskClient) -> None:
         "rules": "t1:p1:1",
         "netprofiles": "t1:np1",
         "serviceLBs": "t1:s1",
+        "Bgps": "host1",
         "globals": "global",
         "endpoints": "e1",
     }

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from common.models import (
+    Bgp,
     Endpoint,
     EndpointGroup,
     GlobalSettings,
@@ -16,7 +18,7 @@ from common.models import (
     Tenant,
     docker_name,
 )
-from common.records import NetworkRecord, ServiceRecord
+from common.records import HostRecord, NetworkRecord, ServiceRecord
 from common.services import providers
 from ipam.parse import Network, usable_bounds
 
@@ -173,3 +175,32 @@ def service_view(rec: ServiceRecord, endpoints: Sequence[Endpoint]) -> dict[str,
             ],
         },
     }
+
+
+@dataclass(frozen=True)
+class BgpSession:
+    """What a host's BGP speaker will report of its peering (issue 25, item 3): the session's
+    state with the neighbor and the routes the host announces and learns. No agent reports
+    it yet, so every inspect passes None and these fields are absent, never guessed."""
+
+    state: str  # the BGP FSM state: "Idle", "Connect", "Active", ..., "Established"
+    announced: tuple[str, ...]  # prefixes the host announces (its containers' /32 and /128)
+    learned: tuple[str, ...]  # prefixes it learned from the neighbor
+
+
+def bgp_view(
+    bgp: Bgp, host: HostRecord | None, fwd_mode: str, session: BgpSession | None = None
+) -> dict[str, Any]:
+    """``host``: the host's live registration (None: its agent is not running); ``fwd_mode``:
+    the cluster's (hosts peer only in routing mode); ``session``: what the host's speaker
+    reported, None while nothing did."""
+    oper: dict[str, Any] = {"hostRegistered": host is not None, "fwdMode": fwd_mode}
+    if session is not None:
+        oper.update(
+            neighborState=session.state,
+            announcedRoutes=list(session.announced),
+            learnedRoutes=list(session.learned),
+            numAnnouncedRoutes=len(session.announced),
+            numLearnedRoutes=len(session.learned),
+        )
+    return {"Config": bgp.dump(), "Oper": oper}

@@ -1,0 +1,173 @@
+"""Bgp objects (one host's peering with its router): their fields checked alone, and the
+guard that no two hosts claim one router IP.
+
+Contiv's fields and spellings: ``routerip`` is the host's address on the router's link
+WITH its prefix length ("50.1.1.1/24"), ``as`` and ``neighbor-as`` are AS numbers
+(1-4294967295, sent as strings or numbers), ``neighbor`` the router's bare address. The
+router need not be inside the router IP's subnet (a multi-hop session is the speaker's
+business), but it cannot be the host's own address.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+
+from common.models import Bgp
+
+from ..errors import BadRequest, Conflict
+
+MAX_AS = 4294967295  # 4-byte AS numbers (RFC 6793)
+MAX_HOSTNAME = 253
+HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+HOSTNAME_RULE = (
+    "a host name: dot-separated labels of 1-63 letters, digits or '-', not starting or "
+    "ending with '-' (253 characters at most)"
+)
+ROUTER_IP_EXAMPLE = "50.1.1.1/24"
+
+
+def _obj(b: Bgp) -> str:
+    return f"bgp {b.hostname}"
+
+
+def check_hostname(hostname: str) -> str:
+    """A host's name as the cluster knows it (an agent's --host), refused naming the field."""
+    labels = hostname.split(".") if hostname else [""]
+    if len(hostname) > MAX_HOSTNAME or not all(HOST_LABEL_RE.match(x) for x in labels):
+        raise BadRequest(f"bgp {hostname!r}", f"field 'hostname': invalid; use {HOSTNAME_RULE}")
+    return hostname
+
+
+def _unusable(ip: ipaddress.IPv4Address) -> str:
+    """Why ``ip`` can be no host's or router's address ("" if it can be one)."""
+    if ip.is_unspecified:
+        return "is the unspecified address"
+    if ip.is_loopback:
+        return "is a loopback address"
+    if ip.is_multicast:
+        return "is a multicast address"
+    if ip.is_reserved:
+        return "is a reserved address (240.0.0.0/4)"
+    return ""
+
+
+def parse_router_ip(obj: str, value: str) -> ipaddress.IPv4Interface:
+    """``routerip``: an IPv4 address with its prefix length, the host's own on the link."""
+    field = "field 'routerip'"
+    text = value.strip()
+    if not text:
+        raise BadRequest(
+            obj,
+            f"{field} is required: this host's address on its router's link, with its "
+            f"prefix length (e.g. {ROUTER_IP_EXAMPLE})",
+        )
+    address, slash, prefix = text.partition("/")
+    if not slash:
+        raise BadRequest(
+            obj,
+            f"{field}: {value!r} has no prefix length; give the address with its subnet's "
+            f"prefix length, e.g. {ROUTER_IP_EXAMPLE}",
+        )
+    try:
+        ip = ipaddress.IPv4Address(address)
+    except ValueError:
+        raise BadRequest(
+            obj,
+            f"{field}: {value!r} is not an IPv4 address with a prefix length "
+            f"(e.g. {ROUTER_IP_EXAMPLE})",
+        ) from None
+    if not (prefix.isascii() and prefix.isdigit()) or not 1 <= int(prefix) <= 32:
+        raise BadRequest(obj, f"{field}: prefix length {prefix!r} is not in 1-32")
+    iface = ipaddress.IPv4Interface(f"{ip}/{int(prefix)}")
+    if why := _unusable(ip):
+        raise BadRequest(obj, f"{field}: {ip} {why}")
+    net = iface.network
+    if net.prefixlen <= 30 and ip in (net.network_address, net.broadcast_address):
+        which = "network" if ip == net.network_address else "broadcast"
+        raise BadRequest(
+            obj, f"{field}: {ip} is the {which} address of {net}; give a host address in it"
+        )
+    return iface
+
+
+def parse_as(obj: str, field: str, value: str) -> int:
+    """An AS number, 1-4294967295, given as decimal digits."""
+    text = value.strip()
+    if not text:
+        raise BadRequest(obj, f"field {field!r} is required: an AS number (1-{MAX_AS})")
+    if not text.isascii() or not text.isdigit():
+        raise BadRequest(
+            obj, f"field {field!r}: {value!r} is not an AS number; give 1-{MAX_AS} in decimal"
+        )
+    number = int(text)
+    if not 1 <= number <= MAX_AS:
+        raise BadRequest(obj, f"field {field!r}: AS {number} is out of 1-{MAX_AS}")
+    return number
+
+
+def parse_neighbor(obj: str, value: str, router: ipaddress.IPv4Interface) -> ipaddress.IPv4Address:
+    """``neighbor``: the router's IPv4 address, bare, and not this host's own."""
+    field = "field 'neighbor'"
+    text = value.strip()
+    if not text:
+        raise BadRequest(obj, f"{field} is required: the router's IPv4 address (e.g. 50.1.1.2)")
+    try:
+        ip = ipaddress.IPv4Address(text)
+    except ValueError:
+        hint = " without a prefix length" if "/" in text else ""
+        raise BadRequest(
+            obj,
+            f"{field}: {value!r} is not an IPv4 address; give the router's address{hint} "
+            "(e.g. 50.1.1.2)",
+        ) from None
+    if why := _unusable(ip):
+        raise BadRequest(obj, f"{field}: {ip} {why}")
+    if ip == router.ip:
+        raise BadRequest(
+            obj, f"{field}: {ip} is this host's own router IP; give the router's address"
+        )
+    net = router.network
+    if net.prefixlen <= 30 and ip in (net.network_address, net.broadcast_address):
+        which = "network" if ip == net.network_address else "broadcast"
+        raise BadRequest(obj, f"{field}: {ip} is the {which} address of {net}")
+    return ip
+
+
+def normalize_bgp(b: Bgp) -> Bgp:
+    """Check a Bgp object's fields, each failure a 400 naming it; the object as stored
+    (the router IP as ipaddress spells it, AS numbers in plain decimal)."""
+    check_hostname(b.hostname)
+    obj = _obj(b)
+    router = parse_router_ip(obj, b.routerip)
+    local_as = parse_as(obj, "as", b.as_)
+    neighbor_as = parse_as(obj, "neighbor-as", b.neighbor_as)
+    neighbor = parse_neighbor(obj, b.neighbor, router)
+    return b.model_copy(
+        update={
+            "routerip": str(router),
+            "as_": str(local_as),
+            "neighbor_as": str(neighbor_as),
+            "neighbor": str(neighbor),
+        }
+    )
+
+
+def router_address(b: Bgp) -> str:
+    """The address of a stored (normalized) object's router IP, without its prefix length."""
+    return b.routerip.split("/", 1)[0]
+
+
+def check_router_ip_free(b: Bgp, others: Iterable[Bgp]) -> None:
+    """No other host peers from the same address (``others``: every stored Bgp object; the
+    host's own is skipped). Two hosts with one address would each answer for the other's
+    routes on the router's link."""
+    mine = router_address(b)
+    for other in others:
+        if other.hostname != b.hostname and router_address(other) == mine:
+            raise Conflict(
+                _obj(b),
+                f"field 'routerip': {mine} is already host {other.hostname}'s router IP "
+                f"({other.routerip}); give each host its own address",
+            )
