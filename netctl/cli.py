@@ -67,21 +67,6 @@ def tenant_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -
     emit_quiet(args, client.put(TENANTS, args.name), out)
 
 
-def tenant_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl tenant rm."""
-    emit_quiet(args, client.delete(TENANTS, args.name), out)
-
-
-def tenant_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl tenant ls."""
-    emit_list(args, client.list(TENANTS), TENANT_COLUMNS, out)
-
-
-def tenant_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl tenant inspect."""
-    emit_json(client.inspect(TENANTS, args.name), out)
-
-
 def net_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl net create."""
     result = client.put(
@@ -97,22 +82,6 @@ def net_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> N
         nwType=args.nw_type,
     )
     emit_quiet(args, result, out)
-
-
-def net_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl net rm."""
-    emit_quiet(args, client.delete(NETWORKS, args.tenant, args.name), out)
-
-
-def net_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl net ls."""
-    items = client.list(NETWORKS, None if args.all else args.tenant)
-    emit_list(args, items, NETWORK_COLUMNS, out)
-
-
-def net_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl net inspect."""
-    emit_json(client.inspect(NETWORKS, args.tenant, args.name), out)
 
 
 def group_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
@@ -147,22 +116,6 @@ def group_update(client: MasterClient, args: argparse.Namespace, out: TextIO) ->
     changes = {k: v for k, v in fields.items() if v is not None}
     result = client.patch(GROUPS, args.tenant, args.group, **changes)
     emit_quiet(args, result, out)
-
-
-def group_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl group rm."""
-    emit_quiet(args, client.delete(GROUPS, args.tenant, args.group), out)
-
-
-def group_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl group ls."""
-    items = client.list(GROUPS, None if args.all else args.tenant)
-    emit_list(args, items, GROUP_COLUMNS, out)
-
-
-def group_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl group inspect."""
-    emit_json(client.inspect(GROUPS, args.tenant, args.group), out)
 
 
 def endpoint_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
@@ -256,18 +209,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--private-subnet", metavar="CIDR", help="private subnet, e.g. 172.19.0.0/16")
 
     # tenant
-    t = obj("tenant", "tenants")
-    verb(t, "create", tenant_create, "create a tenant").add_argument("name", type=name)
-    verb(t, "rm", tenant_rm, "delete a tenant", ["delete"]).add_argument("name", type=name)
-    verb(t, "ls", tenant_ls, "list tenants", ["list"])
-    verb(t, "inspect", tenant_inspect, "tenant config and oper state").add_argument(
+    commands.kind("tenant", TENANTS, "tenants", TENANT_COLUMNS, tenant_create)[1].add_argument(
         "name", type=name
     )
 
     # net
-    n = obj("net", "networks", ["network"])
-    p = verb(n, "create", net_create, "create a network")
-    tenant_option(p)
+    _, p = commands.kind(
+        "net",
+        NETWORKS,
+        "networks",
+        NETWORK_COLUMNS,
+        net_create,
+        what="network",
+        aliases=["network"],
+    )
     p.add_argument("-e", "--encap", choices=["vxlan", "vlan"], default="vxlan", help="encap")
     p.add_argument(
         "-p", "--pkt-tag", type=int, default=0, metavar="N", help="vlan id or vni (0: pick one)"
@@ -280,20 +235,18 @@ def build_parser() -> argparse.ArgumentParser:
         "-n", "--nw-type", choices=["data", "infra"], default="data", help="network type"
     )
     p.add_argument("name", type=name)
-    p = verb(n, "rm", net_rm, "delete a network", ["delete"])
-    tenant_option(p)
-    p.add_argument("name", type=name)
-    p = verb(n, "ls", net_ls, "list networks", ["list"])
-    tenant_option(p)
-    p.add_argument("-a", "--all", action="store_true", help="list networks of all tenants")
-    p = verb(n, "inspect", net_inspect, "network config and oper state")
-    tenant_option(p)
-    p.add_argument("name", type=name)
 
     # group
-    e = obj("group", "endpoint groups", ["epg"])
-    p = verb(e, "create", group_create, "create an endpoint group")
-    tenant_option(p)
+    e, p = commands.kind(
+        "group",
+        GROUPS,
+        "endpoint groups",
+        GROUP_COLUMNS,
+        group_create,
+        what="endpoint group",
+        aliases=["epg"],
+        key="group",
+    )
     p.add_argument("-r", "--ip-pool", default="", metavar="RANGE", help="ip pool, e.g. A-B")
     p.add_argument(
         "-p",
@@ -305,15 +258,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-n", "--networkprofile", default="", metavar="NAME", help="network profile")
     p.add_argument("network", type=name)
-    p.add_argument("group", type=name)
-    p = verb(e, "rm", group_rm, "delete an endpoint group", ["delete"])
-    tenant_option(p)
-    p.add_argument("group", type=name)
-    p = verb(e, "ls", group_ls, "list endpoint groups", ["list"])
-    tenant_option(p)
-    p.add_argument("-a", "--all", action="store_true", help="list groups of all tenants")
-    p = verb(e, "inspect", group_inspect, "endpoint group config and oper state")
-    tenant_option(p)
     p.add_argument("group", type=name)
 
     p = verb(e, "update", group_update, "change an endpoint group's policies or netprofile")

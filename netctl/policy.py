@@ -20,7 +20,7 @@ from common.kinds import POLICIES, RULES
 
 from .args import Commands, name, tenant_option
 from .client import MasterClient
-from .output import Column, emit_json, emit_list, emit_quiet, field, json_wanted, render_table
+from .output import Column, emit_json, emit_quiet, field, json_wanted, render_table
 
 POLICY_COLUMNS: list[Column] = [("Tenant", field("tenantName")), ("Policy", field("policyName"))]
 
@@ -68,22 +68,6 @@ def policy_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -
     emit_quiet(args, client.put(POLICIES, args.tenant, args.name), out)
 
 
-def policy_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl policy rm: the policy and its rules."""
-    emit_quiet(args, client.delete(POLICIES, args.tenant, args.name), out)
-
-
-def policy_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl policy ls."""
-    items = client.list(POLICIES, None if args.all else args.tenant)
-    emit_list(args, items, POLICY_COLUMNS, out)
-
-
-def policy_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    """netctl policy inspect."""
-    emit_json(client.inspect(POLICIES, args.tenant, args.name), out)
-
-
 def rule_add(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl policy rule-add: create the rule, or replace the one of that id."""
     fields = {rest: getattr(args, flag) for flag, rest in RULE_FLAGS.items()}
@@ -113,19 +97,17 @@ def rule_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None
 
 def add_policy_commands(commands: Commands) -> None:
     """`netctl policy ...`."""
-    obj, verb = commands.obj, commands.verb
-    pol = obj("policy", "policies and their rules")
-    for verb_name, handler, help_, aliases in (
-        ("create", policy_create, "create a policy", ()),
-        ("rm", policy_rm, "delete a policy and its rules", ["delete"]),
-        ("inspect", policy_inspect, "policy config and oper state", ()),
-    ):
-        p = verb(pol, verb_name, handler, help_, aliases)
-        tenant_option(p)
-        p.add_argument("name", type=name)
-    p = verb(pol, "ls", policy_ls, "list policies", ["list"])
-    tenant_option(p)
-    p.add_argument("-a", "--all", action="store_true", help="list policies of all tenants")
+    verb = commands.verb
+    pol, p = commands.kind(
+        "policy",
+        POLICIES,
+        "policies and their rules",
+        POLICY_COLUMNS,
+        policy_create,
+        plural="policies",
+        rm_help="delete a policy and its rules",
+    )
+    p.add_argument("name", type=name)
 
     p = verb(pol, "rule-add", rule_add, "add a rule to a policy (or replace the one of RULEID)")
     tenant_option(p)

@@ -18,9 +18,9 @@ from typing import Any, TextIO
 
 from common.kinds import NETPROFILES, SERVICES
 
-from .args import Commands, name, tenant_option
+from .args import Commands, name
 from .client import MasterClient
-from .output import Column, emit_json, emit_list, emit_quiet, field
+from .output import Column, emit_quiet, field
 
 PROFILE_COLUMNS: list[Column] = [
     ("Tenant", field("tenantName")),
@@ -56,19 +56,6 @@ def profile_create(client: MasterClient, args: argparse.Namespace, out: TextIO) 
     emit_quiet(args, client.put(NETPROFILES, args.tenant, args.name, **profile), out)
 
 
-def profile_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    emit_quiet(args, client.delete(NETPROFILES, args.tenant, args.name), out)
-
-
-def profile_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    items = client.list(NETPROFILES, None if args.all else args.tenant)
-    emit_list(args, items, PROFILE_COLUMNS, out)
-
-
-def profile_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    emit_json(client.inspect(NETPROFILES, args.tenant, args.name), out)
-
-
 def service_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
     """netctl service create: create the service, or change the one of that name."""
     result = client.put(
@@ -83,46 +70,16 @@ def service_create(client: MasterClient, args: argparse.Namespace, out: TextIO) 
     emit_quiet(args, result, out)
 
 
-def service_rm(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    emit_quiet(args, client.delete(SERVICES, args.tenant, args.name), out)
-
-
-def service_ls(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    items = client.list(SERVICES, None if args.all else args.tenant)
-    emit_list(args, items, SERVICE_COLUMNS, out)
-
-
-def service_inspect(client: MasterClient, args: argparse.Namespace, out: TextIO) -> None:
-    emit_json(client.inspect(SERVICES, args.tenant, args.name), out)
-
-
-def _crud(commands: Commands, noun: str, help_: str, handlers: dict[str, Any]) -> Any:
-    """The object ``noun`` with rm, inspect and ls; returns its create's parser."""
-    subs = commands.obj(noun, help_)
-    for verb_name, aliases, what in (
-        ("rm", ["delete"], f"delete a {noun}"),
-        ("inspect", [], f"{noun} config and oper state"),
-    ):
-        p = commands.verb(subs, verb_name, handlers[verb_name], what, aliases)
-        tenant_option(p)
-        p.add_argument("name", type=name)
-    p = commands.verb(subs, "ls", handlers["ls"], f"list {noun}s", ["list"])
-    tenant_option(p)
-    p.add_argument("-a", "--all", action="store_true", help=f"list {noun}s of all tenants")
-    p = commands.verb(subs, "create", handlers["create"], f"create or change a {noun}")
-    tenant_option(p)
-    return p
-
-
 def add_service_commands(commands: Commands) -> None:
     """`netctl netprofile ...` and `netctl service ...`."""
-    handlers = {
-        "create": profile_create,
-        "rm": profile_rm,
-        "ls": profile_ls,
-        "inspect": profile_inspect,
-    }
-    p = _crud(commands, "netprofile", "bandwidth and DSCP profiles of endpoint groups", handlers)
+    _, p = commands.kind(
+        "netprofile",
+        NETPROFILES,
+        "bandwidth and DSCP profiles of endpoint groups",
+        PROFILE_COLUMNS,
+        profile_create,
+        create_help="create or change a netprofile",
+    )
     p.add_argument(
         "-b", "--bandwidth", default="", metavar="RATE", help="e.g. 10mbps (empty: unlimited)"
     )
@@ -130,14 +87,13 @@ def add_service_commands(commands: Commands) -> None:
     p.add_argument("-d", "--dscp", type=int, default=0, metavar="DSCP", help="0-63 (0: no mark)")
     p.add_argument("name", type=name)
 
-    handlers = {
-        "create": service_create,
-        "rm": service_rm,
-        "ls": service_ls,
-        "inspect": service_inspect,
-    }
-    p = _crud(
-        commands, "service", "service load balancers (VIPs over labelled containers)", handlers
+    _, p = commands.kind(
+        "service",
+        SERVICES,
+        "service load balancers (VIPs over labelled containers)",
+        SERVICE_COLUMNS,
+        service_create,
+        create_help="create or change a service",
     )
     p.add_argument("-s", "--network", required=True, type=name, metavar="NETWORK", help="network")
     p.add_argument(
