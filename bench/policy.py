@@ -141,7 +141,7 @@ def compile_costs(endpoints: int = 500, rules: int = 100, runs: int = 10) -> dic
     model.replace(state)
     net = state.networks[3]
     new = EndpointState(
-        "new", net.id, "02:42:0b:00:00:01", "10.3.250.250", state.groups[3].id, ofport=90_000
+        "new", net.id, "02:42:0b:00:00:01", "10.3.250.250", group=state.groups[3].id, ofport=90_000
     )
     extra = RuleState("in", 50, "deny", peer_tag=2, protocol=6, port=65000)
     ep_flows, ep_s, rule_flows, rule_s = [], [], [], []
