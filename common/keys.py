@@ -17,6 +17,7 @@ TAGS = ROOT + "tags/"  # tags/<vlan|vxlan>/<tag>
 HOSTS = ROOT + "hosts/"
 POLICIES = ROOT + "policies/"  # policies/<tenant>/<policy>
 RULES = ROOT + "rules/"  # rules/<tenant>/<policy>/<rule id>
+TENANT_TAGS = ROOT + "tenanttags/"  # tenanttags/<tag> -> the tenant's name
 GROUP_TAGS = ROOT + "grouptags/"  # grouptags/<tag> -> the group's id (TENANT:NAME)
 NETPROFILES = ROOT + "netprofiles/"  # netprofiles/<tenant>/<profile>
 SERVICES = ROOT + "services/"  # services/<tenant>/<service>
@@ -89,6 +90,11 @@ def bgp(hostname: str) -> str:
 def service_tag(value: int) -> str:
     """A service's tag (1..2**27-1): the datapath's select groups of its ports are named by it."""
     return f"{SERVICE_TAGS}{value}"
+
+
+def tenant_tag(value: int) -> str:
+    """A tenant's tag (1..2**14-1, its VRF's number in routing mode)."""
+    return f"{TENANT_TAGS}{value}"
 
 
 def group_tag(value: int) -> str:

@@ -8,7 +8,8 @@ reads every record an earlier version wrote.
 | key (common.keys)          | record                                        |
 |----------------------------|-----------------------------------------------|
 | GLOBAL                     | ConfigRecord of GlobalSettings                |
-| tenant(name)               | ConfigRecord of Tenant                        |
+| tenant(name)               | TenantRecord (config + tag)                   |
+| tenant_tag(n)              | the owning tenant's name, bytes               |
 | network(tenant, name)      | NetworkRecord (config + tag and pools)        |
 | group(tenant, name)        | GroupRecord (config + tag)                    |
 | group_tag(n)               | the owning group's id (TENANT:NAME), bytes    |
@@ -144,8 +145,9 @@ def _problem(error: Any) -> str:
 
 
 class ConfigRecord(_Record, Generic[C]):
-    """A tenant, policy, rule or the global settings: only its configuration is stored.
-    (An endpoint group's GroupRecord has the same "config", so this reads its config too.)"""
+    """A policy, rule, netprofile, Bgp object or the global settings: only its configuration
+    is stored. (A tenant's TenantRecord and an endpoint group's GroupRecord have the same
+    "config", so this reads their configs too, as it reads what earlier versions wrote.)"""
 
     config: C
 
@@ -162,6 +164,19 @@ def encode_config(
 
 def decode_config(model: type[C], value: bytes) -> C:
     return ConfigRecord.decode(model, value).config
+
+
+class TenantRecord(_Record):
+    """A tenant: its configuration, plus the tag the control plane gave it (its VRF's number
+    in routing mode; 0 = none yet, a tenant stored before tenants had tags, as
+    ``{"config": ...}``). ``decode_config(Tenant, ...)`` reads the config of it."""
+
+    config: Tenant
+    tag: int = Field(0, ge=0, strict=True)
+
+    @property
+    def id(self) -> str:
+        return self.config.id
 
 
 class GroupRecord(_Record):

@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 from common import keys
-from common.models import Tenant
-from common.records import HostRecord, NetworkRecord, decode_config
+from common.records import HostRecord, NetworkRecord, TenantRecord
 from plugin.cli import parser as plugin_parser
 from plugin.daemon import open_cluster_store
 from store.base import Store
@@ -111,7 +110,7 @@ def test_master_serves_from_a_tls_etcd(tls_etcd: EtcdServer, pki: Pki, tmp_path:
     # The records are in etcd, read back over TLS by a client of our own.
     with tls_store(tls_etcd, pki) as s:
         tenant = s.get(keys.tenant("tlsblue"))
-        assert tenant is not None and decode_config(Tenant, tenant.value).tenantName == "tlsblue"
+        assert tenant is not None and TenantRecord.decode(tenant.value).id == "tlsblue"
         net = s.get(keys.network("tlsblue", "web"))
         assert net is not None
         record = NetworkRecord.decode(net.value)

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from common import keys
-from common.models import GlobalSettings, Tenant
+from common.models import GlobalSettings
 from common.records import decode_config, encode_config
-from store import KV, Compare, Op, Put
+from store import KV, Put
 
 from .decisions.settings import TagUse, check_fwd_mode_change, check_tag_ranges, validate_global
-from .decisions.tenants import DEFAULT
 from .decisions.views import global_view
 from .txn import TxnStore, absent, network_id, none_under, retrying, unchanged, untouched_since
 
@@ -27,19 +26,14 @@ class Settings:
         self.backend = backend
 
     def ensure_defaults(self) -> None:
-        """Create the default tenant and the global settings if they are missing."""
+        """Create the global settings if they are missing (the default tenant, with its tag,
+        is the tenants family's: Tenants.ensure_default)."""
 
         def attempt() -> None:
-            ops: list[Op] = []
-            compares: list[Compare] = []
             if self.txn.get(keys.GLOBAL) is None:
-                compares.append(absent(keys.GLOBAL))
-                ops.append(Put(keys.GLOBAL, encode_config(GlobalSettings())))
-            if self.txn.get(keys.tenant(DEFAULT)) is None:
-                compares.append(absent(keys.tenant(DEFAULT)))
-                ops.append(Put(keys.tenant(DEFAULT), encode_config(Tenant(tenantName=DEFAULT))))
-            if ops:
-                self.txn.commit(compares, ops)
+                self.txn.commit(
+                    [absent(keys.GLOBAL)], [Put(keys.GLOBAL, encode_config(GlobalSettings()))]
+                )
 
         retrying("cluster defaults", attempt)
 

@@ -54,6 +54,8 @@ class ClusterState:
 
     def ensure_defaults(self) -> None:
         """Create the default tenant and the global settings if they are missing, and give
-        a tag to each group stored before groups had tags."""
+        a tag to each tenant and group stored before they had tags."""
         self.settings.ensure_defaults()
+        self.tenants.ensure_default()
+        self.tenants.tag_untagged()
         self.groups.tag_untagged()

@@ -1,15 +1,23 @@
-"""Tenants in the store."""
+"""Tenants in the store: each with its tag key (keys.tenant_tag), allocated when the tenant
+is made (in its create txn) and freed when it goes."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from common import keys
 from common.models import Tenant
-from common.records import decode_config, encode_config
-from store import KV, Delete, Put
+from common.records import TenantRecord
+from store import KV, Compare, Delete, Op, Put
 
-from .decisions.tenants import check_deletable, check_no_children
+from .decisions.tenants import (
+    DEFAULT,
+    MAX_TENANT_TAG,
+    check_deletable,
+    check_no_children,
+    choose_tenant_tag,
+)
 from .decisions.views import tenant_view
 from .errors import NotFound
 from .txn import TxnStore, absent, network_id, none_under, retrying, tail, unchanged
@@ -17,25 +25,34 @@ from .validate import check_name
 
 
 class Tenants:
-    def __init__(self, txn: TxnStore) -> None:
+    def __init__(self, txn: TxnStore, max_tag: int = MAX_TENANT_TAG) -> None:
         self.txn = txn
+        self.max_tag = max_tag
+
+    def records(self) -> list[TenantRecord]:
+        kvs, _ = self.txn.range(keys.TENANTS)
+        return [TenantRecord.decode(kv.value) for kv in kvs]
 
     def list(self) -> list[Tenant]:
-        kvs, _ = self.txn.range(keys.TENANTS)
-        return [decode_config(Tenant, kv.value) for kv in kvs]
+        return [rec.config for rec in self.records()]
 
-    def get(self, name: str) -> Tenant:
+    def record(self, name: str) -> tuple[TenantRecord, KV]:
         kv = self.txn.get(keys.tenant(name))
         if kv is None:
             raise NotFound(f"tenant {name}")
-        return decode_config(Tenant, kv.value)
+        return TenantRecord.decode(kv.value), kv
+
+    def get(self, name: str) -> Tenant:
+        return self.record(name)[0].config
 
     def inspect(self, name: str) -> dict[str, Any]:
-        tenant = self.get(name)
+        rec, _ = self.record(name)
         nets, _ = self.txn.range(keys.networks_of(name))
         groups, _ = self.txn.range(keys.groups_of(name))
         eps, _ = self.txn.range(keys.ENDPOINTS + name + "/")
-        return tenant_view(tenant, [tail(k) for k in nets], [tail(k) for k in groups], len(eps))
+        return tenant_view(
+            rec.config, [tail(k) for k in nets], [tail(k) for k in groups], len(eps), rec.tag
+        )
 
     def require(self, name: str) -> KV:
         """The tenant's entry, for an object created in it to compare."""
@@ -45,25 +62,65 @@ class Tenants:
         return kv
 
     def put(self, tenant: Tenant) -> Tenant:
+        """Create a tenant (with a tag, in the same txn) or update one (it keeps its tag)."""
         check_name("tenant", tenant.tenantName)
         key = keys.tenant(tenant.tenantName)
 
         def attempt() -> Tenant:
             kv = self.txn.get(key)
-            value = encode_config(tenant)
+            compares: list[Compare] = [unchanged(kv) if kv else absent(key)]
+            ops: list[Op] = []
+            tag = TenantRecord.decode(kv.value).tag if kv else 0
+            if not tag:  # a new tenant, or one stored before tenants had tags
+                tag = self._free_tag(tenant.tenantName)
+                compares.append(absent(keys.tenant_tag(tag)))
+                ops.append(Put(keys.tenant_tag(tag), tenant.tenantName.encode()))
+            value = TenantRecord(config=tenant, tag=tag).encode()
             if kv is None or kv.value != value:
-                self.txn.commit([unchanged(kv) if kv else absent(key)], [Put(key, value)])
+                self.txn.commit(compares, [*ops, Put(key, value)])
             return tenant
 
         return retrying(f"tenant {tenant.tenantName}", attempt)
+
+    def ensure_default(self) -> None:
+        """Create the default tenant (with its tag) if it is missing."""
+        if self.txn.get(keys.tenant(DEFAULT)) is None:
+            self.put(Tenant(tenantName=DEFAULT))
+
+    def _free_tag(self, name: str) -> int:
+        used, _ = self.txn.range(keys.TENANT_TAGS)
+        tags = {int(t) for kv in used if (t := tail(kv)).isdigit()}
+        return choose_tenant_tag(name, tags, self.max_tag)
+
+    def tag_untagged(self) -> int:
+        """Give a tag to every tenant stored before tenants had tags, one txn each (the master
+        does this at start); returns how many it tagged."""
+        kvs, _ = self.txn.range(keys.TENANTS)
+        untagged = [kv.key for kv in kvs if not TenantRecord.decode(kv.value).tag]
+        return sum(retrying(f"tenant {key}", partial(self._tag, key)) for key in untagged)
+
+    def _tag(self, key: str) -> bool:
+        old = self.txn.get(key)
+        if old is None:
+            return False
+        rec = TenantRecord.decode(old.value)
+        if rec.tag:
+            return False
+        tag = self._free_tag(rec.id)
+        self.txn.commit(
+            [unchanged(old), absent(keys.tenant_tag(tag))],
+            [
+                Put(keys.tenant_tag(tag), rec.id.encode()),
+                Put(key, TenantRecord(config=rec.config, tag=tag).encode()),
+            ],
+        )
+        return True
 
     def delete(self, name: str) -> None:
         check_deletable(name)
 
         def attempt() -> None:
-            kv = self.txn.get(keys.tenant(name))
-            if kv is None:
-                raise NotFound(f"tenant {name}")
+            rec, kv = self.record(name)
             nets, _ = self.txn.range(keys.networks_of(name))
             groups, _ = self.txn.range(keys.groups_of(name))
             policies, _ = self.txn.range(keys.policies_of(name))
@@ -77,6 +134,9 @@ class Tenants:
                 [tail(k) for k in profiles],
                 [tail(k) for k in services],
             )
+            ops: list[Op] = [Delete(kv.key)]
+            if rec.tag:
+                ops.append(Delete(keys.tenant_tag(rec.tag)))
             self.txn.commit(
                 [
                     unchanged(kv),
@@ -86,7 +146,7 @@ class Tenants:
                     none_under(keys.netprofiles_of(name)),
                     none_under(keys.services_of(name)),
                 ],
-                [Delete(keys.tenant(name))],
+                ops,
             )
 
         retrying(f"tenant {name}", attempt)

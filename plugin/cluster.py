@@ -1,5 +1,6 @@
 """This host in the cluster: its registration under a lease, and a live read of the cluster
-state it needs (hosts, VTEPs, networks, endpoints, global settings), kept by watches.
+state it needs (hosts, VTEPs, tenants, networks, endpoints, global settings, ...), kept by
+watches.
 
 Every read is a mirror of one key prefix: a range at some revision, then a watch from the
 next one. The store's watch rides out backend outages and resumes where it stopped, so no
@@ -23,6 +24,7 @@ from common.records import (
     HostRecord,
     NetworkRecord,
     ServiceRecord,
+    TenantRecord,
     decode,
     decode_config,
     decode_endpoint,
@@ -199,6 +201,8 @@ class ClusterView:
         self.networks = PrefixMirror(store, keys.NETWORKS, on_change, NetworkRecord.decode)
         self.endpoints = PrefixMirror(store, keys.ENDPOINTS, on_change, decode_endpoint)
         self.globals = PrefixMirror(store, keys.GLOBAL, on_change, decode_global)
+        # Tenants with their tags (a tenant's VRF in routing mode).
+        self.tenants = PrefixMirror(store, keys.TENANTS, on_change, TenantRecord.decode)
         # Policy: groups (with their tags) and the rules of every policy.
         self.groups = PrefixMirror(store, keys.GROUPS, on_change, GroupRecord.decode)
         self.rules = PrefixMirror(store, keys.RULES, on_change, decode_rule)
@@ -224,6 +228,11 @@ class ClusterView:
     def wait_synced(self, timeout: float | None = None) -> bool:
         """True once every mirror has read its prefix once."""
         return all(m.synced.wait(timeout) for m in self._mirrors)
+
+    def tenant_tags(self) -> dict[str, int]:
+        """Tenant name -> its tag, for the tenants that have one (a tenant stored before
+        tenants had tags has none until the master gives it one)."""
+        return {r.id: r.tag for r in self.tenants.values().values() if r.tag}
 
     def arp_mode(self) -> str:
         settings = self.globals.values().get("")

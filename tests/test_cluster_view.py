@@ -7,8 +7,14 @@ import threading
 from pathlib import Path
 
 from common import keys
-from common.models import Endpoint, GlobalSettings
-from common.records import HostRecord, decode_endpoint, encode_config, encode_endpoint
+from common.models import Endpoint, GlobalSettings, Tenant
+from common.records import (
+    HostRecord,
+    TenantRecord,
+    decode_endpoint,
+    encode_config,
+    encode_endpoint,
+)
 from datapath.pipeline import EndpointState
 from plugin.cluster import ClusterView, HostRegistration, PrefixMirror, peers, remote_endpoints
 from store.embedded import EmbeddedStore
@@ -130,5 +136,26 @@ def test_cluster_view_reads_the_arp_mode_from_the_global_settings(tmp_path: Path
                 5,
                 "the global settings mirrored",
             )
+        finally:
+            view.stop()
+
+
+def test_cluster_view_mirrors_tenants_with_their_tags(tmp_path: Path) -> None:
+    with EmbeddedStore(str(tmp_path / "state.db")) as store:
+        blue = TenantRecord(config=Tenant(tenantName="blue"), tag=2)
+        store.put(keys.tenant("blue"), blue.encode())
+        # As an earlier master stored it: no tag yet (the master gives it one at start).
+        store.put(keys.tenant("old"), encode_config(Tenant(tenantName="old")))
+        view = ClusterView(store, lambda: None).start()
+        try:
+            assert view.wait_synced(5)
+            assert view.tenants.get("blue") == blue
+            assert view.tenant_tags() == {"blue": 2}
+            store.put(
+                keys.tenant("old"), TenantRecord(config=Tenant(tenantName="old"), tag=3).encode()
+            )
+            wait_for(lambda: view.tenant_tags() == {"blue": 2, "old": 3}, 5, "old's tag mirrored")
+            store.delete(keys.tenant("blue"))
+            wait_for(lambda: view.tenant_tags() == {"old": 3}, 5, "blue gone")
         finally:
             view.stop()

@@ -18,6 +18,7 @@ from common.models import (
     Policy,
     PoolRequest,
     Rule,
+    Tenant,
 )
 from master.decisions.consistency import Problem, check_state
 from master.state import ClusterState
@@ -345,3 +346,84 @@ def test_each_broken_policy_link_is_named(
 ) -> None:
     brk(pscan)
     assert [str(p) for p in check_state(pscan)] == sorted(expected)
+
+
+# --- tenants and their tags ---
+
+
+@pytest.fixture
+def tscan(state: ClusterState) -> dict[str, bytes]:
+    """The default tenant (tag 1) and tenant blue (tag 2)."""
+    state.tenants.put(Tenant(tenantName="blue"))
+    scan = {kv.key: kv.value for kv in state.store.range(keys.ROOT).kvs}
+    assert check_state(scan) == []
+    assert (scan[keys.tenant_tag(1)], scan[keys.tenant_tag(2)]) == (b"default", b"blue")
+    return scan
+
+
+def _tenant(scan: dict[str, bytes], name: str, **changes: object) -> None:
+    data = json.loads(scan[keys.tenant(name)])
+    for k, v in changes.items():
+        if k == "tag":
+            data["tag"] = v
+        else:
+            data["config"][k] = v
+    scan[keys.tenant(name)] = json.dumps(data).encode()
+
+
+D, BLUE = keys.tenant("default"), keys.tenant("blue")
+
+
+@pytest.mark.parametrize(
+    ("brk", "expected"),
+    [
+        (lambda s: s.pop(keys.tenant_tag(1)), [f"{D}: its tenant tag 1 is not held by it"]),
+        (
+            lambda s: _tenant(s, "blue", tag=1),  # two tenants, one tag
+            [
+                f"{BLUE}: its tenant tag 1 is not held by it",
+                f"{keys.tenant_tag(2)}: held by tenant blue, whose tag is 1",
+            ],
+        ),
+        (
+            lambda s: s.__setitem__(keys.tenant_tag(9), b"gone"),
+            [f"{keys.tenant_tag(9)}: held by tenant gone, which does not exist"],
+        ),
+        (
+            lambda s: s.__setitem__(keys.TENANT_TAGS + "0", b"blue"),
+            [f"{keys.TENANT_TAGS}0: '0' is not a tenant tag"],
+        ),
+        (
+            lambda s: s.__setitem__(keys.TENANT_TAGS + str(2**14), b"blue"),
+            [f"{keys.TENANT_TAGS}{2**14}: '{2**14}' is not a tenant tag"],
+        ),
+        (
+            # as an earlier master wrote it: no tag
+            lambda s: s.__setitem__(BLUE, b'{"config":{"tenantName":"blue"}}'),
+            [
+                f"{BLUE}: has no tenant tag (the master gives it one when it starts)",
+                f"{keys.tenant_tag(2)}: held by tenant blue, whose tag is 0",
+            ],
+        ),
+        (
+            lambda s: _tenant(s, "blue", tenantName="red"),
+            [
+                f"{BLUE}: holds tenant red, whose key is another",
+                f"{BLUE}: its tenant tag 2 is not held by it",
+                f"{keys.tenant_tag(2)}: held by tenant blue, which does not exist",
+            ],
+        ),
+        (
+            lambda s: s.__setitem__(BLUE, b"[]"),
+            [
+                f"{BLUE}: does not decode: tenant record: not a JSON object",
+                f"{keys.tenant_tag(2)}: held by tenant blue, which does not exist",
+            ],
+        ),
+    ],
+)
+def test_each_broken_tenant_tag_link_is_named(
+    tscan: dict[str, bytes], brk: Any, expected: list[str]
+) -> None:
+    brk(tscan)
+    assert [str(p) for p in check_state(tscan)] == sorted(expected)

@@ -54,9 +54,10 @@ def test_global_view() -> None:
 
 
 def test_tenant_view() -> None:
-    view = tenant_view(Tenant(tenantName="blue"), ["web"], ["front", "back"], 4)
+    view = tenant_view(Tenant(tenantName="blue"), ["web"], ["front", "back"], 4, 3)
     assert view["Config"]["tenantName"] == "blue"
     assert view["Oper"] == {
+        "tenantTag": 3,
         "networks": ["web"],
         "endpointGroups": ["front", "back"],
         "numNetworks": 1,

@@ -140,8 +140,10 @@ def holder(master: RealMaster, pool_id: str, address: str) -> str:
 
 
 def leftovers(master: RealMaster) -> list[str]:
-    """Keys beyond the defaults a fresh master starts with (global settings, tenants)."""
-    return [k for k in master.snapshot() if not k.startswith((keys.GLOBAL, keys.TENANTS))]
+    """Keys beyond the defaults a fresh master starts with (global settings, tenants and
+    their tags)."""
+    defaults = (keys.GLOBAL, keys.TENANTS, keys.TENANT_TAGS)
+    return [k for k in master.snapshot() if not k.startswith(defaults)]
 
 
 # --- the whole life of a network ---

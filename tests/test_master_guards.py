@@ -17,6 +17,7 @@ from common.models import (
     Rule,
     Tenant,
 )
+from common.records import encode_config
 from master.decisions.consistency import check_state
 from master.errors import Conflict, NotFound
 from master.state import ClusterState
@@ -289,6 +290,41 @@ def test_two_groups_made_at_once_get_different_tags(state: ClusterState) -> None
         for t, g in (("default", "a"), ("blue", "b"))
     }
     assert tags == {"blue": 1, "default": 2}  # a chose 1 too, lost the race, and chose again
+    holds_together(state)
+
+
+def test_two_tenants_made_at_once_get_different_tags(state: ClusterState) -> None:
+    # Each create compares its tag key absent: blue slips in with tag 2, red chose 2 too,
+    # loses the race, and chooses again.
+    before_commit_of(
+        state, keys.tenant("red"), lambda: state.tenants.put(Tenant(tenantName="blue"))
+    )
+    state.tenants.put(Tenant(tenantName="red"))
+    tags = {t: state.tenants.inspect(t)["Oper"]["tenantTag"] for t in ("default", "blue", "red")}
+    assert tags == {"default": 1, "blue": 2, "red": 3}
+    assert state.store.get(keys.tenant_tag(3)).value == b"red"  # type: ignore[union-attr]
+    holds_together(state)
+
+
+def test_a_tenant_tag_is_not_given_twice_by_a_backfill_and_a_create(state: ClusterState) -> None:
+    # A tenant an earlier master stored without a tag is tagged at start while another
+    # master creates a tenant: both chose tag 2, one compare fails, the other chooses again.
+    state.store.put(keys.tenant("old"), encode_config(Tenant(tenantName="old")))
+    before_commit_of(
+        state, keys.tenant("old"), lambda: state.tenants.put(Tenant(tenantName="blue"))
+    )
+    assert state.tenants.tag_untagged() == 1
+    tags = {t: state.tenants.inspect(t)["Oper"]["tenantTag"] for t in ("blue", "old")}
+    assert tags == {"blue": 2, "old": 3}
+    holds_together(state)
+
+
+def test_a_tenant_deleted_meanwhile_frees_its_tag_once(state: ClusterState) -> None:
+    state.tenants.put(Tenant(tenantName="blue"))
+    before_commit_of(state, keys.tenant("blue"), lambda: state.tenants.delete("blue"))
+    with pytest.raises(NotFound, match="tenant blue: not found"):
+        state.tenants.delete("blue")  # its retry finds it gone
+    assert state.store.get(keys.tenant_tag(2)) is None
     holds_together(state)
 
 

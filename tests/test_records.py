@@ -29,6 +29,7 @@ from common.records import (
     PoolRecord,
     RecordError,
     ServiceRecord,
+    TenantRecord,
     decode_config,
     decode_endpoint,
     encode,
@@ -102,6 +103,38 @@ def test_a_group_stored_before_tags_reads_with_tag_0() -> None:
     rec = GroupRecord.decode(legacy)
     assert (rec.tag, rec.config.policies, rec.config.tenantName) == (0, ["p"], "default")
     assert GroupRecord.decode(encode_config(rec.config)) == rec
+
+
+def test_tenant_record_round_trip_and_the_stored_layout() -> None:
+    t = Tenant(tenantName="blue", defaultNetwork="n")
+    rec = TenantRecord(config=t, tag=5)
+    assert json.loads(rec.encode()) == {"config": t.dump(), "tag": 5}
+    assert TenantRecord.decode(rec.encode()) == rec and rec.id == "blue"
+    # Every reader of a tenant's config reads it from a TenantRecord as from the old layout.
+    assert decode_config(Tenant, rec.encode()) == t
+
+
+def test_a_tenant_stored_before_tags_reads_with_tag_0() -> None:
+    legacy = encode_config(Tenant(tenantName="blue", defaultNetwork="n"))
+    assert legacy == b'{"config":{"defaultNetwork":"n","key":"blue","tenantName":"blue"}}'
+    rec = TenantRecord.decode(legacy)
+    assert (rec.tag, rec.id, rec.config.defaultNetwork) == (0, "blue", "n")
+    assert TenantRecord.decode(b'{"config":{"tenantName":"x"},"tag":null}').tag == 0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"[]",
+        b'{"config":{}}',
+        b'{"config":{"tenantName":"t"},"tag":-1}',
+        b'{"config":{"tenantName":"t"},"tag":"7"}',
+        b'{"config":{"tenantName":"t"},"tag":true}',
+    ],
+)
+def test_tenant_record_refuses_garbage(value: bytes) -> None:
+    with pytest.raises(ValueError):
+        TenantRecord.decode(value)
 
 
 @pytest.mark.parametrize(
@@ -191,6 +224,14 @@ SERVICE = (
         (
             ConfigRecord(config=Tenant(tenantName="blue", defaultNetwork="n")),
             b'{"config":{"defaultNetwork":"n","key":"blue","tenantName":"blue"}}',
+        ),
+        (
+            TenantRecord(config=Tenant(tenantName="blue"), tag=0),
+            b'{"config":{"defaultNetwork":"","key":"blue","tenantName":"blue"},"tag":0}',
+        ),
+        (
+            TenantRecord(config=Tenant(tenantName="blue", defaultNetwork="n"), tag=16383),
+            b'{"config":{"defaultNetwork":"n","key":"blue","tenantName":"blue"},"tag":16383}',
         ),
         (
             GroupRecord(
@@ -322,6 +363,8 @@ SC = b'"config":{"serviceName":"s","networkName":"n"}'
         (PoolRecord, b'{"cidr":"c","aliases":[1]}', "pool record: aliases.0"),
         (NetworkRecord, b'{"config":{"networkName":"n"},"pktTag":"x"}', "network record: pktTag"),
         (NetworkRecord, b"{}", "network record: no config"),
+        (TenantRecord, b'{"config":{"tenantName":"t"},"tag":"1"}', "tenant record: tag"),
+        (TenantRecord, b'{"tag":1}', "tenant record: no config"),
         (HostRecord, b"[]", "host record: not a JSON object"),
     ],
 )

@@ -20,6 +20,8 @@ It checks, for every record:
   address space (which would let one address be booked twice);
 - networks <-> pools and tags: a network's pools and tag exist and point back at it, and
   every pool, tag and allocation belongs to something that exists;
+- tenants <-> tags: a tenant has a tag, its tag key points back at it, and no tag is held
+  twice or by a tenant that does not exist;
 - groups <-> tags: a group's network exists, its tag key points back at it, and no tag is
   held twice or by a group that does not exist;
 - policies and rules: every policy a group attaches exists, and every rule's policy and
@@ -47,12 +49,14 @@ from common.records import (
     PoolRecord,
     RecordError,
     ServiceRecord,
+    TenantRecord,
     decode_config,
     decode_endpoint,
 )
 
 from .endpoints import addresses_of
 from .pools import TWIN
+from .tenants import MAX_TENANT_TAG
 
 R = TypeVar("R")
 
@@ -101,6 +105,7 @@ def check_state(kvs: Mapping[str, bytes]) -> list[Problem]:
     allocs = _allocations(c, pools, endpoints, services)
     _owner_records(c, allocs)
     _tags(c, networks)
+    _tenants(c)
     groups = _groups(c, networks)
     _policies(c, groups, networks)
     _netprofiles(c, groups)
@@ -322,6 +327,31 @@ def _tags(c: _Check, networks: Mapping[str, tuple[str, NetworkRecord]]) -> None:
     for nkey, net in networks.values():
         if c.kvs.get(keys.tag(net.encap, net.pkt_tag)) != net.id.encode():
             c.bad(nkey, f"its tag {net.encap} {net.pkt_tag} is not held by it")
+
+
+def _tenants(c: _Check) -> None:
+    """Each tenant's tag is held by it, and each tenant tag by the tenant that has it."""
+    found: dict[str, TenantRecord] = {}
+    for key, _, value in _under(c.kvs, keys.TENANTS):
+        rec = c.decoded(key, value, TenantRecord.decode)
+        if rec is None:
+            continue
+        if key != keys.tenant(rec.id):
+            c.bad(key, f"holds tenant {rec.id}, whose key is another")
+        found[rec.id] = rec
+        if not rec.tag:
+            c.bad(key, "has no tenant tag (the master gives it one when it starts)")
+        elif c.kvs.get(keys.tenant_tag(rec.tag)) != rec.id.encode():
+            c.bad(key, f"its tenant tag {rec.tag} is not held by it")
+    for key, tag, value in _under(c.kvs, keys.TENANT_TAGS):
+        holder = value.decode(errors="replace")
+        rec = found.get(holder)
+        if not tag.isdigit() or not 1 <= int(tag) <= MAX_TENANT_TAG or str(int(tag)) != tag:
+            c.bad(key, f"{tag!r} is not a tenant tag")
+        elif rec is None:
+            c.bad(key, f"held by tenant {holder}, which does not exist")
+        elif rec.tag != int(tag):
+            c.bad(key, f"held by tenant {holder}, whose tag is {rec.tag}")
 
 
 def _groups(c: _Check, networks: Mapping[str, tuple[str, NetworkRecord]]) -> dict[str, GroupRecord]:

@@ -60,12 +60,14 @@ def global_view(
 
 
 def tenant_view(
-    tenant: Tenant, networks: Sequence[str], groups: Sequence[str], endpoints: int
+    tenant: Tenant, networks: Sequence[str], groups: Sequence[str], endpoints: int, tag: int = 0
 ) -> dict[str, Any]:
-    """``networks`` and ``groups``: the names of the tenant's networks and groups."""
+    """``networks`` and ``groups``: the names of the tenant's networks and groups; ``tag``:
+    the tenant's tag (its VRF's number in routing mode; 0: none yet)."""
     return {
         "Config": tenant.dump(),
         "Oper": {
+            "tenantTag": tag,
             "networks": list(networks),
             "endpointGroups": list(groups),
             "numNetworks": len(networks),
