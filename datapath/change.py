@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from datapath.desired import ArpMode, EndpointState, NetworkState
+from datapath.desired import ArpMode, EndpointState, FwdMode, NetworkState
 from datapath.policy import GroupState
 from datapath.services import ServiceState
 
@@ -39,6 +39,7 @@ class Change:
     arp_mode: ArpMode | None = None
     groups: Mapping[str, GroupState | None] = field(default_factory=dict)
     services: Mapping[str, ServiceState | None] = field(default_factory=dict)
+    fwd_mode: FwdMode | None = None  # None: left as it is
 
 
 class Journal:

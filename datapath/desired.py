@@ -17,13 +17,22 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from datapath.flows import CT_ZONE_MAX, OFPP_MAX, canonical_value
-from datapath.local import EndpointState, NetworkState
+from datapath.local import EndpointState, NetworkState, vrf_segment
 from datapath.policy import GroupState, RuleState, check_group
 from datapath.ports import PublishedPort
 from datapath.qos import QosState
 from datapath.services import ProviderState, ServicePortState, ServiceState, check_service
 
 ArpMode = Literal["proxy", "flood"]
+FwdMode = Literal["bridge", "routing"]
+
+# Routing mode's conntrack zones: one per VRF, VRF_ZONE_BASE | its tag, so a tag is at most
+# VRF_TAG_MAX. Zones 0x4000-0x7fff (and their hairpin zones, | 0x8000) are never an
+# ofport-based zone of bridge mode unless a gateway port's ofport reaches 0x4000 (16384
+# ports on one bridge); and a bridge is in one mode at a time (fwdMode changes only while
+# no network exists), so its zones never meet the other mode's flows.
+VRF_ZONE_BASE = 0x4000
+VRF_TAG_MAX = 0x3FFF
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,7 @@ class DesiredState:
     arp_mode: ArpMode = "proxy"
     groups: list[GroupState] = field(default_factory=list)  # of the networks above
     services: list[ServiceState] = field(default_factory=list)  # of the networks above
+    fwd_mode: FwdMode = "bridge"  # routing: a tenant's networks are routed in its VRF
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form."""
@@ -63,6 +73,7 @@ class DesiredState:
             arp_mode=data.get("arp_mode", "proxy"),
             groups=[_group_from_dict(g) for g in data.get("groups", [])],
             services=[_service_from_dict(s) for s in data.get("services", [])],
+            fwd_mode=data.get("fwd_mode", "bridge"),
         )
 
 
@@ -102,6 +113,7 @@ class SegmentPort:
     is_gateway: bool
     owner: str
     group: str = ""  # an endpoint's group
+    network: str = ""  # its network's ID
 
 
 @dataclass(frozen=True)
@@ -132,6 +144,7 @@ class ValidState:
     arp_mode: ArpMode
     groups: dict[str, GroupState]
     services: dict[str, ServiceState] = field(default_factory=dict)
+    fwd_mode: FwdMode = "bridge"
 
     def ports_of(self, segment: int) -> list[SegmentPort]:
         """The local ports of one segment, by ofport."""
@@ -240,14 +253,27 @@ class Claims:
             raise ValueError(conflict_message(key, first, second))
 
 
-def check_network(net: NetworkState) -> None:
-    """Refuse a network that is wrong by itself."""
+def check_network(net: NetworkState, mode: FwdMode = "bridge") -> None:
+    """Refuse a network that is wrong by itself (in ``mode``)."""
     if net.encap not in ("vxlan", "vlan"):
         raise ValueError(f"network {net.id}: encap {net.encap!r} is neither vxlan nor vlan")
     if net.vni is not None and not 0 < net.vni < 1 << 24:
         raise ValueError(f"network {net.id}: VNI {net.vni} is out of 1-16777215")
     if net.vlan is not None and not 0 < net.vlan < 4095:
         raise ValueError(f"network {net.id}: VLAN {net.vlan} is out of 1-4094")
+    if not isinstance(net.vrf, int) or not 0 <= net.vrf <= VRF_TAG_MAX:
+        raise ValueError(f"network {net.id}: VRF tag {net.vrf!r} is out of 0-{VRF_TAG_MAX}")
+    if mode == "routing":
+        if not net.vrf:
+            raise ValueError(
+                f"network {net.id}: routing mode needs its tenant's VRF tag, and it has none"
+            )
+        for subnet in (net.subnet, net.ipv6_subnet):
+            try:
+                ipaddress.ip_network(subnet or "::/0", strict=False)
+            except ValueError:
+                raise ValueError(f"network {net.id}: subnet {subnet!r} is not a CIDR") from None
+        return  # its zone is its VRF's, not its gateway port
     if net.gateway_ofport is not None and net.gateway_ofport > CT_ZONE_MAX:
         raise ValueError(
             f"network {net.id}: gateway port {net.gateway_ofport} is its conntrack zone, "
@@ -255,14 +281,21 @@ def check_network(net: NetworkState) -> None:
         )
 
 
-def ct_zone(net: NetworkState) -> int | None:
-    """The network's conntrack zone on this host: its gateway port's ofport (unique on the
-    bridge, kept while the port lives). None: the network is not tracked (no gateway port),
-    so its traffic meets no policy."""
+def ct_zone(net: NetworkState, mode: FwdMode = "bridge") -> int | None:
+    """The network's conntrack zone on this host: in bridge mode its gateway port's ofport
+    (unique on the bridge, kept while the port lives; None: the network is not tracked (no
+    gateway port), so its traffic meets no policy); in routing mode its VRF's, always."""
+    if mode == "routing":
+        return VRF_ZONE_BASE | net.vrf
     return net.gateway_ofport
 
 
-def gateway_port(net: NetworkState) -> SegmentPort | None:
+def segment_of(net: NetworkState, mode: FwdMode = "bridge") -> int:
+    """The segment classify writes for the network: its own, or in routing mode its VRF's."""
+    return vrf_segment(net.vrf) if mode == "routing" else net.segment
+
+
+def gateway_port(net: NetworkState, segment: int | None = None) -> SegmentPort | None:
     """The network's host-side gateway port, if it has one."""
     if net.gateway_ofport is None:
         return None
@@ -270,16 +303,17 @@ def gateway_port(net: NetworkState) -> SegmentPort | None:
     _check_ofport(owner, net.gateway_ofport)
     return SegmentPort(
         net.gateway_ofport,
-        net.segment,
+        net.segment if segment is None else segment,
         _unicast_mac(owner, net.gateway_mac),
         _address(owner, net.gateway, 4),
         None,
         True,
         owner,
+        network=net.id,
     )
 
 
-def endpoint_port(ep: EndpointState, net: NetworkState) -> SegmentPort:
+def endpoint_port(ep: EndpointState, net: NetworkState, segment: int | None = None) -> SegmentPort:
     """A local endpoint's port in its network's segment."""
     owner = f"endpoint {ep.id}"
     _check_ofport(owner, ep.ofport)
@@ -288,13 +322,14 @@ def endpoint_port(ep: EndpointState, net: NetworkState) -> SegmentPort:
         raise ValueError(f"{owner}: a MAC address is required")
     return SegmentPort(
         ep.ofport,
-        net.segment,
+        net.segment if segment is None else segment,
         mac,
         _address(owner, ep.ipv4, 4),
         _address(owner, ep.ipv6, 6),
         False,
         owner,
         ep.group,
+        net.id,
     )
 
 
@@ -305,23 +340,36 @@ def remote_owner(rep: EndpointState) -> str:
     return f"endpoint {rep.id} on host {rep.host}"
 
 
-def remote_port(rep: EndpointState, net: NetworkState) -> tuple[RemotePort, list[Claim]]:
-    """Another host's endpoint of a local network, and the addresses it claims there."""
+def remote_port(
+    rep: EndpointState, net: NetworkState, segment: int | None = None
+) -> tuple[RemotePort, list[Claim]]:
+    """Another host's endpoint of a local network, and the addresses it claims there (in
+    ``segment``: its network's, or in routing mode its VRF's)."""
     owner = remote_owner(rep)
     mac = _unicast_mac(owner, rep.mac)
     if mac is None:
         raise ValueError(f"{owner}: a MAC address is required")
     ipv4 = _address(owner, rep.ipv4, 4)
     ipv6 = _address(owner, rep.ipv6, 6)
-    claims = [(("MAC", net.segment, mac), owner)]
-    claims += [(("IP", net.segment, ip), owner) for ip in (ipv4, ipv6) if ip is not None]
+    segment = net.segment if segment is None else segment
+    claims = [(("MAC", segment, mac), owner)]
+    claims += [(("IP", segment, ip), owner) for ip in (ipv4, ipv6) if ip is not None]
     return RemotePort(net, rep.host, mac, ipv4, owner, ipv6, rep.group), claims
 
 
-def network_claims(net: NetworkState, gateway: SegmentPort | None) -> list[Claim]:
-    """Its ID and tag (its segment follows from the tag), and its gateway port's."""
+def network_claims(
+    net: NetworkState, gateway: SegmentPort | None, mode: FwdMode = "bridge"
+) -> list[Claim]:
+    """Its ID and tag (its segment follows from the tag), and its gateway port's; in routing
+    mode its subnets in its VRF (no two networks of one tenant share one)."""
     owner = f"network {net.id}"
     claims = [(("network", net.id), owner)]
+    if mode == "routing":
+        claims += [
+            (("subnet", vrf_segment(net.vrf), str(ipaddress.ip_network(s, strict=False))), owner)
+            for s in (net.subnet, net.ipv6_subnet)
+            if s
+        ]
     if net.vni is not None:
         claims.append((("vni", net.vni), owner))
     if net.vlan is not None:
@@ -385,10 +433,13 @@ def validate(state: DesiredState) -> ValidState:
     claims = Claims()
     networks: dict[str, NetworkState] = {}
     ports: list[SegmentPort] = []
+    mode = state.fwd_mode
+    if mode not in ("bridge", "routing"):
+        raise ValueError(f"forwarding mode {mode!r} is neither bridge nor routing")
     for net in state.networks:
-        check_network(net)
-        gateway = gateway_port(net)
-        claims.add(network_claims(net, gateway))
+        check_network(net, mode)
+        gateway = gateway_port(net, segment_of(net, mode))
+        claims.add(network_claims(net, gateway, mode))
         networks.setdefault(net.id, net)
         if gateway is not None:
             ports.append(gateway)
@@ -402,7 +453,7 @@ def validate(state: DesiredState) -> ValidState:
         net = networks.get(ep.network_id)
         if net is None:
             raise ValueError(f"endpoint {ep.id}: network {ep.network_id} is unknown")
-        port = endpoint_port(ep, net)
+        port = endpoint_port(ep, net, segment_of(net, mode))
         claims.add(endpoint_claims(ep.id, port.owner))
         claims.add(port_claims(port))
         ports.append(port)
@@ -413,7 +464,7 @@ def validate(state: DesiredState) -> ValidState:
         net = networks.get(rep.network_id)
         if net is None:
             continue  # a network without local endpoints: nothing here talks to it
-        remote, addresses = remote_port(rep, net)
+        remote, addresses = remote_port(rep, net, segment_of(net, mode))
         claims.add(addresses)
         if reaches(net, rep.host, tunnels, state.uplink_port):
             remotes.append(remote)
@@ -437,4 +488,5 @@ def validate(state: DesiredState) -> ValidState:
         state.arp_mode,
         groups,
         services,
+        mode,
     )

@@ -12,6 +12,7 @@ dropped (as OVS reports it): reg0..reg15 are 32-bit fields like any other. Actio
     ("push_vlan", ethertype=0x8100)    ("pop_vlan",)
     ("move", src_field, dst_field, n_bits)   copy a whole field (copy-field, offsets 0)
     ("group", group_id)                the group's buckets act on copies of the packet
+    ("dec_ttl",)                       IPv4 TTL / IPv6 hop limit - 1 (routing mode)
     ("ct", commit, zone, table|None, nested)   conntrack; table: recirculate there (any
                                        table, backwards too) with ct_state set; see _ct
     ("write_metadata", value, mask)    ("goto", table)              always last, in this order

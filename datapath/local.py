@@ -12,6 +12,9 @@ from .hostnat import gateway_port_name
 from .ports import PublishedPort
 
 VLAN_SEGMENT_BASE = 1 << 24
+# Routing mode (issue 25): a tenant's networks share one segment, its VRF, above every VNI
+# and VLAN segment (datapath.routing).
+VRF_SEGMENT_BASE = 1 << 25
 VXLAN_OVERHEAD = 50  # outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8
 
 
@@ -30,6 +33,7 @@ class NetworkState:
     internal: bool = False
     encap: str = "vxlan"  # vxlan | vlan
     gateway_ofport: int | None = None  # None until its gateway port is on the bridge
+    vrf: int = 0  # its tenant's tag (routing mode's VRF); 0: none
 
     @property
     def segment(self) -> int:
@@ -69,6 +73,11 @@ class EndpointState:
     ofport: int = 0  # this host's: its bridge port (0 until it is plugged)
     host: str = ""  # another host's: that host
     port_mappings: tuple[PublishedPort, ...] = ()  # this host's: its published ports
+
+
+def vrf_segment(tag: int) -> int:
+    """The segment of a tenant's VRF in routing mode: its networks meet in it."""
+    return VRF_SEGMENT_BASE | tag
 
 
 def gateway_mac(segment: int) -> str:

@@ -109,6 +109,8 @@ def _ofp_action(action: Action) -> Any:
         return parser.OFPActionCopyField(n_bits=action[3], oxm_ids=[action[1], action[2]])
     if kind == "group":
         return parser.OFPActionGroup(action[1])
+    if kind == "dec_ttl":
+        return parser.OFPActionDecNwTtl()
     if kind == "ct":
         return _ofp_ct(action)
     raise ValueError(f"action {action!r} cannot be sent to a switch")
@@ -253,6 +255,8 @@ def _from_ofp_action(action: Any) -> Action:
         return ("move", src, dst, action.n_bits)
     if isinstance(action, parser.OFPActionGroup):
         return ("group", action.group_id)
+    if isinstance(action, parser.OFPActionDecNwTtl):
+        return ("dec_ttl",)
     if isinstance(action, parser.NXActionCT):
         return _from_ofp_ct(action)
     return _unsupported(action)

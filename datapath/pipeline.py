@@ -25,17 +25,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from datapath import policy, services
+from datapath import policy, routing, services
 from datapath.arp import ARP_REQUEST, OFPP_IN_PORT, responder
 from datapath.desired import (
     ArpMode,
     DesiredState,
     EndpointState,
+    FwdMode,
     NetworkState,
     RemotePort,
     SegmentPort,
     TunnelState,
+    ValidState,
     ct_zone,
+    segment_of,
     validate,
 )
 from datapath.flows import Action, Entry, Flow, flow
@@ -158,9 +161,13 @@ def _classify(port: SegmentPort, qos: QosState | None) -> Iterable[Entry]:
     yield from classify_flows(port.ofport, mark, CLASSIFY.goto(INGRESS), qos)
 
 
-def _classify_remote(net: NetworkState, uplink: int | None) -> Iterable[Flow]:
-    """What other hosts send skips ingress: its sender's host checked its source."""
-    mark = ("write_metadata", net.segment | FROM_REMOTE, SEGMENT_AND_ORIGIN)
+def _classify_remote(
+    net: NetworkState, uplink: int | None, segment: int | None = None
+) -> Iterable[Flow]:
+    """What other hosts send skips ingress: its sender's host checked its source. It is
+    marked with the network's segment, or ``segment`` (routing mode's VRF)."""
+    segment = net.segment if segment is None else segment
+    mark = ("write_metadata", segment | FROM_REMOTE, SEGMENT_AND_ORIGIN)
     goto = CLASSIFY.goto(ARP)
     if net.vni is not None:
         # A local port's packets carry tunnel_id 0, and no VNI is 0: no in_port needed.
@@ -317,14 +324,15 @@ def endpoint_tags(
     group_id: str,
     groups: Mapping[str, GroupState],
     local: bool,
+    mode: FwdMode = "bridge",
 ) -> list[Flow]:
     """An endpoint's group tag flows: none unless its network is tracked here and its group
     is known, tagged and of that network."""
     group = groups.get(group_id) if group_id else None
-    zone = ct_zone(net)
+    zone = ct_zone(net, mode)
     if zone is None or group is None or group.network_id != net.id:
         return []
-    return tag_flows(net.segment, mac, group.tag, local)
+    return tag_flows(segment_of(net, mode), mac, group.tag, local)
 
 
 def endpoint_qos(
@@ -335,14 +343,18 @@ def endpoint_qos(
     return group.qos if group is not None and group.network_id == net.id else None
 
 
-def network_services(net: NetworkState, services: Iterable[ServiceState]) -> list[Entry]:
+def network_services(
+    net: NetworkState, services: Iterable[ServiceState], mode: FwdMode = "bridge"
+) -> list[Entry]:
     """The flows and groups of a network's services (``services``: those on it)."""
-    return service_flows(net.segment, ct_zone(net), list(services))
+    return service_flows(segment_of(net, mode), ct_zone(net, mode), list(services))
 
 
-def group_flows(group: GroupState, net: NetworkState | None) -> list[Flow]:
+def group_flows(
+    group: GroupState, net: NetworkState | None, mode: FwdMode = "bridge"
+) -> list[Flow]:
     """A group's rule flows, if its network is on this host and tracked."""
-    zone = ct_zone(net) if net is not None else None
+    zone = ct_zone(net, mode) if net is not None else None
     return rule_flows(group, zone) if zone is not None else []
 
 
@@ -360,6 +372,10 @@ def compile_flows(state: DesiredState) -> set[Entry]:
     """All flows (and meters and groups) of the bridge for this state; raises ValueError
     naming a bad object, or a flow its table's declaration does not allow."""
     world = validate(state)
+    if world.fwd_mode == "routing":
+        flows = _routed(world)
+        PIPELINE.check_all(flows)
+        return flows
     tunnels, uplink = world.tunnels, world.uplink_port
     flows: set[Entry] = set(static_flows())
     for net in world.networks.values():
@@ -384,4 +400,41 @@ def compile_flows(state: DesiredState) -> set[Entry]:
     for net_id, on_net in by_network(world.services.values()).items():
         flows.update(network_services(world.networks[net_id], on_net))
     PIPELINE.check_all(flows)
+    return flows
+
+
+def _routed(world: ValidState) -> set[Entry]:
+    """Routing mode's flows (datapath.routing): bridge mode's classify, ingress, conntrack,
+    policy and services keyed by each tenant's VRF, and routing's ARP, route, forward and
+    floods."""
+    mode: FwdMode = "routing"
+    tunnels, uplink = world.tunnels, world.uplink_port
+    flows: set[Entry] = set(static_flows())
+    for net in world.networks.values():
+        segment, zone = segment_of(net, mode), ct_zone(net, mode)
+        assert zone is not None
+        flows.update(_classify_remote(net, uplink, segment))
+        flows.update(routing.network_flows(net, segment))
+        flows.update(ct_flows(segment, zone))
+        flows.update(default_allow_flows(segment, zone))
+    for segment, ports in routing.vrf_ports(world.ports).items():
+        flows.update(routing.flood_flows(segment, ports))
+    groups = world.groups
+    for port in world.ports:
+        net = world.networks[port.network]
+        qos = None if port.is_gateway else endpoint_qos(port, net, groups)
+        flows.update(_classify(port, qos))
+        flows.update(_ingress(port))
+        flows.update(routing.port_flows(port))
+        if not port.is_gateway:
+            flows.update(endpoint_tags(net, port.mac or "", port.group, groups, True, mode))
+    for remote in world.remotes:
+        net = remote.network
+        to = to_host(net, remote.host, tunnels, uplink)
+        flows.update(routing.remote_flows(remote, segment_of(net, mode), to))
+        flows.update(endpoint_tags(net, remote.mac, remote.group, groups, False, mode))
+    for group in groups.values():
+        flows.update(group_flows(group, world.networks.get(group.network_id), mode))
+    for net_id, on_net in by_network(world.services.values()).items():
+        flows.update(network_services(world.networks[net_id], on_net, mode))
     return flows

@@ -210,10 +210,26 @@ INGRESS = TableSpec(
 ARP = TableSpec(
     "arp",
     20,
-    "ARP request for a known address: answer or direct it",
+    "ARP request for a known address: answer or direct it; in routing mode, IP sent to the "
+    "router MAC goes to route",
+    miss="conntrack",
+    next_tables=("route", "conntrack"),
+    match=frozenset({"metadata", "in_port", "eth_type", "arp_op", "arp_tpa", "eth_dst"}),
+)
+# Routing mode (issue 25, datapath.routing). Its miss flow is bridge mode's only flow here,
+# and nothing goes to it in bridge mode (arp's miss still goes to conntrack), so bridge
+# mode's packets take the path they took before the table existed.
+ROUTE = TableSpec(
+    "route",
+    25,
+    "routing mode: IP to the router MAC from this host, by destination: an endpoint of the "
+    "VRF (its MAC, TTL - 1), a gateway address, nowhere (inside a subnet of this host but no "
+    "endpoint's), else out through the sender's network's gateway port",
     miss="conntrack",
     next_tables=("conntrack",),
-    match=frozenset({"metadata", "in_port", "eth_type", "arp_op", "arp_tpa"}),
+    match=frozenset(
+        {"metadata", "eth_dst", "eth_type", "ipv4_dst", "ipv6_dst", "ipv4_src", "ipv6_src"}
+    ),
 )
 CONNTRACK = TableSpec(
     "conntrack",
@@ -311,6 +327,7 @@ PIPELINE = Pipeline(
         CLASSIFY,
         INGRESS,
         ARP,
+        ROUTE,
         CONNTRACK,
         SERVICE,
         POLICY,

@@ -8,7 +8,9 @@ matches, metadata, goto (forward only), the miss flows the pipeline declares (no
 matching in a table is OpenFlow's default since 1.3: drop), output (never back out of the
 in_port; OFPP_IN_PORT sends it there), set_field, move, push/pop VLAN, a meter (passes the
 packet: rates are not modelled) and ct(table=N), which recirculates to table N with
-ct_state, ct_zone, ct_mark and ct_label set. Registers (reg0..reg15) are header fields
+ct_state, ct_zone, ct_mark and ct_label set, and dec_ttl (ip_ttl or ipv6_hlimit, 64
+unless the packet gives one; at 0 or 1 the packet is dropped, where OVS would send it to a
+controller that does not listen for it). Registers (reg0..reg15) are header fields
 like any other: set_field writes them, a match reads them, and they and the metadata
 survive recirculation; they, and the ct fields of a packet that has not been through ct,
 read 0 until set.
@@ -381,6 +383,9 @@ class FakeOFTable:
                 del headers["vlan_vid"]
             elif kind == "meter":
                 result.meters.append(action[1])
+            elif kind == "dec_ttl":
+                if not _dec_ttl(hit, headers, result):
+                    return None
             elif kind == "ct":
                 copy = _conntrack(action, headers, result, ct_state, conntrack)
                 if copy is not None:
@@ -405,6 +410,21 @@ class FakeOFTable:
                 raise NotModelled(f"the walker does not model {action}")
         headers["_metadata"] = metadata
         return current
+
+
+def _dec_ttl(hit: Flow, headers: dict[str, Any], result: Walk) -> bool:
+    """Decrement the IPv4 TTL (ip_ttl) or IPv6 hop limit (ipv6_hlimit, 64 unless given);
+    False: it was 0 or 1, so the packet goes no further (OVS sends it to the controller,
+    which netplugin does not listen to: modelled as dropped in the flow's table)."""
+    name = {0x0800: "ip_ttl", 0x86DD: "ipv6_hlimit"}.get(headers.get("eth_type", 0))
+    if name is None:
+        raise NotModelled(f"{hit}: dec_ttl on a packet that is not IP")
+    ttl = int(headers.get(name, 64))
+    if ttl <= 1:
+        result.dropped_in.append(hit.table)
+        return False
+    headers[name] = ttl - 1
+    return True
 
 
 def _conntrack(

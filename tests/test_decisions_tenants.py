@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from datapath.local import VLAN_SEGMENT_BASE
+from datapath.local import VLAN_SEGMENT_BASE, VRF_SEGMENT_BASE
 from datapath.tables import SEGMENT_MASK
 from master.decisions.tenants import (
     MAX_TENANT_TAG,
@@ -14,9 +14,6 @@ from master.decisions.tenants import (
     choose_tenant_tag,
 )
 from master.errors import Conflict
-
-# What the routing-mode datapath will use (docs/DESIGN.md, "the datapath plan").
-VRF_SEGMENT_BASE = 1 << 25
 
 
 @pytest.mark.parametrize(
@@ -52,3 +49,14 @@ def test_the_default_tenant_stays_and_a_tenant_goes_only_when_empty() -> None:
     check_no_children("blue", [], [])
     with pytest.raises(Conflict, match="it still has network blue:n, endpoint group g"):
         check_no_children("blue", ["blue:n"], ["g"])
+
+
+def test_every_tenant_tag_names_a_conntrack_zone_of_its_own() -> None:
+    """Routing mode's zones: VRF_ZONE_BASE | tag, below the services' hairpin bit."""
+    from datapath.desired import VRF_ZONE_BASE
+    from datapath.flows import CT_ZONE_MAX
+    from datapath.services import HAIRPIN_ZONE_BIT
+
+    assert VRF_ZONE_BASE & MAX_TENANT_TAG == 0
+    assert VRF_ZONE_BASE | MAX_TENANT_TAG < HAIRPIN_ZONE_BIT
+    assert HAIRPIN_ZONE_BIT | VRF_ZONE_BASE | MAX_TENANT_TAG <= CT_ZONE_MAX

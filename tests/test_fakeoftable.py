@@ -261,3 +261,18 @@ def test_a_select_group_runs_one_bucket_on_a_copy() -> None:
     assert walk({group(7, []), flow(0, 1, [("group", 7)])}, PKT).outputs == []
     with pytest.raises(NotModelled, match="group 8 does not exist"):
         walk({flow(0, 1, [("group", 8)])}, PKT)
+
+
+def test_dec_ttl_decrements_and_drops_at_one_as_ovs_would() -> None:
+    flows = {flow(0, 100, [("dec_ttl",), ("output", 2)]), flow(0, 0)}
+    assert walk(flows, {**PKT, "ip_ttl": 5}).sent(2)["ip_ttl"] == 4
+    assert walk(flows, PKT).sent(2)["ip_ttl"] == 63  # 64 unless the packet says
+    for ttl in (1, 0):
+        result = walk(flows, {**PKT, "ip_ttl": ttl})
+        # OVS sends it to the controller, which does not listen: it goes nowhere.
+        assert result.outputs == [] and result.dropped_in == [0]
+    v6 = {**PKT, "eth_type": 0x86DD, "ipv6_hlimit": 2}
+    assert walk(flows, v6).sent(2)["ipv6_hlimit"] == 1
+    assert walk(flows, {**v6, "ipv6_hlimit": 1}).outputs == []
+    with pytest.raises(NotModelled, match="not IP"):
+        walk(flows, {**PKT, "eth_type": 0x0806})

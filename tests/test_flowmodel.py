@@ -80,6 +80,9 @@ groups = st.sampled_from(GROUP_IDS).flatmap(
 )
 
 
+SUBNETS = st.sampled_from(["", "10.0.0.0/24", "10.0.0.0/24", "10.0.0.0/16", "10.9.0.0/16"])
+
+
 @st.composite
 def networks(draw: Any) -> NetworkState:
     encap = draw(st.sampled_from(["vxlan", "vxlan", "vxlan", "vlan", "vlan", "gre"]))
@@ -90,6 +93,10 @@ def networks(draw: Any) -> NetworkState:
         gateway=draw(IPV4),
         encap=encap,
         gateway_ofport=draw(GATEWAYS),
+        # Routing mode: two tenants mostly; rarely none (refused there) or out of range.
+        vrf=draw(st.sampled_from([1, 1, 2, 2, 1, 2, 0, 0x4000])),
+        subnet=draw(SUBNETS),
+        ipv6_subnet=draw(st.sampled_from(["", "", "fd00::/64"])),
     )
 
 
@@ -177,9 +184,12 @@ class IncrementalMatchesFullCompile(RuleBasedStateMachine):
     @initialize(
         nets=st.lists(networks(), max_size=3, unique_by=lambda n: n.id),
         tuns=st.lists(tunnels, max_size=3, unique_by=lambda t: t.host),
+        mode=st.sampled_from(["bridge", "bridge", "routing"]),
     )
-    def start(self, nets: list[NetworkState], tuns: list[TunnelState]) -> None:
-        """Usually from a few networks and tunnels, so that endpoints have somewhere to go."""
+    def start(self, nets: list[NetworkState], tuns: list[TunnelState], mode: Any) -> None:
+        """Usually from a few networks and tunnels, so that endpoints have somewhere to go;
+        in bridge mode mostly, in routing mode from the start sometimes."""
+        self.step(self._with(lambda s: setattr(s, "fwd_mode", mode)))
         self.step(self._with(lambda s: setattr(s, "networks", nets)))
         self.step(self._with(lambda s: setattr(s, "tunnels", tuns)))
 
@@ -297,6 +307,11 @@ class IncrementalMatchesFullCompile(RuleBasedStateMachine):
     @rule(uplink=st.none() | OFPORTS)
     def set_uplink(self, uplink: int | None) -> None:
         self.step(self._with(lambda s: setattr(s, "uplink_port", uplink)), Change(uplink=uplink))
+
+    @rule(mode=st.sampled_from(["bridge", "routing"]))
+    def set_fwd_mode(self, mode: Any) -> None:
+        """Routing mode's model recompiles in full; both ways it agrees with compile_flows."""
+        self.step(self._with(lambda s: setattr(s, "fwd_mode", mode)), Change(fwd_mode=mode))
 
     @rule(mode=st.sampled_from(["proxy", "flood"]))
     def set_arp_mode(self, mode: Any) -> None:

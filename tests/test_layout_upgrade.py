@@ -50,6 +50,7 @@ from datapath.pipeline import (
     removal_order,
     write_plan,
 )
+from datapath.tables import ROUTE
 from testbed.fakeoftable import walk
 from testbed.fakeswitch import FakeSwitch, reconcile
 
@@ -179,3 +180,16 @@ def test_a_reconcile_within_one_layout_deletes_before_adding() -> None:
     plan = write_plan(diff(after, before), PIPELINE)
     assert plan.delete_first and plan.add and plan.delete_last == ()
     assert [f.table for f in plan.delete_first] == sorted(f.table for f in plan.delete_first)
+
+
+def test_an_agent_from_before_the_route_table_only_adds_its_miss_flow() -> None:
+    """Routing mode's table (issue 25) took a free id and nothing in bridge mode goes to
+    it: the upgrade is one flow-mod, and no packet changes its path."""
+    new = compile_flows(cluster())
+    before = new - {PIPELINE.miss_flow(ROUTE)}
+    assert where(before) == where(new)
+    broken, check = watcher(where(new))
+    switch = FakeSwitch(FlowController(), before, after_flow_mod=check)
+    stats = reconcile(switch, new)
+    assert switch.flows == new and not stats.errors and broken == []
+    assert [m.command for m in switch.flow_mods] == [ofp.OFPFC_ADD]

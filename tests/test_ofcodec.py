@@ -9,6 +9,7 @@ from datapath_states import cluster, world
 from os_ken.ofproto import ofproto_parser, ofproto_protocol
 from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as ofp_parser
+from routing_states import state as routing_state
 
 from datapath.flows import COOKIE, Flow, flow
 from datapath.ofcodec import flow_mod, from_ofp_flow, to_ofp_instructions
@@ -37,6 +38,13 @@ def test_every_compiled_flow_survives_the_wire() -> None:
         compile_flows(world()) | compile_flows(cluster()) | compile_flows(cluster("flood")) | extra
     ):
         assert _over_the_wire(f) == f
+
+
+def test_routing_modes_flows_survive_the_wire() -> None:
+    """dec_ttl (the route table's) included."""
+    for f in compile_flows(routing_state()):
+        assert _over_the_wire(f) == f
+    assert _over_the_wire(flow(25, 300, [("dec_ttl",), ("goto", 30)])).actions[0] == ("dec_ttl",)
 
 
 def test_a_move_is_a_copy_field_and_reads_back_by_its_nxm_names_too() -> None:

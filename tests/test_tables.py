@@ -134,7 +134,9 @@ def test_ip_of_a_tracked_network_goes_through_conntrack_and_every_policy_table()
     assert [f for f in flows if f.table == SERVICE.id] == [PIPELINE.miss_flow(SERVICE)]
     pkt = ipv4(E1, E2.mac, E2.ipv4)
     result = walk(flows, pkt)
-    assert result.tables == [t.id for t in PIPELINE]  # every table, in order
+    # Every table in order, but routing mode's route table (issue 25), which bridge mode
+    # never enters.
+    assert result.tables == [t.id for t in PIPELINE if t.name != "route"]
     assert result.committed == [GW_A_PORT]  # in the zone of net A: its gateway port
     sent = result.sent(E2.ofport)
     assert {k: v for k, v in sent.items() if not k.startswith("ct_")} == {**pkt, "tunnel_id": 0}
