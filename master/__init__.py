@@ -11,6 +11,7 @@ One job per module:
 - kinds.py: the kinds table, each kind of common/kinds.py bound to its store family.
 - state.py: ClusterState, which only builds the families over one store.
 - txn.py: the compare-and-swap plumbing (retrying, commit, the compares, the hot cache).
+- tags.py: the tags of groups, services and tenants (the index key per tag, the backfill).
 - validate.py: the rules every kind shares (names, request bodies).
 - decisions/: the rules, pure (no store): each kind's normalize_*, guards, plans (tags,
   pools, addresses), the inspect views. One module per family, unit-tested in

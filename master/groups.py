@@ -3,7 +3,6 @@ group is made and freed when it goes."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from common import keys
@@ -28,9 +27,14 @@ from .decisions.policies import naming_group
 from .decisions.views import group_view
 from .errors import NotFound
 from .networks import Networks
+from .tags import Tags
 from .tenants import Tenants
-from .txn import TxnStore, absent, retrying, tail, unchanged, untouched_since
+from .txn import TxnStore, absent, retrying, unchanged, untouched_since
 from .validate import check_name, parse_body
+
+GROUP_TAGS = Tags(
+    "endpoint group", keys.GROUPS, keys.GROUP_TAGS, keys.group_tag, GroupRecord, choose_group_tag
+)
 
 
 class Groups:
@@ -110,7 +114,7 @@ class Groups:
             compares.append(absent(clash))
             tag = 0
         if not tag:  # a new group, or one stored before groups had tags
-            tag = self._free_tag(g.id)
+            tag = GROUP_TAGS.free(self.txn, g.id)
             compares.append(absent(keys.group_tag(tag)))
             ops.append(Put(keys.group_tag(tag), g.id.encode()))
         policies: set[str] = set()
@@ -131,33 +135,9 @@ class Groups:
         self.txn.commit(compares, [*ops, Put(key, GroupRecord(config=g, tag=tag).encode())])
         return g
 
-    def _free_tag(self, group_id: str) -> int:
-        used, _ = self.txn.range(keys.GROUP_TAGS)
-        return choose_group_tag(group_id, {int(t) for kv in used if (t := tail(kv)).isdigit()})
-
     def tag_untagged(self) -> int:
-        """Give a tag to every group stored before groups had tags, one txn each (the master
-        does this at start); returns how many it tagged."""
-        kvs, _ = self.txn.range(keys.GROUPS)
-        untagged = [kv.key for kv in kvs if not GroupRecord.decode(kv.value).tag]
-        return sum(retrying(f"endpoint group {key}", partial(self._tag, key)) for key in untagged)
-
-    def _tag(self, key: str) -> bool:
-        old = self.txn.get(key)
-        if old is None:
-            return False
-        rec = GroupRecord.decode(old.value)
-        if rec.tag:
-            return False
-        tag = self._free_tag(rec.id)
-        self.txn.commit(
-            [unchanged(old), absent(keys.group_tag(tag))],
-            [
-                Put(keys.group_tag(tag), rec.id.encode()),
-                Put(key, GroupRecord(config=rec.config, tag=tag).encode()),
-            ],
-        )
-        return True
+        """Tag the groups stored before groups had tags (at master start)."""
+        return GROUP_TAGS.backfill(self.txn)
 
     def delete(self, tenant: str, name: str) -> None:
         def attempt() -> None:

@@ -16,8 +16,13 @@ from .decisions.services import check_network, choose_service_tag, normalize_ser
 from .decisions.views import service_view
 from .errors import NotFound
 from .networks import Networks
+from .tags import Tags
 from .tenants import Tenants
-from .txn import HotCache, Retry, TxnStore, absent, retrying, tail, unchanged
+from .txn import HotCache, Retry, TxnStore, absent, retrying, unchanged
+
+SERVICE_TAGS = Tags(
+    "service", keys.SERVICES, keys.SERVICE_TAGS, keys.service_tag, ServiceRecord, choose_service_tag
+)
 
 
 class Services:
@@ -79,7 +84,7 @@ class Services:
             tag = prev.tag
         else:
             compares.append(absent(key))
-            tag = self._free_tag(s.id)
+            tag = SERVICE_TAGS.free(self.txn, s.id)
             compares.append(absent(keys.service_tag(tag)))
             ops.append(Put(keys.service_tag(tag), s.id.encode()))
         vip, claims, pool_id = self._claim_vip(obj, s, net, compares)
@@ -123,10 +128,6 @@ class Services:
             pool_id = NetworkRecord.decode(net.value).ipv4_pool
             if pool_id:
                 self.pools.forget(pool_id)
-
-    def _free_tag(self, service_id: str) -> int:
-        used, _ = self.txn.range(keys.SERVICE_TAGS)
-        return choose_service_tag(service_id, {int(t) for kv in used if (t := tail(kv)).isdigit()})
 
     def delete(self, tenant: str, name: str) -> None:
         def attempt() -> None:

@@ -3,7 +3,6 @@ is made (in its create txn) and freed when it goes."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from common import keys
@@ -20,6 +19,7 @@ from .decisions.tenants import (
 )
 from .decisions.views import tenant_view
 from .errors import NotFound
+from .tags import Tags
 from .txn import TxnStore, absent, network_id, none_under, retrying, tail, unchanged
 from .validate import check_name
 
@@ -28,6 +28,14 @@ class Tenants:
     def __init__(self, txn: TxnStore, max_tag: int = MAX_TENANT_TAG) -> None:
         self.txn = txn
         self.max_tag = max_tag
+        self.tags = Tags(
+            "tenant",
+            keys.TENANTS,
+            keys.TENANT_TAGS,
+            keys.tenant_tag,
+            TenantRecord,
+            lambda name, used: choose_tenant_tag(name, used, self.max_tag),
+        )
 
     def records(self) -> list[TenantRecord]:
         kvs, _ = self.txn.range(keys.TENANTS)
@@ -72,7 +80,7 @@ class Tenants:
             ops: list[Op] = []
             tag = TenantRecord.decode(kv.value).tag if kv else 0
             if not tag:  # a new tenant, or one stored before tenants had tags
-                tag = self._free_tag(tenant.tenantName)
+                tag = self.tags.free(self.txn, tenant.tenantName)
                 compares.append(absent(keys.tenant_tag(tag)))
                 ops.append(Put(keys.tenant_tag(tag), tenant.tenantName.encode()))
             value = TenantRecord(config=tenant, tag=tag).encode()
@@ -87,34 +95,9 @@ class Tenants:
         if self.txn.get(keys.tenant(DEFAULT)) is None:
             self.put(Tenant(tenantName=DEFAULT))
 
-    def _free_tag(self, name: str) -> int:
-        used, _ = self.txn.range(keys.TENANT_TAGS)
-        tags = {int(t) for kv in used if (t := tail(kv)).isdigit()}
-        return choose_tenant_tag(name, tags, self.max_tag)
-
     def tag_untagged(self) -> int:
-        """Give a tag to every tenant stored before tenants had tags, one txn each (the master
-        does this at start); returns how many it tagged."""
-        kvs, _ = self.txn.range(keys.TENANTS)
-        untagged = [kv.key for kv in kvs if not TenantRecord.decode(kv.value).tag]
-        return sum(retrying(f"tenant {key}", partial(self._tag, key)) for key in untagged)
-
-    def _tag(self, key: str) -> bool:
-        old = self.txn.get(key)
-        if old is None:
-            return False
-        rec = TenantRecord.decode(old.value)
-        if rec.tag:
-            return False
-        tag = self._free_tag(rec.id)
-        self.txn.commit(
-            [unchanged(old), absent(keys.tenant_tag(tag))],
-            [
-                Put(keys.tenant_tag(tag), rec.id.encode()),
-                Put(key, TenantRecord(config=rec.config, tag=tag).encode()),
-            ],
-        )
-        return True
+        """Tag the tenants stored before tenants had tags (at master start)."""
+        return self.tags.backfill(self.txn)
 
     def delete(self, name: str) -> None:
         check_deletable(name)
