@@ -37,7 +37,7 @@ import ipaddress
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from common import keys, owners
 from common.models import Endpoint, NetProfile, Policy, Rule
@@ -343,15 +343,7 @@ def _tenants(c: _Check) -> None:
             c.bad(key, "has no tenant tag (the master gives it one when it starts)")
         elif c.kvs.get(keys.tenant_tag(rec.tag)) != rec.id.encode():
             c.bad(key, f"its tenant tag {rec.tag} is not held by it")
-    for key, tag, value in _under(c.kvs, keys.TENANT_TAGS):
-        holder = value.decode(errors="replace")
-        rec = found.get(holder)
-        if not tag.isdigit() or not 1 <= int(tag) <= MAX_TENANT_TAG or str(int(tag)) != tag:
-            c.bad(key, f"{tag!r} is not a tenant tag")
-        elif rec is None:
-            c.bad(key, f"held by tenant {holder}, which does not exist")
-        elif rec.tag != int(tag):
-            c.bad(key, f"held by tenant {holder}, whose tag is {rec.tag}")
+    _tag_index(c, keys.TENANT_TAGS, found, "tenant", "tenant", MAX_TENANT_TAG)
 
 
 def _groups(c: _Check, networks: Mapping[str, tuple[str, NetworkRecord]]) -> dict[str, GroupRecord]:
@@ -371,16 +363,24 @@ def _groups(c: _Check, networks: Mapping[str, tuple[str, NetworkRecord]]) -> dic
             c.bad(key, "has no group tag (the master gives it one when it starts)")
         elif c.kvs.get(keys.group_tag(rec.tag)) != rec.id.encode():
             c.bad(key, f"its group tag {rec.tag} is not held by it")
-    for key, tag, value in _under(c.kvs, keys.GROUP_TAGS):
+    _tag_index(c, keys.GROUP_TAGS, found, "group", "endpoint group", 2**31 - 1)
+    return found
+
+
+def _tag_index(
+    c: _Check, prefix: str, found: Mapping[str, Any], tag_name: str, holder_name: str, limit: int
+) -> None:
+    """Each tag key under ``prefix`` is a tag in range, held by a record of ``found`` (by
+    id) that has that tag."""
+    for key, tag, value in _under(c.kvs, prefix):
         holder = value.decode(errors="replace")
         rec = found.get(holder)
-        if not tag.isdigit() or not 1 <= int(tag) < 2**31 or str(int(tag)) != tag:
-            c.bad(key, f"{tag!r} is not a group tag")
+        if not tag.isdigit() or not 1 <= int(tag) <= limit or str(int(tag)) != tag:
+            c.bad(key, f"{tag!r} is not a {tag_name} tag")
         elif rec is None:
-            c.bad(key, f"held by endpoint group {holder}, which does not exist")
+            c.bad(key, f"held by {holder_name} {holder}, which does not exist")
         elif rec.tag != int(tag):
-            c.bad(key, f"held by endpoint group {holder}, whose tag is {rec.tag}")
-    return found
+            c.bad(key, f"held by {holder_name} {holder}, whose tag is {rec.tag}")
 
 
 def _policies(
