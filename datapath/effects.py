@@ -2,7 +2,8 @@
 
 HostDatapath decides; these act. The real implementations are thin and tested against the
 real thing in integration/: NetlinkLinks (datapath.veth), Ovs (datapath.ovs), Iptables
-(datapath.hostnat) and FlowController (datapath.ofapp). Unit tests hand the agent fakes.
+(datapath.hostnat), FlowController (datapath.ofapp) and KernelRoutes (datapath.kroutes,
+not used by the agent yet). Unit tests hand the agent fakes.
 """
 
 from __future__ import annotations
@@ -143,4 +144,16 @@ class Netns(Protocol):
 
     def remove(self, netns: str, name: str) -> bool:
         """Delete ``name`` in ``netns``; False if there was nothing to delete."""
+        ...
+
+
+class RouteTable(Protocol):
+    """The host kernel's routes learned by BGP (datapath.kroutes)."""
+
+    def replace(self, prefix: str, via: str) -> None:
+        """Make ``prefix`` route via ``via`` (added, or its next hop changed)."""
+        ...
+
+    def delete(self, prefix: str) -> bool:
+        """Remove our route to ``prefix``; False if it was not there."""
         ...

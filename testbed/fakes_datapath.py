@@ -173,3 +173,22 @@ class FakeLinks:
     def address_gateway(self, ifname: str, mtu: int, addresses: Sequence[str]) -> None:
         self.addressed.append(ifname)
         self.gateways[ifname] = (mtu, tuple(addresses))
+
+
+class FakeRouteTable:
+    """The kernel's learned routes (datapath.effects.RouteTable); ``fail`` makes every call
+    raise, as a netlink error would."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, str] = {}
+        self.fail: str | None = None
+
+    def replace(self, prefix: str, via: str) -> None:
+        if self.fail is not None:
+            raise OSError(self.fail)
+        self.routes[prefix] = via
+
+    def delete(self, prefix: str) -> bool:
+        if self.fail is not None:
+            raise OSError(self.fail)
+        return self.routes.pop(prefix, None) is not None
