@@ -43,6 +43,12 @@ COOKIE_MASK = 0xFFFF << 48
 
 OFPP_MAX = 0xFFFFFF00  # ports above are reserved (IN_PORT, FLOOD, CONTROLLER, ...)
 
+# The Ethernet types flows match on.
+ETH_TYPE_IPV4 = 0x0800
+ETH_TYPE_ARP = 0x0806
+ETH_TYPE_IPV6 = 0x86DD
+ETH_TYPE_VLAN = 0x8100
+
 Match = tuple[tuple[str, Any], ...]
 Action = tuple[Any, ...]
 

@@ -41,7 +41,16 @@ from datapath.desired import (
     segment_of,
     validate,
 )
-from datapath.flows import Action, Entry, Flow, flow
+from datapath.flows import (
+    ETH_TYPE_ARP,
+    ETH_TYPE_IPV4,
+    ETH_TYPE_IPV6,
+    ETH_TYPE_VLAN,
+    Action,
+    Entry,
+    Flow,
+    flow,
+)
 from datapath.policy import GroupState, ct_flows, default_allow_flows, rule_flows, tag_flows
 from datapath.qos import QosState, classify_flows
 from datapath.services import ServiceState, by_network, service_flows
@@ -109,10 +118,6 @@ __all__ = [
     "write_plan",
 ]
 
-ETH_TYPE_IPV4 = 0x0800
-ETH_TYPE_ARP = 0x0806
-ETH_TYPE_IPV6 = 0x86DD
-ETH_TYPE_VLAN = 0x8100
 OFPVID_PRESENT = 0x1000
 
 

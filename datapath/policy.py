@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from datapath.flows import Action, Flow, flow
+from datapath.flows import ETH_TYPE_IPV4, ETH_TYPE_IPV6, Action, Flow, flow
 from datapath.qos import QosState, check_qos
 from datapath.tables import (
     CONNTRACK,
@@ -70,8 +70,6 @@ CT_RELATED = 0x04
 CT_INVALID = 0x10
 CT_TRACKED = 0x20
 
-ETH_TYPE_IPV4 = 0x0800
-ETH_TYPE_IPV6 = 0x86DD
 _ETH_TYPE = {4: ETH_TYPE_IPV4, 6: ETH_TYPE_IPV6}
 IP_PROTO_ICMP = 1
 IP_PROTO_ICMPV6 = 58

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from datapath.flows import Action, Entry, Meter, flow, meter
+from datapath.flows import ETH_TYPE_IPV4, ETH_TYPE_IPV6, Action, Entry, Meter, flow, meter
 from datapath.tables import CLASSIFY, PRIO_RULE
 
-ETH_TYPE_IPV4 = 0x0800
-ETH_TYPE_IPV6 = 0x86DD
 MAX_DSCP = 63
 DEFAULT_BURST_SHARE = 0.25  # of the rate, in kbit: within 5 % of the rate for TCP and UDP
 MIN_BURST_KBIT = 500  # a floor for tiny rates (make bench measures 1 Mbit/s)

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping
 
 from datapath.arp import ARP_REQUEST, responder
 from datapath.desired import RemotePort, SegmentPort
-from datapath.flows import Action, Flow, flow
+from datapath.flows import ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_IPV6, Action, Flow, flow
 from datapath.local import NetworkState
 from datapath.tables import (
     ARP,
@@ -63,9 +63,6 @@ from datapath.tables import (
 # endpoint MACs (02:42:...) and VIP MACs (0e:4e:...).
 ROUTER_MAC = "02:4e:52:00:00:01"
 
-ETH_TYPE_IPV4 = 0x0800
-ETH_TYPE_ARP = 0x0806
-ETH_TYPE_IPV6 = 0x86DD
 _FAMILY = {4: ("ipv4", ETH_TYPE_IPV4), 6: ("ipv6", ETH_TYPE_IPV6)}
 MULTICAST = ("01:00:00:00:00:00", "01:00:00:00:00:00")  # the group bit of eth_dst
 

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from datapath.arp import ARP_REQUEST, OFPP_IN_PORT, responder
-from datapath.flows import Action, Entry, Flow, flow, group
+from datapath.flows import ETH_TYPE_ARP, ETH_TYPE_IPV4, Action, Entry, Flow, flow, group
 from datapath.tables import (
     ARP,
     CONNTRACK,
@@ -47,8 +47,6 @@ from datapath.tables import (
     SERVICE,
 )
 
-ETH_TYPE_IPV4 = 0x0800
-ETH_TYPE_ARP = 0x0806
 IP_PROTOS = {6: "tcp_dst", 17: "udp_dst"}
 PORTS_PER_SERVICE = 16  # common.services.MAX_PORTS: group id = tag * 16 + port index
 MAX_TAG = (1 << 27) - 1
