@@ -52,33 +52,20 @@ ETH_TYPE_VLAN = 0x8100
 Match = tuple[tuple[str, Any], ...]
 Action = tuple[Any, ...]
 
+REG_FIELDS = tuple(f"reg{n}" for n in range(16))
 _MAC_FIELDS = frozenset({"eth_src", "eth_dst", "arp_sha", "arp_tha", "ipv6_nd_sll", "ipv6_nd_tll"})
 _IPV4_FIELDS = frozenset({"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa"})
 _IPV6_FIELDS = frozenset({"ipv6_src", "ipv6_dst", "ipv6_nd_target"})
 _INT_FIELD_BITS = {
-    "in_port": 32,
-    "metadata": 64,
-    "tunnel_id": 64,
-    "eth_type": 16,
+    **dict.fromkeys(("in_port", "ct_state", "ct_mark", "conj_id", *REG_FIELDS), 32),
+    **dict.fromkeys(("metadata", "tunnel_id"), 64),
+    **dict.fromkeys(("eth_type", "arp_op", "tcp_src", "tcp_dst", "udp_src", "udp_dst"), 16),
+    **dict.fromkeys(("ip_proto", "icmpv4_type", "icmpv4_code", "icmpv6_type", "icmpv6_code"), 8),
     "vlan_vid": 13,
     "vlan_pcp": 3,
-    "ip_proto": 8,
     "ip_dscp": 6,
-    "arp_op": 16,
-    "tcp_src": 16,
-    "tcp_dst": 16,
-    "udp_src": 16,
-    "udp_dst": 16,
-    "icmpv4_type": 8,
-    "icmpv4_code": 8,
-    "icmpv6_type": 8,
-    "icmpv6_code": 8,
-    "ct_state": 32,
     "ct_zone": 16,
-    "ct_mark": 32,
     "ct_label": 128,
-    "conj_id": 32,
-    **{f"reg{n}": 32 for n in range(16)},
 }
 OFPVID_PRESENT = 0x1000
 
@@ -86,7 +73,7 @@ OFPVID_PRESENT = 0x1000
 _TRAILING = ("write_metadata", "goto")
 OFPTT_MAX = 254  # the last table id
 CT_ZONE_MAX = 0xFFFF
-REGISTERS = frozenset(f"reg{n}" for n in range(16))
+REGISTERS = frozenset(REG_FIELDS)
 CT_SET_FIELDS = frozenset({"ct_mark", "ct_label"})  # what set_field may write inside ct()
 NAT_KINDS = frozenset({"src", "dst", ""})
 NAT_FLAGS = frozenset({"random", "hash", "persistent"})
@@ -344,7 +331,7 @@ def _nat(action: Action) -> Action:
     )
 
 
-_ETH_TYPE_OF_IP = {4: 0x0800, 6: 0x86DD}
+_ETH_TYPE_OF_IP = {4: ETH_TYPE_IPV4, 6: ETH_TYPE_IPV6}
 
 
 def _check_nat_family(ct: Action, eth_type: Any) -> None:
@@ -352,7 +339,7 @@ def _check_nat_family(ct: Action, eth_type: Any) -> None:
     for nested in ct[4]:
         if nested[0] != "nat":
             continue
-        wanted = {0x0800, 0x86DD}
+        wanted = set(_ETH_TYPE_OF_IP.values())
         if nested[2] is not None:
             wanted = {_ETH_TYPE_OF_IP[ipaddress.ip_address(nested[2]).version]}
         if eth_type not in wanted:
