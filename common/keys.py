@@ -23,6 +23,7 @@ NETPROFILES = ROOT + "netprofiles/"  # netprofiles/<tenant>/<profile>
 SERVICES = ROOT + "services/"  # services/<tenant>/<service>
 SERVICE_TAGS = ROOT + "svctags/"  # svctags/<tag> -> the service's id (TENANT:NAME)
 BGPS = ROOT + "bgp/"  # bgp/<hostname>
+BGP_SESSIONS = ROOT + "bgpsessions/"  # bgpsessions/<hostname>, under the host's lease
 LEADER = ROOT + "master/leader"
 
 
@@ -85,6 +86,11 @@ def service(tenant_name: str, name: str) -> str:
 def bgp(hostname: str) -> str:
     """A host's Bgp object (its peering with its router): at most one per host."""
     return BGPS + hostname
+
+
+def bgp_session(hostname: str) -> str:
+    """What the host's BGP speaker reports of its peering, under the host's lease."""
+    return BGP_SESSIONS + hostname
 
 
 def service_tag(value: int) -> str:

@@ -26,6 +26,7 @@ reads every record an earlier version wrote.
 | alloc(pool id, address)    | AllocRecord (who holds the address)           |
 | owner(owner)               | OwnerRecord (which address an owner holds)    |
 | host(name), vtep(name)     | HostRecord                                    |
+| bgp_session(hostname)      | BgpSessionRecord (the agent's speaker's view) |
 | LEADER                     | LeaderRecord                                  |
 """
 
@@ -304,6 +305,17 @@ class HostRecord(_Record):
     datapath: str = ""
     uplink_mtu: int = Field(0, alias="uplinkMTU")
     vlan_if: str = ""
+
+
+class BgpSessionRecord(_Record):
+    """What a host's BGP speaker reports (keys.bgp_session, under the host's lease, so it
+    goes with the agent): the neighbor's session state, the prefixes the host announces,
+    and the routes it learned (prefix -> next hop)."""
+
+    neighbor: str = ""
+    state: str = ""
+    announced: tuple[str, ...] = ()
+    learned: dict[str, str] = Field(default_factory=dict)
 
 
 class LeaderRecord(_Record):

@@ -40,6 +40,7 @@ class Change:
     groups: Mapping[str, GroupState | None] = field(default_factory=dict)
     services: Mapping[str, ServiceState | None] = field(default_factory=dict)
     fwd_mode: FwdMode | None = None  # None: left as it is
+    fabric: int | Keep | None = KEEP  # the router port (routing mode with BGP)
 
 
 class Journal:

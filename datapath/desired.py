@@ -56,6 +56,8 @@ class DesiredState:
     groups: list[GroupState] = field(default_factory=list)  # of the networks above
     services: list[ServiceState] = field(default_factory=list)  # of the networks above
     fwd_mode: FwdMode = "bridge"  # routing: a tenant's networks are routed in its VRF
+    # Routing mode with BGP: the router port (datapath.bridgeports); VLAN networks then
+    fabric_port: int | None = None  # reach other hosts through the fabric's router
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form."""
@@ -74,6 +76,7 @@ class DesiredState:
             groups=[_group_from_dict(g) for g in data.get("groups", [])],
             services=[_service_from_dict(s) for s in data.get("services", [])],
             fwd_mode=data.get("fwd_mode", "bridge"),
+            fabric_port=data.get("fabric_port"),
         )
 
 
@@ -145,6 +148,7 @@ class ValidState:
     groups: dict[str, GroupState]
     services: dict[str, ServiceState] = field(default_factory=dict)
     fwd_mode: FwdMode = "bridge"
+    fabric_port: int | None = None  # routing mode with BGP: see DesiredState
 
     def ports_of(self, segment: int) -> list[SegmentPort]:
         """The local ports of one segment, by ofport."""
@@ -423,9 +427,9 @@ def tunnel_claims(tunnel: TunnelState) -> list[Claim]:
     return [(("tunnel", tunnel.host), owner), (("ofport", tunnel.ofport), owner)]
 
 
-def uplink_claims(ofport: int) -> list[Claim]:
-    _check_ofport("uplink", ofport)
-    return [(("ofport", ofport), "uplink")]
+def uplink_claims(ofport: int, owner: str = "uplink") -> list[Claim]:
+    _check_ofport(owner, ofport)
+    return [(("ofport", ofport), owner)]
 
 
 def validate(state: DesiredState) -> ValidState:
@@ -447,8 +451,11 @@ def validate(state: DesiredState) -> ValidState:
     for t in state.tunnels:
         claims.add(tunnel_claims(t))
         tunnels.setdefault(t.host, t.ofport)
-    if state.uplink_port is not None:
-        claims.add(uplink_claims(state.uplink_port))
+    for port, owner in ((state.uplink_port, "uplink"), (state.fabric_port, "fabric port")):
+        if port is not None:
+            claims.add(uplink_claims(port, owner))
+    # The fabric port is used in routing mode with a VLAN uplink only.
+    fabric = state.fabric_port if mode == "routing" and state.uplink_port is not None else None
     for ep in state.endpoints:
         net = networks.get(ep.network_id)
         if net is None:
@@ -489,4 +496,5 @@ def validate(state: DesiredState) -> ValidState:
         groups,
         services,
         mode,
+        fabric,
     )

@@ -157,3 +157,7 @@ class RouteTable(Protocol):
     def delete(self, prefix: str) -> bool:
         """Remove our route to ``prefix``; False if it was not there."""
         ...
+
+    def learned(self) -> dict[str, str]:
+        """Our routes now in the table (prefix -> next hop)."""
+        ...

@@ -110,6 +110,7 @@ class FlowModel:
         self.remotes: dict[str, EndpointState] = {}
         self.tunnels: dict[str, int] = {}
         self.uplink: int | None = None
+        self.fabric: int | None = None  # routing mode with BGP: the router port
         self.arp_mode: ArpMode = "proxy"
         self.fwd_mode: FwdMode = "bridge"
         self.groups: dict[str, GroupState] = {}
@@ -146,6 +147,7 @@ class FlowModel:
             remote_endpoints=list(self.remotes.values()),
             tunnels=[TunnelState(h, p) for h, p in self.tunnels.items()],
             uplink_port=self.uplink,
+            fabric_port=self.fabric,
             arp_mode=self.arp_mode,
             groups=list(self.groups.values()),
             services=list(self.services.values()),
@@ -166,6 +168,7 @@ class FlowModel:
             remotes=changes(self.remotes, remotes),
             tunnels=changes(self.tunnels, {h: t.ofport for h, t in tunnels.items()}),
             uplink=state.uplink_port,
+            fabric=state.fabric_port,
             arp_mode=state.arp_mode,
             groups=changes(self.groups, groups),
             services=changes(self.services, services),
@@ -216,6 +219,7 @@ class FlowModel:
             if value is not None and value.id != key:
                 raise ValueError(f"{key}: the object put there is {value.id}")
         uplink = change.uplink if not isinstance(change.uplink, Keep) else self.uplink
+        fabric = change.fabric if not isinstance(change.fabric, Keep) else self.fabric
         mode = change.arp_mode or self.arp_mode
         fwd_mode = change.fwd_mode or self.fwd_mode
         dirty: set[Unit] = set()
@@ -225,7 +229,7 @@ class FlowModel:
             dirty.update(("group", g) for g in self.groups)
             dirty.update(("svcnet", n) for n in self._services_of)
             nets = {**self.networks, **nets}
-        if uplink != self.uplink or mode != self.arp_mode or fwd_mode != self.fwd_mode:
+        if (uplink, mode, fwd_mode, fabric) != self._settings():
             # Rare, and most flows depend on them: recompile everything.
             dirty.update(self._units)
             dirty.update(("net", n) for n in self.networks)
@@ -250,6 +254,7 @@ class FlowModel:
             *(("svc", v) for v in sorted(services)),
             *(("tunnel", h) for h in tuns),
             *([("uplink", "")] if uplink != self.uplink else []),
+            *([("fabric", "")] if fabric != self.fabric else []),
         ]
         for obj in objects:
             self._withdraw(obj, journal)
@@ -288,11 +293,11 @@ class FlowModel:
             journal.put(self.tunnels, h, ofport)
             for rid in self._remotes_on.get(h, ()):
                 dirty.update({("remote", rid), ("net", self.remotes[rid].network_id)})
-        old = self.uplink, self.arp_mode, self.fwd_mode
-        self.uplink, self.arp_mode, self.fwd_mode = uplink, mode, fwd_mode
+        old = self.uplink, self.arp_mode, self.fwd_mode, self.fabric
+        self.uplink, self.arp_mode, self.fwd_mode, self.fabric = uplink, mode, fwd_mode, fabric
 
         def restore() -> None:
-            self.uplink, self.arp_mode, self.fwd_mode = old
+            self.uplink, self.arp_mode, self.fwd_mode, self.fabric = old
 
         journal.steps.append(restore)
         for obj in objects:
@@ -378,12 +383,18 @@ class FlowModel:
         elif kind == "tunnel":
             if key in self.tunnels:
                 claims = tunnel_claims(TunnelState(key, self.tunnels[key]))
+        elif kind == "fabric":
+            if self.fabric is not None:
+                claims = uplink_claims(self.fabric, "fabric port")
         elif self.uplink is not None:
             claims = uplink_claims(self.uplink)
         if claims:
             self._claims.add(claims)
             journal.steps.append(lambda: self._claims.remove(claims))
             journal.put(self._held, obj, claims)
+
+    def _settings(self) -> tuple[int | None, ArpMode, FwdMode, int | None]:
+        return self.uplink, self.arp_mode, self.fwd_mode, self.fabric
 
     # -- compiling
 

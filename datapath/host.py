@@ -20,49 +20,38 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from .bridgeports import (
+    EXT_ENDPOINT,
+    EXT_NETWORK,
+    EXT_UPLINK,
+    adopt_endpoints,
+    adopt_fabric,
+    ensure_fabric,
+    remove_unowned,
+)
 from .effects import HostNat, Links, OpenFlow, Ovsdb
 from .flowmodel import Change, FlowModel, changes
 from .flows import Flow
 from .hoststate import HostState
 from .local import (
-    VLAN_SEGMENT_BASE,
-    VXLAN_OVERHEAD,
     EndpointState,
     HostConfig,
     NetworkState,
     gateway_addresses,
-    gateway_mac,
 )
 from .natsync import HostPortProbe, NatSync
 from .offloads import keeps_offloads, read_switch_tso
 from .ovs import PortInfo
-from .pipeline import DesiredState, compile_flows
+from .pipeline import DesiredState, FwdMode, compile_flows
 from .policy import GroupState
 from .ports import PublishedPort
 from .services import ServiceState
-from .tunnels import EXT_TUNNEL, ensure_tunnels, present_tunnels
+from .tunnels import ensure_tunnels, present_tunnels
 from .veth import NetlinkLinks, veth_names
 
-__all__ = [
-    "EXT_ENDPOINT",
-    "EXT_NETWORK",
-    "EXT_TUNNEL",
-    "EXT_UPLINK",
-    "VLAN_SEGMENT_BASE",
-    "VXLAN_OVERHEAD",
-    "EndpointState",
-    "HostConfig",
-    "HostDatapath",
-    "NetworkState",
-    "gateway_addresses",
-    "gateway_mac",
-]
+__all__ = ["EndpointState", "HostConfig", "HostDatapath", "NetworkState"]
 
 log = logging.getLogger(__name__)
-
-EXT_ENDPOINT = "netplugin-endpoint"
-EXT_NETWORK = "netplugin-network"
-EXT_UPLINK = "netplugin-uplink"
 
 
 class HostDatapath:
@@ -129,6 +118,7 @@ class HostDatapath:
         arp_mode: str = "proxy",
         groups: Iterable[GroupState] = (),
         services: Iterable[ServiceState] = (),
+        fwd_mode: FwdMode = "bridge",
     ) -> dict[str, int]:
         """Adopt the desired state after a (re)start; remove what no endpoint owns any more.
 
@@ -140,22 +130,14 @@ class HostDatapath:
         with self._lock:
             ports = self.ovs.list_ports(self.config.bridge)
             uplink = self._state.uplink_ofport
-            self._state = HostState(uplink_ofport=uplink, arp_mode=arp_mode)
+            old = self._state
+            self._state = HostState(uplink_ofport=uplink, arp_mode=arp_mode, fwd_mode=fwd_mode)
+            # The router port outlives a restart with its address: adopted, as it is.
+            self._state.fabric_ofport, self._state.fabric_ip = adopt_fabric(ports)
+            self._state.fabric_subnets = old.fabric_subnets
             for net in networks:
                 self._ensure_network(net)
-            wanted: dict[str, EndpointState] = {}
-            missing = 0
-            for ep in endpoints:
-                host, _ = veth_names(ep.id)
-                info = ports.get(host)
-                if info is None or not info.ofport or info.ofport < 0:
-                    missing += 1
-                    continue
-                try:
-                    self.links.isolate_host_end(host)  # ports made by an older netplugin lack it
-                except OSError as e:
-                    log.warning("endpoint %s: cannot isolate %s from the host: %s", ep.id, host, e)
-                wanted[ep.id] = replace(ep, ofport=info.ofport)
+            wanted, missing = adopt_endpoints(ports, endpoints, self.links)
             wanted = self._nat.adopt_published(wanted)  # their ports live only in iptables
             # Ports plug() made for endpoints not created yet stay; the others are read back.
             self._plugged = {
@@ -170,19 +152,10 @@ class HostDatapath:
             else:  # adopt what is there, so the flows keep using it
                 self._state.tunnels = present_tunnels(ports)
             self._ready.set()
-            removed = 0
             keep = {veth_names(e)[0] for e in [*wanted, *self._plugged]} | {
                 n.gateway_port for n in self._state.networks.values()
             }
-            for name, info in ports.items():
-                ours = EXT_ENDPOINT in info.external_ids or EXT_NETWORK in info.external_ids
-                if ours and name not in keep:
-                    self.ovs.del_port(self.config.bridge, name)
-                    removed += 1
-            for name in self.links.host_veths():
-                if name not in keep:
-                    self.links.delete_link(name)
-                    removed += 1
+            removed = remove_unowned(self.ovs, self.links, self.config.bridge, ports, keep)
             self._push()
             return {
                 "endpoints": len(wanted),
@@ -199,9 +172,11 @@ class HostDatapath:
         arp_mode: str = "proxy",
         groups: Iterable[GroupState] = (),
         services: Iterable[ServiceState] = (),
+        fwd_mode: FwdMode = "bridge",
     ) -> None:
         """The cluster changed: one VXLAN port per peer VTEP, other hosts' endpoints' flows,
-        the groups' policies and netprofiles, and the service LBs."""
+        the groups' policies and netprofiles, the service LBs and the forwarding mode (which
+        changes only while the cluster has no network)."""
         self._wait_ready()
         with self._lock:
             self._ensure_tunnels(peers, self.ovs.list_ports(self.config.bridge))
@@ -209,6 +184,7 @@ class HostDatapath:
             self._state.arp_mode = arp_mode
             self._state.groups = tuple(groups)
             self._state.services = tuple(services)
+            self._state.fwd_mode = fwd_mode
             self._apply(self._cluster_change())
 
     def _ensure_tunnels(self, peers: Mapping[str, str], ports: Mapping[str, PortInfo]) -> None:
@@ -237,6 +213,28 @@ class HostDatapath:
                     log.exception(
                         "network %s: cannot re-address gateway %s", net.id, net.gateway_port
                     )
+
+    def set_fabric(
+        self, router_ip: str, subnets: Mapping[int, Iterable[str]] | None = None
+    ) -> None:
+        """Routing mode with BGP: the host's router port, holding ``router_ip`` ("a.b.c.d/n",
+        "" for none) on the untagged side of the VLAN uplink; ``subnets``: the fabric's
+        routed subnets by tenant tag (for iptables: no tenant reaches another's)."""
+        self._wait_ready()
+        with self._lock:
+            s = self._state
+            if router_ip and not self.config.vlan_uplink:
+                raise ValueError(f"router IP {router_ip}: this host has no VLAN uplink (--vlan-if)")
+            have, mtu = (s.fabric_ofport, s.fabric_ip), self.config.mtu_for("vlan")
+            ports = self.ovs, self.links, self.config.bridge
+            s.fabric_ofport, s.fabric_ip = ensure_fabric(*ports, mtu, have, router_ip)
+            s.fabric_subnets = {k: tuple(sorted(v)) for k, v in (subnets or {}).items()}
+            self._apply(self._cluster_change())
+            self._sync_nat()
+
+    def fabric_address(self) -> str:
+        """The router port's address ("" without one)."""
+        return self._state.fabric_ip if self._state.fabric_ofport is not None else ""
 
     # --- networks ---
 
@@ -289,6 +287,14 @@ class HostDatapath:
         self.links.address_gateway(
             net.gateway_port, self.config.mtu_for(net.encap), gateway_addresses(net)
         )
+
+    @property
+    def fwd_mode(self) -> FwdMode:
+        return self._state.fwd_mode
+
+    def networks(self) -> set[str]:
+        """The networks this host holds."""
+        return set(self._state.networks)
 
     def network(self, network_id: str) -> NetworkState | None:
         return self._state.networks.get(network_id)
@@ -472,6 +478,8 @@ class HostDatapath:
             groups=changes(model.groups, s.group_states()),
             services=changes(model.services, s.service_states()),
             arp_mode=s.arp(),
+            fwd_mode=s.fwd_mode,
+            fabric=s.fabric_ofport,
             **change,
         )
 
@@ -483,7 +491,9 @@ class HostDatapath:
         return None
 
     def _sync_nat_if(self, changed: bool) -> None:
-        self._nat.sync_if(changed, self._state.networks.values(), self._state.endpoints.values())
+        s = self._state
+        self._nat.sync_if(changed, s.networks.values(), s.endpoints.values(), s.fabric())
 
     def _sync_nat(self, force: bool = False) -> None:
-        self._nat.sync(self._state.networks.values(), self._state.endpoints.values(), force)
+        s = self._state
+        self._nat.sync(s.networks.values(), s.endpoints.values(), force, s.fabric())

@@ -26,11 +26,17 @@ JUMPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 
+FABRIC_PORT = "npfabric"  # routing mode with BGP: the host's router port (datapath.host)
+
+
 @dataclass(frozen=True)
 class GatewayNet:
     subnet: str  # IPv4 CIDR
     gateway_port: str  # e.g. npgw100
     internal: bool = False
+    # Routed through the fabric's router (routing mode with BGP): the subnets of the other
+    # tenants' networks routed there, which may not reach it; None: not routed.
+    fabric_foreign: tuple[str, ...] | None = None
 
 
 def gateway_port_name(tag: int) -> str:
@@ -45,6 +51,11 @@ def nat_rules(nets: Sequence[GatewayNet]) -> list[str]:
     included (hairpin). Clients elsewhere keep their address (policies judge it)."""
     outside = sorted((n for n in nets if not n.internal), key=lambda n: n.subnet)
     return [
+        *(  # the fabric routes a routed network's addresses: they leave as they are
+            f"-A {NAT_CHAIN} -s {n.subnet} -o {FABRIC_PORT} -j RETURN"
+            for n in outside
+            if n.fabric_foreign is not None
+        ),
         *(f"-A {NAT_CHAIN} -s {n.subnet} ! -o {GATEWAY_PREFIX}+ -j MASQUERADE" for n in outside),
         f"-A {NAT_CHAIN} -o {GATEWAY_PREFIX}+ -m addrtype --src-type LOCAL "
         "-m conntrack --ctstate DNAT -j MASQUERADE",
@@ -57,7 +68,9 @@ def nat_rules(nets: Sequence[GatewayNet]) -> list[str]:
 
 
 def forward_rules(nets: Sequence[GatewayNet]) -> list[str]:
-    """Networks are not routed to each other; non-internal ones reach out and get replies."""
+    """Networks are not routed to each other; non-internal ones reach out and get replies;
+    a network routed through the fabric is reached from it too, except from the subnets of
+    other tenants' routed networks."""
     rules = [
         # Published ports (DNAT'ed by the host) are reachable from every network, as with
         # docker's bridge; everything else between two networks is dropped.
@@ -71,6 +84,10 @@ def forward_rules(nets: Sequence[GatewayNet]) -> list[str]:
                 f"-A {FWD_CHAIN} -o {n.gateway_port} -j DROP",
             ]
         else:
+            if n.fabric_foreign is not None:
+                inbound = f"-A {FWD_CHAIN} -i {FABRIC_PORT} -o {n.gateway_port}"
+                rules += [f"{inbound} -s {foreign} -j DROP" for foreign in n.fabric_foreign]
+                rules.append(f"{inbound} -j ACCEPT")
             rules += [
                 f"-A {FWD_CHAIN} -i {n.gateway_port} -j ACCEPT",
                 f"-A {FWD_CHAIN} -o {n.gateway_port} -m conntrack --ctstate RELATED,ESTABLISHED "

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from .change import by_key
 from .local import EndpointState, NetworkState
-from .pipeline import ArpMode, DesiredState, TunnelState
+from .pipeline import ArpMode, DesiredState, FwdMode, TunnelState
 from .policy import GroupState
 from .services import ServiceState
 
@@ -24,6 +24,18 @@ class HostState:
     services: tuple[ServiceState, ...] = ()  # service LBs with their providers
     uplink_ofport: int | None = None
     arp_mode: str = "proxy"
+    fwd_mode: FwdMode = "bridge"
+    # Routing mode with BGP: the router port's ofport and address, and the subnets the
+    # fabric routes by tenant tag (VRF).
+    fabric_ofport: int | None = None
+    fabric_ip: str = ""
+    fabric_subnets: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def fabric(self) -> dict[int, tuple[str, ...]] | None:
+        """What iptables needs of the fabric (datapath.natsync): None without one."""
+        if self.fwd_mode != "routing" or self.fabric_ofport is None:
+            return None
+        return self.fabric_subnets
 
     def remote_states(self) -> dict[str, EndpointState]:
         """Other hosts' endpoints of the networks on this host (only those cost flows)."""
@@ -86,4 +98,6 @@ class HostState:
             tunnels=[TunnelState(h, p) for h, p in sorted(self.tunnels.items())],
             uplink_port=self.uplink_ofport,
             arp_mode=self.arp(),
+            fwd_mode=self.fwd_mode,
+            fabric_port=self.fabric_ofport,
         )

@@ -103,22 +103,35 @@ class NatSync:
         changed: bool,
         networks: Iterable[NetworkState],
         endpoints: Iterable[EndpointState],
+        fabric: Mapping[int, Sequence[str]] | None = None,
     ) -> None:
         """Sync if an endpoint change ``changed`` published ports or the last sync failed."""
         if changed or self._applied is None:
-            self.sync(networks, endpoints)
+            self.sync(networks, endpoints, fabric=fabric)
 
     def sync(
         self,
         networks: Iterable[NetworkState],
         endpoints: Iterable[EndpointState],
         force: bool = False,
+        fabric: Mapping[int, Sequence[str]] | None = None,
     ) -> None:
-        """iptables, if its inputs changed since they were last applied (or ``force``)."""
-        nets = tuple(GatewayNet(n.subnet, n.gateway_port, n.internal) for n in networks if n.subnet)
+        """iptables, if its inputs changed since they were last applied (or ``force``).
+        ``fabric``: routing mode with BGP, the subnets the fabric routes by tenant tag (its
+        VRF); this host's VLAN networks then are routed through it."""
+        nets = tuple(gateway_net(n, fabric) for n in networks if n.subnet)
         mappings = tuple(m for e in endpoints for m in e.port_mappings)
         if not force and (nets, mappings) == self._applied:
             return
         self._applied = None  # unknown until the sync succeeds
         self.iptables.sync(list(nets), list(mappings))
         self._applied = (nets, mappings)
+
+
+def gateway_net(net: NetworkState, fabric: Mapping[int, Sequence[str]] | None) -> GatewayNet:
+    """A network as iptables sees it; routed through the fabric if ``fabric`` is given and
+    it is a VLAN network outside the host (what the fabric's router learns by BGP)."""
+    foreign = None
+    if fabric is not None and net.vlan is not None and not net.internal:
+        foreign = tuple(sorted(s for vrf, subs in fabric.items() if vrf != net.vrf for s in subs))
+    return GatewayNet(net.subnet, net.gateway_port, net.internal, foreign)

@@ -408,6 +408,12 @@ def compile_flows(state: DesiredState) -> set[Entry]:
     return flows
 
 
+def _fabric_routed(world: ValidState, net: NetworkState) -> bool:
+    """Whether ``net`` reaches other hosts through the fabric's router (a VLAN network in
+    routing mode on a host peering by BGP), not straight over the uplink."""
+    return world.fabric_port is not None and net.vlan is not None
+
+
 def _routed(world: ValidState) -> set[Entry]:
     """Routing mode's flows (datapath.routing): bridge mode's classify, ingress, conntrack,
     policy and services keyed by each tenant's VRF, and routing's ARP, route, forward and
@@ -415,11 +421,15 @@ def _routed(world: ValidState) -> set[Entry]:
     mode: FwdMode = "routing"
     tunnels, uplink = world.tunnels, world.uplink_port
     flows: set[Entry] = set(static_flows())
+    if world.fabric_port is not None and uplink is not None:
+        flows.update(routing.fabric_flows(world.fabric_port, uplink))
     for net in world.networks.values():
         segment, zone = segment_of(net, mode), ct_zone(net, mode)
         assert zone is not None
-        flows.update(_classify_remote(net, uplink, segment))
-        flows.update(routing.network_flows(net, segment))
+        fabric = _fabric_routed(world, net)
+        if not fabric:
+            flows.update(_classify_remote(net, uplink, segment))
+        flows.update(routing.network_flows(net, segment, fabric))
         flows.update(ct_flows(segment, zone))
         flows.update(default_allow_flows(segment, zone))
     for segment, ports in routing.vrf_ports(world.ports).items():
@@ -435,6 +445,9 @@ def _routed(world: ValidState) -> set[Entry]:
             flows.update(endpoint_tags(net, port.mac or "", port.group, groups, True, mode))
     for remote in world.remotes:
         net = remote.network
+        if _fabric_routed(world, net):
+            flows.update(routing.fabric_remote_flows(remote, segment_of(net, mode)))
+            continue
         to = to_host(net, remote.host, tunnels, uplink)
         flows.update(routing.remote_flows(remote, segment_of(net, mode), to))
         flows.update(endpoint_tags(net, remote.mac, remote.group, groups, False, mode))

@@ -46,6 +46,7 @@ from datapath.flows import ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_IPV6, Action, F
 from datapath.local import NetworkState
 from datapath.tables import (
     ARP,
+    CLASSIFY,
     CONNTRACK,
     FORWARD,
     FROM_GATEWAY,
@@ -143,6 +144,27 @@ def remote_flows(remote: RemotePort, segment: int, to_host: tuple[Action, ...]) 
     return flows
 
 
+def fabric_remote_flows(remote: RemotePort, segment: int) -> list[Flow]:
+    """Another host's endpoint of a network routed through the fabric: answered with the
+    router MAC, so this host's endpoints send to it through the route table, whose way out
+    (the sender's gateway port: the host kernel, with the routes BGP learned) leads to the
+    fabric's router."""
+    if not remote.ipv4:
+        return []
+    request = _arp_request(segment, ORIGIN_MASK, remote.ipv4)
+    return [flow(ARP.id, PRIO_RULE, responder(ROUTER_MAC, remote.ipv4), **request)]
+
+
+def fabric_flows(fabric_port: int, uplink: int) -> list[Flow]:
+    """The host's router port on the untagged side of the VLAN uplink: what arrives there
+    without a VLAN tag is the fabric's (its router's ARP and routed packets) and goes to
+    the port (the host kernel), and what the port sends goes out."""
+    return [
+        flow(CLASSIFY.id, PRIO_EXCEPTION, [("output", fabric_port)], in_port=uplink, vlan_vid=0),
+        flow(CLASSIFY.id, PRIO_EXCEPTION, [("output", uplink)], in_port=fabric_port),
+    ]
+
+
 def host_routes(segment: int, mac: str, ipv4: str | None, ipv6: str | None) -> Iterable[Flow]:
     """An endpoint's /32 and /128 in its VRF: its MAC, one hop less."""
     for version, address in ((4, ipv4), (6, ipv6)):
@@ -169,10 +191,11 @@ def _subnets(net: NetworkState) -> list[tuple[int, str, str]]:
     return out
 
 
-def network_flows(net: NetworkState, segment: int) -> list[Flow]:
+def network_flows(net: NetworkState, segment: int, fabric_routed: bool = False) -> list[Flow]:
     """A network's part of its VRF: IP to the router goes to route; no endpoint's address
-    in its subnets goes anywhere; with a gateway port here, its gateway addresses reach it
-    and what its endpoints send elsewhere leaves through it."""
+    in its subnets goes anywhere (unless ``fabric_routed``: other hosts' endpoints of it
+    are reached through the host kernel's routes from BGP); with a gateway port here, its
+    gateway addresses reach it and what its endpoints send elsewhere leaves through it."""
     flows = [
         flow(
             ARP.id,
@@ -187,16 +210,9 @@ def network_flows(net: NetworkState, segment: int) -> list[Flow]:
     for version, subnet, gateway in _subnets(net):
         name, eth_type = _FAMILY[version]
         # Not keyed by the VRF: another tenant's subnets on this host are no way out either.
-        flows.append(
-            flow(
-                ROUTE.id,
-                PRIO_SUBNET_DROP,
-                [],
-                eth_dst=ROUTER_MAC,
-                eth_type=eth_type,
-                **{f"{name}_dst": subnet},
-            )
-        )
+        if not fabric_routed:
+            drop = {"eth_dst": ROUTER_MAC, "eth_type": eth_type, f"{name}_dst": subnet}
+            flows.append(flow(ROUTE.id, PRIO_SUBNET_DROP, [], **drop))
         if net.gateway_ofport is None:
             continue
         to_gateway: list[Action] = [

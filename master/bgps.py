@@ -8,11 +8,11 @@ from typing import Any
 
 from common import keys
 from common.models import Bgp
-from common.records import HostRecord, decode_config, encode_config
+from common.records import BgpSessionRecord, HostRecord, decode_config, encode_config
 from store import KV, Delete, Put
 
 from .decisions.bgp import check_router_ip_free, normalize_bgp
-from .decisions.views import bgp_view
+from .decisions.views import BgpSession, bgp_view
 from .errors import NotFound
 from .settings import Settings
 from .txn import TxnStore, absent, retrying, unchanged, untouched_since
@@ -45,9 +45,18 @@ class Bgps:
                 host = HostRecord.decode(hkv.value)
             except (ValueError, TypeError):
                 host = HostRecord(host=hostname)  # registered, though its record is unreadable
-        # The session state and routes come from the host's speaker once agents run one
-        # (views.BgpSession); until then there is nothing to show.
-        return bgp_view(bgp, host, self.settings.get().fwdMode, session=None)
+        return bgp_view(bgp, host, self.settings.get().fwdMode, self._session(hostname))
+
+    def _session(self, hostname: str) -> BgpSession | None:
+        """What the host's speaker reports (None: nothing, or nothing readable)."""
+        kv = self.txn.get(keys.bgp_session(hostname))
+        if kv is None:
+            return None
+        try:
+            r = BgpSessionRecord.decode(kv.value)
+        except ValueError:
+            return None
+        return BgpSession(r.state, r.announced, r.learned)
 
     def put(self, bgp: Bgp) -> Bgp:
         b = normalize_bgp(bgp)

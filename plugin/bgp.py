@@ -43,8 +43,9 @@ UNKNOWN_STATE = "Unknown"  # the neighbor's state before the first pass read it
 
 def routed_by_bgp(fwd_mode: str, network: NetworkState) -> bool:
     """Whether the fabric learns this network's endpoints by BGP: VLAN networks in routing
-    mode (VXLAN networks are routed between the hosts' switches, without the router)."""
-    return fwd_mode == "routing" and network.encap == "vlan"
+    mode (VXLAN networks are routed between the hosts' switches, without the router), but
+    not internal ones (they do not reach outside their host)."""
+    return fwd_mode == "routing" and network.encap == "vlan" and not network.internal
 
 
 def wanted_routes(
@@ -189,7 +190,10 @@ class BgpSession:
         self._announced: tuple[str, ...] = ()  # what the last pass left told
         self._speaker: Speaker | None = None
         self._told: dict[str, str] = {}  # pass thread only: what the speaker was told
-        self._installed: dict[str, str] = {}  # pass thread only: routes put in the kernel
+        # pass thread only: our routes in the kernel. A restarted agent's are adopted, and
+        # kept until the session is Established once (then what it learned is the truth).
+        self._installed: dict[str, str] = {}
+        self._established = False
         self._missing: set[str] = set()  # pass thread only: told, not in the last RIB read
         self.repairs = 0  # lost withdrawals announced again to be withdrawn
         self.loop = Reconciler(
@@ -197,6 +201,7 @@ class BgpSession:
         )
 
     def start(self) -> BgpSession:
+        self._installed = self._routes.learned()
         speaker = self._make_speaker(self.peering, self)
         speaker.neighbor_add(self.peering.neighbor, self.peering.neighbor_as)
         self._speaker = speaker
@@ -218,9 +223,10 @@ class BgpSession:
                 learned=dict(sorted(self._learned.items())),
             )
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0, forget: bool = False) -> None:
         """End the loop, then shut the speaker down (the router drops our routes with
-        the session); the kernel routes learned are left to the caller."""
+        the session). The kernel routes learned stay (a restarted agent adopts them), or
+        with ``forget`` (the peering is gone) are removed."""
         self.loop.stop()
         self.loop.join(timeout)
         if self._speaker is not None:
@@ -228,6 +234,9 @@ class BgpSession:
                 self._speaker.shutdown()
             except Exception:
                 log.exception("bgp: speaker shutdown")
+        if forget:
+            for prefix in sorted(self._routes.learned()):
+                self._routes.delete(prefix)
 
     # SpeakerEvents: the speaker's threads. Record and poke; never raise.
 
@@ -276,6 +285,7 @@ class BgpSession:
             self._state = state
             self._announced = tuple(sorted(self._told))
             learned = kernel_routes(self._learned)
+        self._established = self._established or state == "Established"
         self._sync_kernel(learned)
         return again
 
@@ -311,6 +321,8 @@ class BgpSession:
             if self._installed.get(prefix) != via:
                 self._routes.replace(prefix, via)
                 self._installed[prefix] = via
+        if not self._established:
+            return  # what a previous agent installed stays until the router is heard
         for prefix in sorted(set(self._installed) - set(learned)):
             self._routes.delete(prefix)
             del self._installed[prefix]

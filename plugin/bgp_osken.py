@@ -35,6 +35,8 @@ class OsKenSpeaker:
         from os_ken.services.protocols.bgp.rtconf import neighbors as nconf
         from os_ken.services.protocols.bgp.rtconf.base import HOLD_TIME as HOLD_TIME_KEY
 
+        # os-ken logs every API call (each pass reads the RIB and the neighbor) at INFO.
+        logging.getLogger("bgpspeaker.api.base").setLevel(logging.WARNING)
         self._call = call
         self._nconf = nconf
         self._hold_key = HOLD_TIME_KEY

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from common import keys
 from common.loop import Reconciler
-from common.models import Endpoint, GlobalSettings, NetProfile, Rule
+from common.models import Bgp, Endpoint, GlobalSettings, NetProfile, Rule
 from common.records import (
     GroupRecord,
     HostRecord,
@@ -29,6 +29,7 @@ from common.records import (
     decode_config,
     decode_endpoint,
 )
+from datapath.desired import FwdMode
 from datapath.local import EndpointState
 from store import KV, Compacted, Lease, Store, StoreError
 
@@ -47,6 +48,10 @@ def decode_global(value: bytes) -> GlobalSettings:
 
 def decode_profile(value: bytes) -> NetProfile:
     return decode_config(NetProfile, value)
+
+
+def decode_bgp(value: bytes) -> Bgp:
+    return decode_config(Bgp, value)
 
 
 class PrefixMirror(Reconciler, Generic[R]):
@@ -164,6 +169,18 @@ class HostRegistration(Reconciler):
             run_at_start=True,
         )
 
+    def put_leased(self, key: str, value: bytes | None) -> bool:
+        """Put ``value`` at ``key`` under the host's lease (it goes with the host), or
+        delete it with None; False while the host is not registered."""
+        lease = self._lease
+        if lease is None or not self.registered.is_set():
+            return False
+        if value is None:
+            self.store.delete(key)
+        else:
+            self.store.put(key, value, lease=lease.id)
+        return True
+
     def stop(self) -> None:
         super().stop()
         lease = self._lease
@@ -209,6 +226,8 @@ class ClusterView:
         # Netprofiles (what a group's endpoints may send) and service LBs.
         self.netprofiles = PrefixMirror(store, keys.NETPROFILES, on_change, decode_profile)
         self.services = PrefixMirror(store, keys.SERVICES, on_change, ServiceRecord.decode)
+        # Routing mode's BGP peerings, by host name.
+        self.bgps = PrefixMirror(store, keys.BGPS, on_change, decode_bgp)
         self._mirrors: tuple[PrefixMirror[Any], ...] = tuple(
             m for m in vars(self).values() if isinstance(m, PrefixMirror)
         )
@@ -237,6 +256,10 @@ class ClusterView:
     def arp_mode(self) -> str:
         settings = self.globals.values().get("")
         return settings.arpMode if settings is not None else "proxy"
+
+    def fwd_mode(self) -> FwdMode:
+        settings = self.globals.values().get("")
+        return "routing" if settings is not None and settings.fwdMode == "routing" else "bridge"
 
 
 def peers(

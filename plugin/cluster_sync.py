@@ -4,12 +4,13 @@ and the other hosts, their endpoints and the groups' policies (whenever they cha
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from common.loop import Reconciler
 from common.models import Endpoint
 from common.records import NetworkRecord
+from datapath.desired import FwdMode
 from datapath.host import EndpointState, HostDatapath, NetworkState
 from datapath.policy import GroupState
 from datapath.services import ServiceState
@@ -24,11 +25,13 @@ log = logging.getLogger("netplugin")
 # cluster view (which lags behind the master by a moment) before it counts as deleted.
 GONE_GRACE = 10.0
 
-ClusterState = tuple[dict[str, str], list[EndpointState], str, list[GroupState], list[ServiceState]]
+ClusterState = tuple[
+    dict[str, str], list[EndpointState], str, list[GroupState], list[ServiceState], FwdMode
+]
 
 
-def local_network(record: NetworkRecord) -> NetworkState:
-    """A cluster network as this host's datapath wants it."""
+def local_network(record: NetworkRecord, vrf: int = 0) -> NetworkState:
+    """A cluster network as this host's datapath wants it; ``vrf``: its tenant's tag."""
     c = record.config
     return NetworkState(
         id=record.id,
@@ -39,7 +42,28 @@ def local_network(record: NetworkRecord) -> NetworkState:
         ipv6_gateway=c.ipv6Gateway,
         internal=c.internal,
         encap=record.encap or c.encap,
+        vrf=vrf,
     )
+
+
+def vrf_networks(
+    fwd_mode: str,
+    held: Collection[str],
+    records: Iterable[NetworkRecord],
+    tenant_tags: Mapping[str, int],
+) -> list[NetworkState]:
+    """The networks this host must hold besides ``held``: in routing mode, every network of
+    a tenant with a network here (its VRF routes to all of them, and only a network held
+    here has its other hosts' endpoints in the flows); none in bridge mode."""
+    if fwd_mode != "routing":
+        return []
+    records = list(records)
+    tenants = {r.config.tenantName for r in records if r.id in held}
+    return [
+        local_network(r, tenant_tags.get(r.config.tenantName, 0))
+        for r in records
+        if r.config.tenantName in tenants and r.id not in held
+    ]
 
 
 class ClusterSync(Reconciler):
@@ -76,7 +100,14 @@ class ClusterSync(Reconciler):
         if current != self._last:
             self.agent.set_cluster(*current)
             self._last = current
-        live = {rec.id for rec in self.view.networks.values().values()}
+        records = self.view.networks.values().values()
+        held = self.agent.networks()
+        for net in vrf_networks(current[5], held, records, self.view.tenant_tags()):
+            try:
+                self.agent.ensure_network(net)
+            except (ValueError, RuntimeError, OSError) as e:
+                log.warning("network %s: not routed here: %s", net.id, e)
+        live = {rec.id for rec in records}
         if self.agent.drop_networks_gone(live, GONE_GRACE):
             self._last = None  # what it told the datapath changed under it
         return None
@@ -110,8 +141,9 @@ def log_unresolved(unresolved: Iterable[Unresolved | str]) -> None:
 def cluster_state(
     view: ClusterView, host: str, endpoints: Mapping[str, Endpoint]
 ) -> tuple[ClusterState, list[Unresolved | str]]:
-    """(peers, their endpoints, ARP mode, groups, services): what the datapath needs of the
-    cluster beyond this host's own endpoints; and what it cannot be told of."""
+    """(peers, their endpoints, ARP mode, groups, services, forwarding mode): what the
+    datapath needs of the cluster beyond this host's own endpoints; and what it cannot be
+    told of."""
     eps = list(endpoints.values())
     networks = view.networks.values()
     groups, unresolved = group_states(
@@ -129,26 +161,30 @@ def cluster_state(
         view.arp_mode(),
         groups,
         services,
+        view.fwd_mode(),
     )
     return state, [*unresolved, *skipped]
 
 
 def resync(agent: HostDatapath, view: ClusterView, host: str) -> dict[str, int]:
     """After a (re)start: this host's endpoints and the cluster, reconciled with the switch."""
-    nets = {rec.id: local_network(rec) for rec in view.networks.values().values()}
+    records = view.networks.values().values()
+    tags = view.tenant_tags()
     endpoints = view.endpoints.values()
     local_eps = [datapath_endpoint(e) for e in endpoints.values() if e.host == host]
     used = {e.network_id for e in local_eps}
-    (peer_vteps, remotes, arp_mode, groups, services), unresolved = cluster_state(
+    (peer_vteps, remotes, arp_mode, groups, services, fwd_mode), unresolved = cluster_state(
         view, host, endpoints
     )
     log_unresolved(unresolved)
+    nets = [local_network(r, tags.get(r.config.tenantName, 0)) for r in records if r.id in used]
     return agent.resync(
-        [n for nid, n in nets.items() if nid in used],
+        [*nets, *vrf_networks(fwd_mode, used, records, tags)],
         local_eps,
         peers=peer_vteps,
         remote_endpoints=remotes,
         arp_mode=arp_mode,
         groups=groups,
         services=services,
+        fwd_mode=fwd_mode,
     )

@@ -9,6 +9,8 @@ import os
 import signal
 import socket
 import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from common import keys
@@ -33,6 +35,7 @@ from store.startup import open_store_at_start
 
 from . import kube
 from .app import create_app
+from .bgp_host import HostBgp
 from .cluster import ClusterView, HostRegistration
 from .cluster_sync import ClusterSync, local_network
 from .cni_api import create_cni_app
@@ -62,9 +65,15 @@ def _mirrored_network(view: ClusterView, tenant: str, name: str) -> Network | No
 class AgentDatapath:
     """The driver's Datapath, backed by this host's HostDatapath; networks arrive on demand."""
 
-    def __init__(self, agent: HostDatapath, master: MasterClient) -> None:
+    def __init__(
+        self,
+        agent: HostDatapath,
+        master: MasterClient,
+        tenant_tags: Callable[[], Mapping[str, int]] = dict,
+    ) -> None:
         self.agent = agent
         self.master = master
+        self.tenant_tags = tenant_tags  # the agent's mirror: tenant -> its tag (its VRF)
 
     def _ensure_network(self, net: Network) -> str:
         held = self.agent.network(net.id)
@@ -77,7 +86,7 @@ class AgentDatapath:
         ):  # new here, or deleted and made again otherwise: the agent replaces it
             # The config alone lacks the tag the master chose: ask for the whole record.
             record = self.master.network_record(net.tenantName, net.networkName)
-            self.agent.ensure_network(local_network(record))
+            self.agent.ensure_network(local_network(record, self._tenant_tag(net.tenantName)))
         return net.id
 
     def create_endpoint_port(
@@ -119,6 +128,17 @@ class AgentDatapath:
 
     def published_ports(self, endpoint_id: str) -> list[PublishedPort]:
         return list(self.agent.published_ports().get(endpoint_id, ()))
+
+    def _tenant_tag(self, tenant: str, wait: float = 5.0) -> int:
+        """The tenant's tag, waiting a moment for a tenant made just now to reach the
+        mirror; 0 if it has none (bridge mode does not need it, routing mode refuses the
+        network, naming it)."""
+        if self.agent.fwd_mode != "routing":
+            wait = 0.0
+        deadline = time.monotonic() + wait
+        while not (tag := self.tenant_tags().get(tenant, 0)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return tag
 
 
 def _addressing(n: NetworkState) -> tuple[str, ...]:
@@ -313,10 +333,13 @@ def run(args: Any) -> None:
         ),
         args.host_ttl,
     )
+    # Routing mode with BGP: the router port, the session with the router, its report.
+    peering = HostBgp(view, agent, args.host, registration.put_leased)
+    woken.append(peering)
 
     driver = Driver(
         master,
-        AgentDatapath(agent, master),
+        AgentDatapath(agent, master, view.tenant_tags),
         host=args.host,
         mtu=args.mtu,
         docker_name=docker.name,
@@ -336,9 +359,8 @@ def run(args: Any) -> None:
         api_servers.append(serve_tcp(args.api_listen, create_inspect_app(window, metrics, True)))
     if args.cni_socket:
         pod_labels = kube.load(args.kubeconfig) if args.kubeconfig else None
-        cni_service = CniService(
-            master, AgentDatapath(agent, master), NetlinkNetns(), args.host, args.mtu, pod_labels
-        )
+        pods = AgentDatapath(agent, master, view.tenant_tags)
+        cni_service = CniService(master, pods, NetlinkNetns(), args.host, args.mtu, pod_labels)
         cni_app = create_cni_app(cni_service, metrics)
         cni_server = make_socket_server(args.cni_socket, cni_app, error_body=cni_parse_error)
         api_servers.append(cni_server)
@@ -349,6 +371,7 @@ def run(args: Any) -> None:
         api_servers.append(inspect)
         threading.Thread(target=inspect.serve_forever, name="inspect", daemon=True).start()
     loops: list[Reconciler] = [*view.mirrors(), registration, cluster_sync, docker_sync]
+    loops.append(peering)
     loops += [reporter, docker_events]
     if args.audit_interval > 0:
 

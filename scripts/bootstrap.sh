@@ -10,8 +10,8 @@ PACKAGES=(
   debootstrap docker-registry containernetworking-plugins podman
 )
 # What `make test` and `make bench` need besides (bootstrap.sh --test): QEMU and ssh for the
-# VM lab's guests (testbed/vm/), mke2fs for their image.
-TEST_PACKAGES=(qemu-system-x86 qemu-utils openssh-client e2fsprogs)
+# VM lab's guests (testbed/vm/), mke2fs for their image, FRR as routing mode's router.
+TEST_PACKAGES=(qemu-system-x86 qemu-utils openssh-client e2fsprogs frr)
 [ "${1:-}" != --test ] || PACKAGES+=("${TEST_PACKAGES[@]}")
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}

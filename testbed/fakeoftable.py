@@ -86,8 +86,9 @@ def field_matches(name: str, want: Any, have: Any) -> bool:
 
 
 def header(headers: Mapping[str, Any], name: str) -> Any:
-    """A field of a packet: None if it has no such header, 0 for an unset register."""
-    return headers.get(name, 0 if name in ZERO_UNTIL_SET else None)
+    """A field of a packet: None if it has no such header, 0 for an unset register and
+    for the VLAN id of an untagged packet (OpenFlow's OFPVID_NONE)."""
+    return headers.get(name, 0 if name in ZERO_UNTIL_SET or name == "vlan_vid" else None)
 
 
 FiveTuple = tuple[int, int, int, int, int]  # source, destination, protocol, ports

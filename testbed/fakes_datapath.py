@@ -192,3 +192,8 @@ class FakeRouteTable:
         if self.fail is not None:
             raise OSError(self.fail)
         return self.routes.pop(prefix, None) is not None
+
+    def learned(self) -> dict[str, str]:
+        if self.fail is not None:
+            raise OSError(self.fail)
+        return dict(self.routes)

@@ -308,7 +308,7 @@ class SimHost:
         self.ovs.stop()
 
 
-_LAB_NETNS = re.compile(r"^np\d+(h\d+|ctl)$")
+_LAB_NETNS = re.compile(r"^np\d+(h\d+|ctl|rt|out)$")
 _LAB_LINK = re.compile(r"^np\d+(ul|vl)$")
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -243,6 +244,7 @@ REAL = textwrap.dedent(
     class Routes:  # testbed's fakes import python-ovs, which imports eventlet (see below)
         def replace(self, prefix, via): pass
         def delete(self, prefix): return False
+        def learned(self): return {}
 
     peering = Peering(local_as=65001, router_ip="127.0.0.1", neighbor="127.0.0.1",
                       neighbor_as=65000)
@@ -295,3 +297,32 @@ def test_real_os_ken_speaker_in_process_without_eventlet() -> None:
     assert out["announced"] == ["10.9.0.6/32"]
     assert out["stop_secs"] < 5
     assert out["secs"] < 10
+
+
+def test_a_previous_agents_kernel_routes_stay_until_the_router_is_heard() -> None:
+    """A restarted agent adopts the routes the last one learned: they keep the fabric's
+    traffic flowing until the new session is Established; then what the router says wins."""
+    s = Session()
+    s.routes.routes = {"10.250.0.0/24": "50.1.1.2", "10.251.0.0/24": "50.1.1.2"}
+    make = s.session._make_speaker
+
+    def silent(peering: Peering, events: object) -> FakeSpeaker:
+        speaker = make(peering, events)  # type: ignore[arg-type]
+        speaker.state = "Active"  # the router not heard yet
+        return speaker
+
+    s.session._make_speaker = silent
+    s.session.start()
+    try:
+        wait_for(lambda: s.session.status().state == "Active", 2, "the state read")
+        time.sleep(0.5)  # passes go by
+        assert set(s.routes.routes) == {"10.250.0.0/24", "10.251.0.0/24"}
+        s.speaker.learn("10.250.0.0/24", "50.1.1.2")
+        s.speaker.state = "Established"
+        wait_for(lambda: s.routes.routes == {"10.250.0.0/24": "50.1.1.2"}, 2, "stale route gone")
+    finally:
+        s.session.stop()
+    # Stopping keeps the learned routes (a restart adopts them); forgetting removes them.
+    assert s.routes.routes == {"10.250.0.0/24": "50.1.1.2"}
+    s.session.stop(forget=True)
+    assert s.routes.routes == {}

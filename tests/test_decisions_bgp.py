@@ -209,14 +209,16 @@ def test_inspect_shows_what_the_cluster_knows_and_nothing_more() -> None:
 
 
 def test_inspect_shows_a_reported_session() -> None:
-    session = BgpSession("Established", ("10.1.0.2/32", "10.1.0.3/32"), ("0.0.0.0/0",))
+    session = BgpSession(
+        "Established", ("10.1.0.2/32", "10.1.0.3/32"), {"0.0.0.0/0": "10.200.0.254"}
+    )
     view = bgp_view(normalize_bgp(bgp()), None, "routing", session)
     assert view["Oper"] == {
         "hostRegistered": False,
         "fwdMode": "routing",
         "neighborState": "Established",
         "announcedRoutes": ["10.1.0.2/32", "10.1.0.3/32"],
-        "learnedRoutes": ["0.0.0.0/0"],
+        "learnedRoutes": ["0.0.0.0/0 via 10.200.0.254"],
         "numAnnouncedRoutes": 2,
         "numLearnedRoutes": 1,
     }

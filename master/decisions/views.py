@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,13 +181,12 @@ def service_view(rec: ServiceRecord, endpoints: Sequence[Endpoint]) -> dict[str,
 
 @dataclass(frozen=True)
 class BgpSession:
-    """What a host's BGP speaker will report of its peering (issue 25, item 3): the session's
-    state with the neighbor and the routes the host announces and learns. No agent reports
-    it yet, so every inspect passes None and these fields are absent, never guessed."""
+    """What a host's BGP speaker reports of its peering (keys.bgp_session, under the host's
+    lease: absent while its agent is down or not peering, and then not shown)."""
 
     state: str  # the BGP FSM state: "Idle", "Connect", "Active", ..., "Established"
-    announced: tuple[str, ...]  # prefixes the host announces (its containers' /32 and /128)
-    learned: tuple[str, ...]  # prefixes it learned from the neighbor
+    announced: tuple[str, ...]  # prefixes the host announces (its containers' /32s)
+    learned: Mapping[str, str]  # prefix -> next hop, learned from the neighbor
 
 
 def bgp_view(
@@ -201,7 +200,7 @@ def bgp_view(
         oper.update(
             neighborState=session.state,
             announcedRoutes=list(session.announced),
-            learnedRoutes=list(session.learned),
+            learnedRoutes=[f"{p} via {nh}" for p, nh in sorted(session.learned.items())],
             numAnnouncedRoutes=len(session.announced),
             numLearnedRoutes=len(session.learned),
         )

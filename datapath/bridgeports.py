@@ -1,0 +1,98 @@
+"""The ports netplugin owns on the bridge, as a (re)started agent finds them: endpoint ports
+adopted as they are, ports and veths nothing owns removed; and the router port.
+
+The router port (routing mode with BGP) is an OVS internal port holding the host's address
+on the fabric (the Bgp object's router IP) on the untagged side of the VLAN uplink. The
+host kernel owns it: BGP's session to the router and the routes it learns go through it,
+and so do the packets the fabric routes to and from this host's VLAN networks (the switch's
+flows are datapath.routing.fabric_flows; iptables' are datapath.hostnat's). Its address is
+kept in its external_ids, so a restarted agent adopts the port as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import replace
+
+from .effects import Links, Ovsdb
+from .hostnat import FABRIC_PORT
+from .local import EndpointState
+from .ovs import PortInfo
+from .veth import veth_names
+
+log = logging.getLogger(__name__)
+
+EXT_ENDPOINT = "netplugin-endpoint"
+EXT_NETWORK = "netplugin-network"
+EXT_UPLINK = "netplugin-uplink"
+EXT_FABRIC = "netplugin-fabric"  # on the router port; its value: the address it holds
+
+
+def adopt_fabric(ports: Mapping[str, PortInfo]) -> tuple[int | None, str]:
+    """(ofport, address) of the router port on the bridge, (None, "") if there is none."""
+    info = ports.get(FABRIC_PORT)
+    if info is None or not info.ofport or info.ofport < 0:
+        return None, ""
+    return info.ofport, info.external_ids.get(EXT_FABRIC, "")
+
+
+def ensure_fabric(
+    ovs: Ovsdb,
+    links: Links,
+    bridge: str,
+    mtu: int,
+    have: tuple[int | None, str],
+    router_ip: str,
+) -> tuple[int | None, str]:
+    """Make the router port hold ``router_ip`` ("" = no port); ``have``: (ofport, address)
+    as it is. A new address gets a new port, so the old address goes with the old one."""
+    ofport, address = have
+    if ofport is not None and address != router_ip:
+        ovs.del_port(bridge, FABRIC_PORT)
+        ofport, address = None, ""
+    if router_ip and ofport is None:
+        ofport = ovs.add_port(
+            bridge, FABRIC_PORT, type="internal", external_ids={EXT_FABRIC: router_ip}
+        )
+        links.address_gateway(FABRIC_PORT, mtu, [router_ip])
+        address = router_ip
+    return ofport, address
+
+
+def adopt_endpoints(
+    ports: Mapping[str, PortInfo], endpoints: Iterable[EndpointState], links: Links
+) -> tuple[dict[str, EndpointState], int]:
+    """The endpoints whose ports are on the bridge, with their ofports read back; and how
+    many have none (their veth vanished: they cannot be re-plugged into their container)."""
+    found: dict[str, EndpointState] = {}
+    missing = 0
+    for ep in endpoints:
+        host, _ = veth_names(ep.id)
+        info = ports.get(host)
+        if info is None or not info.ofport or info.ofport < 0:
+            missing += 1
+            continue
+        try:
+            links.isolate_host_end(host)  # ports made by an older netplugin lack it
+        except OSError as e:
+            log.warning("endpoint %s: cannot isolate %s from the host: %s", ep.id, host, e)
+        found[ep.id] = replace(ep, ofport=info.ofport)
+    return found, missing
+
+
+def remove_unowned(
+    ovs: Ovsdb, links: Links, bridge: str, ports: Mapping[str, PortInfo], keep: Collection[str]
+) -> int:
+    """Remove our endpoint and gateway ports, and host veths, not in ``keep``; how many."""
+    removed = 0
+    for name, info in ports.items():
+        ours = EXT_ENDPOINT in info.external_ids or EXT_NETWORK in info.external_ids
+        if ours and name not in keep:
+            ovs.del_port(bridge, name)
+            removed += 1
+    for name in links.host_veths():
+        if name not in keep:
+            links.delete_link(name)
+            removed += 1
+    return removed

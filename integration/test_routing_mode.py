@@ -1,0 +1,354 @@
+"""Routing mode across simulated hosts: a cluster switched to `fwdMode routing` while empty,
+its tenants' networks routed by each host's switch (a tenant is a VRF), real containers on
+real dockerds, real packets. VXLAN networks are routed between the hosts' switches; VLAN
+networks through a real BGP router: Debian's FRR in a namespace on the hosts' VLAN uplinks,
+which every agent peers with (its Bgp object), with an outside network behind it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from testbed.frr import FrrRouter, frr_available
+from testbed.multihost import Cluster, SimHost, sh, veth_into
+from testbed.probe import ContainerNet, EchoServer, NamespaceNet, tcp_opens
+from testbed.require import require_etcd
+from testbed.wait import wait_for
+
+pytestmark = pytest.mark.usefixtures("root")
+
+ROUTER_MAC = "02:4e:52:00:00:01"  # datapath.routing.ROUTER_MAC, as a container sees it
+
+
+ROUTER_IP = "10.200.0.254"  # the router on the hosts' VLAN uplinks
+ROUTER_AS = 65000
+OUTSIDE_NET = "10.250.0.0/24"  # behind the router: not the cluster's
+OUTSIDE_IP = "10.250.0.2"
+
+
+def router_ip(host: SimHost) -> str:
+    return f"10.200.0.{host.index}"
+
+
+def host_as(host: SimHost) -> int:
+    return 65000 + host.index
+
+
+class Fabric:
+    """The router (FRR) on the hosts' VLAN uplinks and a host outside the cluster."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.router_ns, self.outside_ns = f"{cluster.tag}rt", f"{cluster.tag}out"
+        sh("ip", "netns", "add", self.router_ns)
+        sh("ip", "netns", "add", self.outside_ns)
+        veth_into(self.router_ns, "eth0", f"{cluster.tag}r0", cluster.vlan_bridge)
+        self.rt(
+            "ip", "link", "add", "eth1", "type", "veth", "peer", "eth0", "netns", self.outside_ns
+        )
+        for cmd in (
+            ["ip", "link", "set", "lo", "up"],
+            ["ip", "addr", "add", f"{ROUTER_IP}/24", "dev", "eth0"],
+            ["ip", "addr", "add", "10.250.0.1/24", "dev", "eth1"],
+            ["ip", "link", "set", "eth1", "up"],
+            ["sysctl", "-qw", "net.ipv4.ip_forward=1"],
+            # A real wire carries finished checksums (the hosts' userspace OVS needs them).
+            ["ethtool", "-K", "eth0", "tx", "off"],
+        ):
+            self.rt(*cmd)
+        for cmd in (
+            ["ip", "link", "set", "lo", "up"],
+            ["ip", "addr", "add", f"{OUTSIDE_IP}/24", "dev", "eth0"],
+            ["ip", "link", "set", "eth0", "up"],
+            ["ip", "route", "add", "default", "via", "10.250.0.1"],
+        ):
+            sh("ip", "netns", "exec", self.outside_ns, *cmd)
+        neighbors = {router_ip(h): host_as(h) for h in cluster.hosts}
+        self.frr = FrrRouter(self.router_ns, ROUTER_IP, ROUTER_AS, neighbors, [OUTSIDE_NET])
+        self.frr.start()
+
+    def rt(self, *cmd: str) -> str:
+        return sh("ip", "netns", "exec", self.router_ns, *cmd).stdout
+
+    def stop(self, logs: Path) -> None:
+        self.frr.stop(keep_logs=logs)
+        for ns in (self.router_ns, self.outside_ns):
+            sh("ip", "netns", "del", ns, check=False)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Fabric]]:
+    """Two hosts and one master, switched to routing mode before any network exists; a
+    router every host peers with by its Bgp object."""
+    require_etcd()
+    if not frr_available():
+        pytest.fail("FRR (zebra, bgpd, vtysh) is missing: scripts/bootstrap.sh installs it")
+    workdir = tmp_path_factory.mktemp("routing")
+    c = Cluster(workdir, hosts=2, masters=1)
+    c.start()
+    fabric = None
+    try:
+        c.netctl("global", "set", "--fwd-mode", "routing")
+        fabric = Fabric(c)
+        for h in c.hosts:
+            c.netctl(
+                "bgp", "create", "--router-ip", f"{router_ip(h)}/24", "--as", str(host_as(h)),
+                "--neighbor-as", str(ROUTER_AS), "--neighbor", ROUTER_IP, h.name,
+            )  # fmt: skip
+        yield c, fabric
+    finally:
+        if fabric is not None:
+            fabric.stop(workdir / "frr")
+        c.stop()
+
+
+@pytest.fixture
+def cluster(lab: tuple[Cluster, Fabric]) -> Iterator[Cluster]:
+    c, _ = lab
+    c.heal()
+    before = c.snapshot()
+    yield c
+    c.heal()
+    c.remove_made_since(before)
+
+
+@pytest.fixture
+def fabric(lab: tuple[Cluster, Fabric], cluster: Cluster) -> Fabric:
+    """The router, once every host's session with it is up."""
+    f = lab[1]
+    for h in cluster.hosts:
+        wait_for(
+            lambda h=h: f.frr.peer_state(router_ip(h)) == "Established",
+            30,
+            f"{h.name}'s BGP session with the router",
+            last=lambda h=h: f.frr.peer_state(router_ip(h)),
+        )
+    return f
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:6]}"
+
+
+def tenant_network(cluster: Cluster, tenant: str, subnet: str, gateway: str, *opts: str) -> str:
+    """A network of ``tenant`` (VXLAN unless ``opts`` say otherwise) made with netctl; its
+    docker name (NAME/TENANT), once every host's docker has it."""
+    name = unique("n")
+    cluster.netctl("net", "create", "-t", tenant, "-s", subnet, "-g", gateway, *opts, name)
+    docker_name = f"{name}/{tenant}"
+    for h in cluster.hosts:
+        wait_for(
+            lambda h=h: docker_name in h.docker("network", "ls", "--format", "{{.Name}}").split(),
+            20,
+            f"{h.name}: docker network {docker_name}",
+        )
+    return docker_name
+
+
+def ping_ttl(host: SimHost, container: str, target: str) -> int | None:
+    """The TTL of the first echo reply ``container`` gets from ``target``; None: no reply."""
+    res = host.docker_res("exec", container, "ping", "-c", "1", "-W", "2", target)
+    m = re.search(r"ttl=(\d+)", res.stdout)
+    return int(m.group(1)) if res.returncode == 0 and m else None
+
+
+def neighbour_mac(host: SimHost, container: str, ip: str) -> str:
+    """The MAC the container's kernel resolved ``ip`` to ('' if none)."""
+    for line in host.docker("exec", container, "cat", "/proc/net/arp").splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] == ip:
+            return fields[3]
+    return ""
+
+
+def container_net(host: SimHost, container: str) -> ContainerNet:
+    pid = int(host.docker("inspect", "-f", "{{.State.Pid}}", container).strip())
+    return ContainerNet(container, pid)
+
+
+def test_a_tenant_is_routed_across_hosts_and_other_tenants_are_not(cluster: Cluster) -> None:
+    """Networks of one tenant reach each other, on one host and across hosts, through the
+    switch's router (one hop: TTL 63, the router MAC in the neighbour table); another
+    tenant's network is out of reach."""
+    h1, h2 = cluster.hosts
+    blue, red = unique("blue"), unique("red")
+    for t in (blue, red):
+        cluster.netctl("tenant", "create", t)
+    web = tenant_network(cluster, blue, "10.71.0.0/24", "10.71.0.1")
+    db = tenant_network(cluster, blue, "10.72.0.0/24", "10.72.0.1")
+    other = tenant_network(cluster, red, "10.73.0.0/24", "10.73.0.1")
+    a = cluster.run(h1, unique("a"), web)
+    c = cluster.run(h2, unique("c"), web)
+    b = cluster.run(h2, unique("b"), db)
+    r = cluster.run(h2, unique("r"), other)
+    aip, bip, cip, rip = (cluster.ip_of(h, x) for h, x in ((h1, a), (h2, b), (h2, c), (h2, r)))
+    # The same network across hosts: routed, not bridged (one hop, the router's MAC).
+    wait_for(lambda: ping_ttl(h1, a, cip) is not None, 15, f"{a} reaches {c} across hosts")
+    assert ping_ttl(h1, a, cip) == 63
+    assert neighbour_mac(h1, a, cip) == ROUTER_MAC
+    # Another network of the tenant, on the other host, both ways.
+    assert ping_ttl(h1, a, bip) == 63 and ping_ttl(h2, b, aip) == 63
+    # Each host's gateways of the tenant answer: its own network's and the other's (the
+    # host kernel is behind the switch's router: its replies are routed, one hop).
+    assert ping_ttl(h1, a, "10.71.0.1") == 63 and ping_ttl(h1, a, "10.72.0.1") == 63
+    # TCP, not only ICMP.
+    server = EchoServer(container_net(h2, b), 8080)
+    try:
+        with contextlib.closing(container_net(h1, a)) as anet:
+            assert tcp_opens(anet, bip, 8080)
+    finally:
+        server.close()
+    # red is another VRF: its container is not reached from blue's, on its host or another,
+    # though its network's gateway is on b's host; nor are blue's reached from it.
+    assert ping_ttl(h1, a, rip) is None and ping_ttl(h2, b, rip) is None
+    assert ping_ttl(h2, r, bip) is None and ping_ttl(h2, r, cip) is None
+    # A container gone: its address is no longer routed to.
+    h2.docker("rm", "-f", c)
+    wait_for(lambda: ping_ttl(h1, a, cip) is None, 10, f"{cip} unreachable once {c} is gone")
+
+
+def container_pid(host: SimHost, container: str) -> str:
+    return host.docker("inspect", "-f", "{{.State.Pid}}", container).strip()
+
+
+def test_vlan_networks_are_routed_through_the_router_that_learns_them_by_bgp(
+    cluster: Cluster, fabric: Fabric
+) -> None:
+    """Each host announces its containers' /32s with itself as next hop; containers on
+    different hosts talk through the router; a host outside the cluster reaches a container
+    by its own address, and the container sees the outside host's (no NAT either way); a
+    stopped container's route is withdrawn within seconds; `netctl bgp inspect` shows the
+    session and its routes."""
+    h1, h2 = cluster.hosts
+    blue = unique("blue")
+    cluster.netctl("tenant", "create", blue)
+    vl = tenant_network(cluster, blue, "10.80.0.0/24", "10.80.0.1", "-e", "vlan", "-p", "400")
+    a, b = cluster.run(h1, unique("a"), vl), cluster.run(h2, unique("b"), vl)
+    aip, bip = cluster.ip_of(h1, a), cluster.ip_of(h2, b)
+    wanted = {f"{aip}/32": [router_ip(h1)], f"{bip}/32": [router_ip(h2)]}
+
+    def announced() -> dict[str, list[str]]:
+        routes = fabric.frr.routes()
+        return {p: routes[p] for p in wanted if p in routes}
+
+    wait_for(lambda: announced() == wanted, 15, "the router learns both containers", last=announced)
+    # Through the router: h2's kernel, the router and h1's kernel each count a hop, then
+    # h1's switch routes it to a (64 - 4).
+    wait_for(lambda: ping_ttl(h2, b, aip) is not None, 15, f"{b} reaches {a} via the router")
+    assert ping_ttl(h2, b, aip) == 60 and ping_ttl(h1, a, bip) == 60
+    assert neighbour_mac(h2, b, aip) == ROUTER_MAC
+    # The outside host reaches a by its address, and a sees the outside host's address.
+    res = sh(
+        "ip", "netns", "exec", fabric.outside_ns, "ping", "-c", "1", "-W", "2", aip, check=False
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    outside = NamespaceNet(f"/var/run/netns/{fabric.outside_ns}")
+    with contextlib.closing(outside.socket(socket.SOCK_STREAM)) as server:
+        server.bind((OUTSIDE_IP, 9400))
+        server.listen(1)
+        server.settimeout(10)
+        h1.docker("exec", "-d", a, "sh", "-c", f"echo hi | nc {OUTSIDE_IP} 9400")
+        conn, peer = server.accept()
+        conn.close()
+    outside.close()
+    assert peer[0] == aip  # not NATed to the host's address
+    # What the hosts report, through the master.
+    inspect = json.loads(cluster.netctl("--json", "bgp", "inspect", h1.name).stdout)
+    oper = inspect["Oper"]
+    assert oper["neighborState"] == "Established" and f"{aip}/32" in oper["announcedRoutes"]
+    assert f"{OUTSIDE_NET} via {ROUTER_IP}" in oper["learnedRoutes"]
+    assert f"{bip}/32 via {ROUTER_IP}" in oper["learnedRoutes"]
+    # b stops: its route leaves the router within seconds, and a no longer reaches it.
+    h2.docker("rm", "-f", b)
+    wait_for(lambda: f"{bip}/32" not in fabric.frr.routes(), 5, f"{bip}/32 withdrawn")
+    assert f"{aip}/32" in fabric.frr.routes()
+
+
+def test_a_killed_agent_loses_its_session_and_routes_and_a_new_one_peers_again(
+    cluster: Cluster, fabric: Fabric
+) -> None:
+    _, h2 = cluster.hosts
+    tenant = unique("t")
+    cluster.netctl("tenant", "create", tenant)
+    vl = tenant_network(cluster, tenant, "10.82.0.0/24", "10.82.0.1", "-e", "vlan", "-p", "402")
+    b = cluster.run(h2, unique("b"), vl)
+    bip = cluster.ip_of(h2, b)
+    wait_for(lambda: f"{bip}/32" in fabric.frr.routes(), 15, f"{bip}/32 announced")
+    h2.stop_agent(signal.SIGKILL)
+    # FRR's hold time (9 s) at most; the connection's reset usually ends it at once.
+    wait_for(lambda: f"{bip}/32" not in fabric.frr.routes(), 15, "h2's routes dropped")
+    assert fabric.frr.peer_state(router_ip(h2)) != "Established"
+    cluster.start_agent(h2)
+    wait_for(lambda: f"{bip}/32" in fabric.frr.routes(), 30, "h2 peers and announces again")
+    assert fabric.frr.routes()[f"{bip}/32"] == [router_ip(h2)]
+
+
+def test_over_the_fabric_a_tenant_reaches_its_networks_and_not_another_tenants(
+    cluster: Cluster, fabric: Fabric
+) -> None:
+    h1, h2 = cluster.hosts
+    blue, red = unique("blue"), unique("red")
+    for t in (blue, red):
+        cluster.netctl("tenant", "create", t)
+    web = tenant_network(cluster, blue, "10.83.0.0/24", "10.83.0.1", "-e", "vlan", "-p", "403")
+    db = tenant_network(cluster, blue, "10.84.0.0/24", "10.84.0.1", "-e", "vlan", "-p", "404")
+    other = tenant_network(cluster, red, "10.85.0.0/24", "10.85.0.1", "-e", "vlan", "-p", "405")
+    a, b = cluster.run(h1, unique("a"), web), cluster.run(h2, unique("b"), db)
+    r = cluster.run(h2, unique("r"), other)
+    aip, bip, rip = cluster.ip_of(h1, a), cluster.ip_of(h2, b), cluster.ip_of(h2, r)
+    for ip in (aip, bip, rip):
+        wait_for(lambda ip=ip: f"{ip}/32" in fabric.frr.routes(), 15, f"{ip}/32 announced")
+    wait_for(lambda: ping_ttl(h1, a, bip) is not None, 15, f"{a} reaches {b} across networks")
+    assert ping_ttl(h1, a, rip) is None  # dropped by r's host: it comes from blue
+    assert ping_ttl(h2, r, aip) is None
+    # From outside the cluster, every tenant's containers are reachable (the fabric's own
+    # addresses are nobody's tenant).
+    res = sh(
+        "ip", "netns", "exec", fabric.outside_ns, "ping", "-c", "1", "-W", "2", rip, check=False
+    )
+    assert res.returncode == 0
+
+
+def test_a_policy_denies_across_the_routed_path(cluster: Cluster) -> None:
+    """Policies judge routed packets as they judge bridged ones: a group's `in` rule on
+    another network of the tenant, on another host."""
+    h1, h2 = cluster.hosts
+    blue = unique("blue")
+    cluster.netctl("tenant", "create", blue)
+    web = tenant_network(cluster, blue, "10.74.0.0/24", "10.74.0.1")
+    db = tenant_network(cluster, blue, "10.75.0.0/24", "10.75.0.1")
+    group, policy = unique("g"), unique("p")
+    cluster.netctl("policy", "create", "-t", blue, policy)
+    cluster.netctl("policy", "rule-add", "-t", blue, "-d", "in", "-l", "tcp", "-P", "8081",
+                   "-j", "deny", policy, "1")  # fmt: skip
+    cluster.netctl("group", "create", "-t", blue, "-p", policy, db.split("/")[0], group)
+    for h in cluster.hosts:
+        wait_for(
+            lambda h=h: f"{group}/{blue}" in h.docker("network", "ls", "--format", "{{.Name}}"),
+            20,
+            f"{h.name}: docker network {group}/{blue}",
+        )
+    a = cluster.run(h1, unique("a"), web)
+    b = cluster.run(h2, unique("b"), f"{group}/{blue}")
+    bip = cluster.ip_of(h2, b)
+    bnet = container_net(h2, b)
+    servers = [EchoServer(bnet, 8080), EchoServer(bnet, 8081)]
+    try:
+        with contextlib.closing(container_net(h1, a)) as anet:
+            wait_for(lambda: tcp_opens(anet, bip, 8080), 15, f"{a} reaches {b}:8080 routed")
+            assert not tcp_opens(anet, bip, 8081)  # denied into the group
+            assert ping_ttl(h1, a, bip) == 63  # routed, and ICMP is not denied
+    finally:
+        for s in servers:
+            s.close()
+        bnet.close()
+        h2.docker("rm", "-f", b, check=False)
+        cluster.netctl("group", "rm", "-t", blue, group, check=False)
+        cluster.netctl("policy", "rm", "-t", blue, policy, check=False)

@@ -1,0 +1,150 @@
+"""A real BGP router for the integration tests: Debian's FRR (zebra and bgpd) in a network
+namespace, every file of it under one work directory, started and stopped by PID.
+
+It is the top-of-rack router of routing mode's tests: the hosts' agents peer with it (their
+os-ken speakers), it installs the routes they announce in its namespace's kernel (zebra)
+and routes between them and the networks behind it. ``vtysh`` asks it what it knows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .ovs import stop_pid
+from .wait import wait_for
+
+FRR_DIR = Path("/usr/lib/frr")
+
+
+def frr_available() -> bool:
+    return (
+        (FRR_DIR / "bgpd").exists() and (FRR_DIR / "zebra").exists() and bool(shutil.which("vtysh"))
+    )
+
+
+def frr_config(
+    router_id: str, asn: int, neighbors: Mapping[str, int], networks: Sequence[str], log: Path
+) -> str:
+    """bgpd's configuration: eBGP with each neighbor (fast timers, so a dead peer is seen in
+    seconds), next hop self (the fabric's traffic goes through the router), and the
+    networks behind the router announced."""
+    lines = [
+        "frr defaults datacenter",
+        f"log file {log}",
+        "!",
+        f"router bgp {asn}",
+        f" bgp router-id {router_id}",
+        " no bgp ebgp-requires-policy",
+        " no bgp network import-check",
+    ]
+    for address, remote_as in neighbors.items():
+        lines += [
+            f" neighbor {address} remote-as {remote_as}",
+            f" neighbor {address} timers 3 9",
+            f" neighbor {address} timers connect 1",
+        ]
+    lines += [" !", " address-family ipv4 unicast"]
+    lines += [f"  network {n}" for n in networks]
+    lines += [f"  neighbor {a} next-hop-self" for a in neighbors]
+    lines += [" exit-address-family", "!", ""]
+    return "\n".join(lines)
+
+
+class FrrRouter:
+    """zebra and bgpd in ``netns``; ``start()`` writes the config and waits for bgpd; the
+    daemons' logs stay in their directory until ``stop()``."""
+
+    def __init__(
+        self,
+        netns: str,
+        router_id: str,
+        asn: int,
+        neighbors: Mapping[str, int],
+        networks: Sequence[str] = (),
+    ) -> None:
+        # FRR drops to its own user: its files live in a directory of theirs (a pytest
+        # directory is root's alone), removed by stop().
+        self.dir = Path(tempfile.mkdtemp(prefix="netplugin-frr-"))
+        self.netns = netns
+        self.router_id = router_id
+        self.asn = asn
+        self.neighbors = dict(neighbors)
+        self.networks = list(networks)
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def _daemon(self, name: str, *extra: str) -> subprocess.Popen[bytes]:
+        args = [
+            "nsenter", f"--net=/var/run/netns/{self.netns}",
+            str(FRR_DIR / name),
+            "-u", "frr", "-g", "frr",
+            "-i", str(self.dir / f"{name}.pid"),
+            "-z", str(self.dir / "zserv.api"),
+            "--vty_socket", str(self.dir),
+            "-f", str(self.dir / "frr.conf"),
+            "-A", "127.0.0.1", "-P", "0",
+            *extra,
+        ]  # fmt: skip
+        with open(self.dir / f"{name}.out", "ab") as out:
+            return subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def start(self) -> FrrRouter:
+        self.dir.chmod(0o755)
+        shutil.chown(self.dir, "frr", "frr")
+        conf = frr_config(
+            self.router_id, self.asn, self.neighbors, self.networks, self.dir / "frr.log"
+        )
+        (self.dir / "frr.conf").write_text(conf)
+        shutil.chown(self.dir / "frr.conf", "frr", "frr")
+        self.procs.append(self._daemon("zebra"))
+        wait_for(lambda: (self.dir / "zserv.api").exists(), 10, "zebra's socket")
+        self.procs.append(self._daemon("bgpd", "-l", self.router_id))
+        wait_for(lambda: (self.dir / "bgpd.vty").exists(), 10, "bgpd's vty socket")
+        return self
+
+    def stop(self, keep_logs: Path | None = None) -> None:
+        """Stop the daemons and remove their directory (its logs copied to ``keep_logs``)."""
+        for p in reversed(self.procs):
+            stop_pid(p)
+        self.procs.clear()
+        if keep_logs is not None:
+            keep_logs.mkdir(parents=True, exist_ok=True)
+            for log in self.dir.glob("*.log"):
+                shutil.copy(log, keep_logs / log.name)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def vtysh(self, command: str) -> str:
+        res = subprocess.run(
+            ["nsenter", f"--net=/var/run/netns/{self.netns}", "vtysh", "--vty_socket",
+             str(self.dir), "-c", command],
+            capture_output=True, text=True, timeout=20, check=False,
+            env={**os.environ, "VTYSH_PAGER": "cat"},
+        )  # fmt: skip
+        return res.stdout
+
+    def vjson(self, command: str) -> Any:
+        out = self.vtysh(command + " json")
+        try:
+            return json.loads(out)
+        except ValueError:
+            return {}
+
+    def routes(self) -> dict[str, list[str]]:
+        """The BGP table: prefix -> the next hops of its paths."""
+        table = self.vjson("show bgp ipv4 unicast").get("routes", {})
+        return {
+            prefix: sorted(hop.get("ip", "") for path in paths for hop in path.get("nexthops", []))
+            for prefix, paths in table.items()
+        }
+
+    def peer_state(self, neighbor: str) -> str:
+        info = self.vjson(f"show bgp neighbors {neighbor}")
+        return str(info.get(neighbor, {}).get("bgpState", ""))
