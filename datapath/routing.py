@@ -1,7 +1,7 @@
 """Routing mode (issue 25): a tenant is one L3 segment, its VRF, routed by the switch.
 
 Pure flow builders; datapath.pipeline.compile_flows calls them when the desired state's
-fwd_mode is "routing" (the agent does not feed that mode yet). Packet walk of a container
+fwd_mode is "routing" (the cluster's fwdMode, fed by the agent). Packet walk of a container
 reaching another container of its tenant:
 
     classify 0    every local port of the tenant's networks, and what arrives with any of

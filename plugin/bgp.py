@@ -1,5 +1,5 @@
 """The agent's BGP session (issue 25, item 3): what this host announces to its router, and
-the loop that keeps the speaker telling exactly that. Not wired into the agent yet.
+the loop that keeps the speaker telling exactly that. plugin.bgp_host runs it.
 
 The decisions are pure: ``wanted_routes`` (each local endpoint's /32 on networks routed by
 BGP, its /128 only when an IPv6 next hop is known) and ``route_diff``. The speaker is an
@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -35,7 +36,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HOLD_TIME = 10  # seconds, os-ken's minimum; its default (40) keeps a dead host's routes 40 s
-UNKNOWN_STATE = "Unknown"  # the neighbor's state before the first pass read it
+UNKNOWN_STATE = "Unknown"
+# How long a restarted agent keeps the kernel routes its predecessor learned once its
+# session is up, for the router to send them again (a few passes of the session).
+ADOPTED_GRACE = 5.0  # the neighbor's state before the first pass read it
 
 
 # -- decisions -----------------------------------------------------------------------
@@ -139,6 +143,10 @@ class Speaker(Protocol):
         """The session's FSM state ("Idle", "Connect", "Active", ..., "Established")."""
         ...
 
+    def end_of_rib(self, address: str) -> None:
+        """Tell the neighbor every route is announced (graceful restart's End-of-RIB)."""
+        ...
+
     def shutdown(self) -> None: ...
 
 
@@ -178,8 +186,10 @@ class BgpSession:
         interval: float = 2.0,
         settle: float = 0.1,
         coalesce: float = 0.02,
+        adopted_grace: float = ADOPTED_GRACE,
     ) -> None:
         self.peering = peering
+        self.adopted_grace = adopted_grace
         self._make_speaker = make_speaker
         self._routes = route_table
         self._settle = settle
@@ -190,10 +200,13 @@ class BgpSession:
         self._announced: tuple[str, ...] = ()  # what the last pass left told
         self._speaker: Speaker | None = None
         self._told: dict[str, str] = {}  # pass thread only: what the speaker was told
-        # pass thread only: our routes in the kernel. A restarted agent's are adopted, and
-        # kept until the session is Established once (then what it learned is the truth).
+        # pass thread only: our routes in the kernel. A previous agent's are adopted, and
+        # kept until the session has been Established for ADOPTED_GRACE (the router sends
+        # its table in the moments after): then what it learned is the truth.
         self._installed: dict[str, str] = {}
-        self._established = False
+        self._adopted: set[str] = set()
+        self._established_at: float | None = None
+        self._eor_sent = False  # pass thread only: End-of-RIB sent in this session
         self._missing: set[str] = set()  # pass thread only: told, not in the last RIB read
         self.repairs = 0  # lost withdrawals announced again to be withdrawn
         self.loop = Reconciler(
@@ -202,6 +215,7 @@ class BgpSession:
 
     def start(self) -> BgpSession:
         self._installed = self._routes.learned()
+        self._adopted = set(self._installed)
         speaker = self._make_speaker(self.peering, self)
         speaker.neighbor_add(self.peering.neighbor, self.peering.neighbor_as)
         self._speaker = speaker
@@ -285,9 +299,20 @@ class BgpSession:
             self._state = state
             self._announced = tuple(sorted(self._told))
             learned = kernel_routes(self._learned)
-        self._established = self._established or state == "Established"
+        if state == "Established" and self._established_at is None:
+            self._established_at = time.monotonic()
+        self._end_of_rib(speaker, state, settled=again is None)
         self._sync_kernel(learned)
         return again
+
+    def _end_of_rib(self, speaker: Speaker, state: str, settled: bool) -> None:
+        """Once per session, when it is up and everything wanted is told: End-of-RIB (the
+        router then drops what it kept from before a restart that is no longer ours)."""
+        if state != "Established":
+            self._eor_sent = False
+        elif settled and not self._eor_sent:
+            speaker.end_of_rib(self.peering.neighbor)
+            self._eor_sent = True
 
     def _repair(self, rib: set[str]) -> bool:
         """Bring what we believe told in line with the speaker's RIB; whether it changed."""
@@ -321,8 +346,12 @@ class BgpSession:
             if self._installed.get(prefix) != via:
                 self._routes.replace(prefix, via)
                 self._installed[prefix] = via
-        if not self._established:
-            return  # what a previous agent installed stays until the router is heard
-        for prefix in sorted(set(self._installed) - set(learned)):
+        self._adopted -= set(learned)
+        up = self._established_at
+        if self._adopted and (up is None or time.monotonic() - up < self.adopted_grace):
+            keep = self._adopted  # what a previous agent installed waits for the router
+        else:
+            keep, self._adopted = set(), set()
+        for prefix in sorted(set(self._installed) - set(learned) - keep):
             self._routes.delete(prefix)
             del self._installed[prefix]

@@ -95,8 +95,10 @@ class HostBgp(Reconciler):
         report: Callable[[str, bytes | None], object],
         make_speaker: SpeakerFactory | None = None,
         route_table: RouteTable | None = None,
+        **session_options: float,
     ) -> None:
         self.view = view
+        self._session_options = session_options  # BgpSession's timings (tests)
         self.agent = agent
         self.host = host
         self.report = report  # (key, value or None): the registration's put_leased
@@ -113,10 +115,12 @@ class HostBgp(Reconciler):
         )
 
     def stop(self) -> None:
-        """End the loop, then the session; the routes it learned stay in the kernel."""
+        """End the loop and leave the session to die with the process: a speaker shut down
+        sends the router a Cease, and a router drops the routes of a peer that said Cease;
+        a connection that merely closes keeps them for graceful restart's time, enough for
+        the next agent (the learned routes stay in the kernel too)."""
         super().stop()
         self.join(5)
-        self._end_session()
 
     def _pass(self) -> float | None:
         if not self.agent.ready:
@@ -145,7 +149,9 @@ class HostBgp(Reconciler):
                 peering.local_as,
                 peering.router_ip,
             )
-            self.session = BgpSession(peering, self._speaker_factory(), self._route_table())
+            self.session = BgpSession(
+                peering, self._speaker_factory(), self._route_table(), **self._session_options
+            )
             self.session.start()
         endpoints = self.view.endpoints.values().values()
         self.session.set_wanted(local_routes(mode, self.host, records, endpoints, peering))

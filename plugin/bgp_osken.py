@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 from plugin.bgp import HOLD_TIME, Peering, SpeakerEvents
@@ -22,6 +23,15 @@ from plugin.bgp import HOLD_TIME, Peering, SpeakerEvents
 log = logging.getLogger(__name__)
 
 _FAMILIES = ("ipv4", "ipv6")
+
+
+# Graceful restart (RFC 4724): the restart state bit (this speaker may have restarted:
+# the router should not wait for our End-of-RIB before sending its routes), the time the
+# router keeps our routes after the session drops, and the per-family "forwarding state
+# preserved" bit.
+GR_RESTARTED = 0x8
+GR_RESTART_TIME = 20  # seconds: an agent restart takes a few; a dead agent's routes go after it
+GR_FORWARDING = 0x80
 
 
 class OsKenSpeaker:
@@ -92,7 +102,10 @@ class OsKenSpeaker:
         }
 
     def neighbor_add(self, address: str, remote_as: int) -> None:
-        # neighbor.create, not BGPSpeaker.neighbor_add: only it takes the hold time.
+        # neighbor.create, not BGPSpeaker.neighbor_add: only it takes the hold time. Graceful
+        # restart is added right after: os-ken's connect loop waits 1 s before its first
+        # connection, so no OPEN leaves without it. (Creating it disabled and enabling it
+        # after does not work: os-ken's enable leaves the loop in a state it never leaves.)
         nconf = self._nconf
         self._call(
             "neighbor.create",
@@ -105,6 +118,51 @@ class OsKenSpeaker:
                 self._hold_key: self._hold_time,
             },
         )
+        self._graceful_restart(address)
+
+    def _graceful_restart(self, address: str) -> None:
+        """Announce graceful restart (RFC 4724) to the neighbor: os-ken has the capability's
+        encoding but never sends it, so this neighbor's configured capabilities get it. The
+        router then keeps this host's routes through an agent restart (the switch and the
+        kernel keep forwarding meanwhile: forwarding state preserved for every family),
+        and drops them if no agent is back within the restart time."""
+        from os_ken.lib.packet.bgp import (
+            BGP_CAP_GRACEFUL_RESTART,
+            BGPOptParamCapabilityGracefulRestart,
+        )
+        from os_ken.services.protocols.bgp.core_manager import CORE_MANAGER
+
+        families = [(1, 1)] + ([(2, 1)] if self._ipv6 else [])  # (AFI, SAFI) unicast
+        capability = BGPOptParamCapabilityGracefulRestart(
+            GR_RESTARTED, GR_RESTART_TIME, [(afi, safi, GR_FORWARDING) for afi, safi in families]
+        )
+        conf = CORE_MANAGER.neighbors_conf.get_neighbor_conf(address)
+        configured = conf.get_configured_capabilities
+
+        def with_graceful_restart() -> dict[int, list[Any]]:
+            capabilities = dict(configured())
+            capabilities[BGP_CAP_GRACEFUL_RESTART] = [capability]
+            return capabilities
+
+        conf.get_configured_capabilities = with_graceful_restart
+
+    def end_of_rib(self, address: str, wait: float = 3.0) -> None:
+        """Tell the neighbor every route is announced (RFC 4724's End-of-RIB): it drops at
+        once what it kept from before a restart and this host no longer announces. Sent
+        once the routes in our RIB are on their way to it (os-ken queues a route to a
+        peer after its own table has processed it; an End-of-RIB ahead of them would make
+        the router drop them until they come)."""
+        from os_ken.lib.packet.bgp import RF_IPv4_UC, RF_IPv6_UC
+        from os_ken.services.protocols.bgp.core_manager import CORE_MANAGER
+
+        peer = CORE_MANAGER.get_core_service().peer_manager.get_by_addr(address)
+        if peer is None:
+            return
+        deadline = time.monotonic() + wait
+        while not self.rib_prefixes() <= self._sent(address) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for family in (RF_IPv4_UC, *([RF_IPv6_UC] if self._ipv6 else [])):
+            peer.enque_end_of_rib(family)
 
     def neighbor_del(self, address: str) -> None:
         try:
@@ -113,6 +171,11 @@ class OsKenSpeaker:
             if "has no attribute 'stop'" not in str(e):
                 raise
             log.info("bgp: neighbor %s removed (os-ken's close race: %s)", address, e)
+
+    def _sent(self, address: str) -> set[str]:
+        """The prefixes queued or sent to the neighbor and not withdrawn."""
+        sent = json.loads(self._speaker.neighbor_get("sent-routes", address))
+        return {str(v["path"]["nlri"]["prefix"]) for v in sent if v.get("path")}
 
     def neighbor_state(self, address: str) -> str:
         states = json.loads(self._speaker.neighbor_state_get(address))

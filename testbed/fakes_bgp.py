@@ -96,6 +96,11 @@ class FakeSpeaker:
         self._check()
         return self.state if address in self.neighbors else "Idle"
 
+    def end_of_rib(self, address: str) -> None:
+        self._check()
+        with self._lock:
+            self.calls.append(("end_of_rib", address))
+
     def shutdown(self) -> None:
         self.shut = True
         self._run.set()

@@ -122,7 +122,7 @@ def test_the_host_peers_announces_reports_and_ends(tmp_path: Path) -> None:
     routes = FakeRouteTable()
     routes.routes["10.99.0.0/24"] = "10.200.0.254"  # what a previous agent learned
     view = ClusterView(store, lambda: None).start()
-    loop = HostBgp(view, agent, "h1", report, make, routes)
+    loop = HostBgp(view, agent, "h1", report, make, routes, interval=0.2, adopted_grace=0.3)
     try:
         assert view.wait_synced(5)
         # No Bgp object: no port, no session, no report.
@@ -139,8 +139,8 @@ def test_the_host_peers_announces_reports_and_ends(tmp_path: Path) -> None:
         assert session is not None
         # Only this host's container on the VLAN network is announced.
         wait_until(lambda: speaker.rib == {"10.80.0.2/32": "10.200.0.1"})
-        # A previous agent's kernel route stays until the router is heard; then what the
-        # router says is the truth.
+        # A previous agent's kernel route stays until the router has had a moment to send
+        # its table; then what the router says is the truth.
         speaker.learn("10.250.0.0/24", "10.200.0.254")
         wait_until(lambda: routes.routes == {"10.250.0.0/24": "10.200.0.254"})
         loop._pass()
@@ -167,5 +167,7 @@ def test_the_host_peers_announces_reports_and_ends(tmp_path: Path) -> None:
         assert reports[keys.bgp_session("h1")] is None
     finally:
         loop.stop()
+        if loop.session is not None:
+            loop.session.stop()
         view.stop()
         store.close()

@@ -114,7 +114,7 @@ class Session:
             return speaker
 
         self.session = BgpSession(
-            PEERING, make, self.routes, interval=0.2, settle=0.05, coalesce=0.01
+            PEERING, make, self.routes, interval=0.2, settle=0.05, coalesce=0.01, adopted_grace=0.5
         )
 
     @property
@@ -156,7 +156,8 @@ def test_a_burst_of_changes_is_one_net_difference() -> None:
     s.session.start()
     try:
         wait_for(lambda: rib_is(s, {"10.1.0.99/32"}), 2, "the last set announced")
-        assert s.speaker.calls == [("add", "10.1.0.99/32", "50.1.1.1")]
+        routes = [c for c in s.speaker.calls if c[0] != "end_of_rib"]
+        assert routes == [("add", "10.1.0.99/32", "50.1.1.1")]
     finally:
         s.session.stop()
 
@@ -301,7 +302,8 @@ def test_real_os_ken_speaker_in_process_without_eventlet() -> None:
 
 def test_a_previous_agents_kernel_routes_stay_until_the_router_is_heard() -> None:
     """A restarted agent adopts the routes the last one learned: they keep the fabric's
-    traffic flowing until the new session is Established; then what the router says wins."""
+    traffic flowing until the new session has been Established for a moment (the router
+    sends its table then); then what the router says wins."""
     s = Session()
     s.routes.routes = {"10.250.0.0/24": "50.1.1.2", "10.251.0.0/24": "50.1.1.2"}
     make = s.session._make_speaker
@@ -317,8 +319,10 @@ def test_a_previous_agents_kernel_routes_stay_until_the_router_is_heard() -> Non
         wait_for(lambda: s.session.status().state == "Active", 2, "the state read")
         time.sleep(0.5)  # passes go by
         assert set(s.routes.routes) == {"10.250.0.0/24", "10.251.0.0/24"}
-        s.speaker.learn("10.250.0.0/24", "50.1.1.2")
         s.speaker.state = "Established"
+        time.sleep(0.3)  # up, the router's table not sent yet: both stay
+        assert set(s.routes.routes) == {"10.250.0.0/24", "10.251.0.0/24"}
+        s.speaker.learn("10.250.0.0/24", "50.1.1.2")
         wait_for(lambda: s.routes.routes == {"10.250.0.0/24": "50.1.1.2"}, 2, "stale route gone")
     finally:
         s.session.stop()
@@ -326,3 +330,22 @@ def test_a_previous_agents_kernel_routes_stay_until_the_router_is_heard() -> Non
     assert s.routes.routes == {"10.250.0.0/24": "50.1.1.2"}
     s.session.stop(forget=True)
     assert s.routes.routes == {}
+
+
+def test_end_of_rib_follows_the_routes_once_per_session(s: Session) -> None:
+    """Graceful restart: once the session is up and every wanted route told, one
+    End-of-RIB; a session that goes down and up again sends another."""
+    s.session.set_wanted({"10.1.0.2/32": "50.1.1.1", "10.1.0.3/32": "50.1.1.1"})
+    eor = ("end_of_rib", "50.1.1.2")
+    wait_for(lambda: eor in s.speaker.calls, 2, "End-of-RIB")
+    assert s.speaker.calls.index(eor) > max(
+        i for i, c in enumerate(s.speaker.calls) if c[0] == "add"
+    )
+    time.sleep(0.5)  # passes go by: no second one
+    assert s.speaker.calls.count(eor) == 1
+    s.speaker.state = "Active"
+    s.session.loop.poke()
+    wait_for(lambda: s.session.status().state == "Active", 2, "the session down")
+    s.speaker.state = "Established"
+    s.session.loop.poke()
+    wait_for(lambda: s.speaker.calls.count(eor) == 2, 2, "End-of-RIB of the new session")
