@@ -16,6 +16,7 @@ from bench import (
     leader,
     multihost,
     policy,
+    routing,
     sections,
     services,
 )
@@ -434,6 +435,7 @@ def main() -> int:
         mh = multihost.run(work)
         kv = kvxlan.run_designs(work)
         kn = kernel_or_none(work)
+        rt = routing_or_none(work)
     lines = [
         "# Benchmarks",
         "",
@@ -453,10 +455,20 @@ def main() -> int:
         *cni.section(dp["cni"]),
         *designs_section(kv, dp, mh),
         *goals_section(cp, dp, mh),
-        *([kernel.marked(kn), ""] if kn else []),  # else write_report keeps the last run's
+        *([routing.marked(rt), ""] if rt else []),  # else write_report keeps the last run's
+        *([kernel.marked(kn), ""] if kn else []),
     ]
     print(write_report(ROOT / "docs" / "BENCHMARKS.md", lines))
     return 0
+
+
+def routing_or_none(work: Path) -> dict | None:
+    """bench/routing.py's figures; None (with the reason on stderr) if its cluster failed."""
+    try:
+        return routing.run(work)
+    except Exception as e:  # the rest of the report stands without it
+        print(f"bench: routing mode was not measured: {e!r}", file=sys.stderr)
+        return None
 
 
 def kernel_or_none(work: Path) -> dict | None:

@@ -29,25 +29,25 @@ def _iperf_json(out: str) -> float:
 
 def netplugin_vxlan_gbps(cluster: Cluster, seconds: int) -> float:
     """iperf3 between containers on h1 and h2, over a netplugin VXLAN network."""
-    h1, h2 = cluster.hosts[0], cluster.hosts[1]
     net = f"bx{uuid.uuid4().hex[:6]}"
     cluster.netctl("net", "create", "-s", "10.210.0.0/24", net)
+    try:
+        return iperf_gbps(cluster, net, seconds)
+    finally:
+        cluster.netctl("net", "rm", net, check=False)
+
+
+def iperf_gbps(cluster: Cluster, net: str, seconds: int) -> float:
+    """iperf3 from a container on h2 to one on h1, on the docker network ``net`` (once
+    both hosts' docker have it)."""
+    h1, h2 = cluster.hosts[0], cluster.hosts[1]
     for h in (h1, h2):
         wait_for(lambda h=h: net in h.docker("network", "ls", "--format", "{{.Name}}"), 30, net)
     server = f"ips{uuid.uuid4().hex[:6]}"
     h1.docker(
-        "run",
-        "-d",
-        "--label",
-        TEST_LABEL,
-        "--name",
-        server,
-        "--net",
-        net,
-        IPERF_IMAGE,
-        "iperf3",
-        "-s",
-    )
+        "run", "-d", "--label", TEST_LABEL, "--name", server, "--net", net, IPERF_IMAGE,
+        "iperf3", "-s",
+    )  # fmt: skip
     try:
         time.sleep(0.5)
         ip = cluster.ip_of(h1, server)
@@ -59,7 +59,6 @@ def netplugin_vxlan_gbps(cluster: Cluster, seconds: int) -> float:
         return _iperf_json(out)
     finally:
         h1.docker_res("rm", "-f", server)
-        cluster.netctl("net", "rm", net, check=False)
 
 
 def kernel_vxlan_gbps(cluster: Cluster, seconds: int) -> float:

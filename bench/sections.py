@@ -8,8 +8,13 @@ from __future__ import annotations
 
 FUZZ = "fuzz"
 KERNEL = "kernel"
-KEPT = (KERNEL, FUZZ)  # the sections make bench keeps when it did not write them itself
-WRITERS = {KERNEL: "make bench, or alone by python -m bench.kernel"}
+ROUTING = "routing"
+# The sections make bench keeps when it did not write them itself.
+KEPT = (ROUTING, KERNEL, FUZZ)
+WRITERS = {
+    KERNEL: "make bench, or alone by python -m bench.kernel",
+    ROUTING: "make bench, or alone by python -m bench.routing",
+}
 
 
 def markers(name: str) -> tuple[str, str]:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.frr import FrrRouter, frr_available
-from testbed.multihost import Cluster, SimHost, sh, veth_into
+from testbed.frr import OUTSIDE_IP, OUTSIDE_NET, ROUTER_IP, Fabric, frr_available, router_ip
+from testbed.multihost import Cluster, SimHost, sh
 from testbed.ovs import stop_pid
 from testbed.probe import ContainerNet, EchoServer, NamespaceNet, tcp_opens
 from testbed.require import require_etcd
@@ -28,61 +28,6 @@ from testbed.wait import wait_for
 pytestmark = pytest.mark.usefixtures("root")
 
 ROUTER_MAC = "02:4e:52:00:00:01"  # datapath.routing.ROUTER_MAC, as a container sees it
-
-
-ROUTER_IP = "10.200.0.254"  # the router on the hosts' VLAN uplinks
-ROUTER_AS = 65000
-OUTSIDE_NET = "10.250.0.0/24"  # behind the router: not the cluster's
-OUTSIDE_IP = "10.250.0.2"
-
-
-def router_ip(host: SimHost) -> str:
-    return f"10.200.0.{host.index}"
-
-
-def host_as(host: SimHost) -> int:
-    return 65000 + host.index
-
-
-class Fabric:
-    """The router (FRR) on the hosts' VLAN uplinks and a host outside the cluster."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.router_ns, self.outside_ns = f"{cluster.tag}rt", f"{cluster.tag}out"
-        sh("ip", "netns", "add", self.router_ns)
-        sh("ip", "netns", "add", self.outside_ns)
-        veth_into(self.router_ns, "eth0", f"{cluster.tag}r0", cluster.vlan_bridge)
-        self.rt(
-            "ip", "link", "add", "eth1", "type", "veth", "peer", "eth0", "netns", self.outside_ns
-        )
-        for cmd in (
-            ["ip", "link", "set", "lo", "up"],
-            ["ip", "addr", "add", f"{ROUTER_IP}/24", "dev", "eth0"],
-            ["ip", "addr", "add", "10.250.0.1/24", "dev", "eth1"],
-            ["ip", "link", "set", "eth1", "up"],
-            ["sysctl", "-qw", "net.ipv4.ip_forward=1"],
-            # A real wire carries finished checksums (the hosts' userspace OVS needs them).
-            ["ethtool", "-K", "eth0", "tx", "off"],
-        ):
-            self.rt(*cmd)
-        for cmd in (
-            ["ip", "link", "set", "lo", "up"],
-            ["ip", "addr", "add", f"{OUTSIDE_IP}/24", "dev", "eth0"],
-            ["ip", "link", "set", "eth0", "up"],
-            ["ip", "route", "add", "default", "via", "10.250.0.1"],
-        ):
-            sh("ip", "netns", "exec", self.outside_ns, *cmd)
-        neighbors = {router_ip(h): host_as(h) for h in cluster.hosts}
-        self.frr = FrrRouter(self.router_ns, ROUTER_IP, ROUTER_AS, neighbors, [OUTSIDE_NET])
-        self.frr.start()
-
-    def rt(self, *cmd: str) -> str:
-        return sh("ip", "netns", "exec", self.router_ns, *cmd).stdout
-
-    def stop(self, logs: Path) -> None:
-        self.frr.stop(keep_logs=logs)
-        for ns in (self.router_ns, self.outside_ns):
-            sh("ip", "netns", "del", ns, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -98,12 +43,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Fab
     fabric = None
     try:
         c.netctl("global", "set", "--fwd-mode", "routing")
-        fabric = Fabric(c)
-        for h in c.hosts:
-            c.netctl(
-                "bgp", "create", "--router-ip", f"{router_ip(h)}/24", "--as", str(host_as(h)),
-                "--neighbor-as", str(ROUTER_AS), "--neighbor", ROUTER_IP, h.name,
-            )  # fmt: skip
+        fabric = Fabric(c).peer_hosts()
         yield c, fabric
     finally:
         if fabric is not None:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .multihost import Cluster, SimHost, sh, veth_into
 from .ovs import stop_pid
 from .wait import wait_for
 
@@ -148,3 +149,70 @@ class FrrRouter:
     def peer_state(self, neighbor: str) -> str:
         info = self.vjson(f"show bgp neighbors {neighbor}")
         return str(info.get(neighbor, {}).get("bgpState", ""))
+
+
+ROUTER_IP = "10.200.0.254"  # the router on the hosts' VLAN uplinks
+ROUTER_AS = 65000
+OUTSIDE_NET = "10.250.0.0/24"  # behind the router: not the cluster's
+OUTSIDE_IP = "10.250.0.2"
+
+
+def router_ip(host: SimHost) -> str:
+    return f"10.200.0.{host.index}"
+
+
+def host_as(host: SimHost) -> int:
+    return 65000 + host.index
+
+
+class Fabric:
+    """Routing mode's fabric for a simulated cluster (testbed.multihost): FRR as the
+    top-of-rack router on the hosts' VLAN uplinks (ROUTER_IP), each host its own AS, and a
+    namespace outside the cluster behind the router (OUTSIDE_NET)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.router_ns, self.outside_ns = f"{cluster.tag}rt", f"{cluster.tag}out"
+        sh("ip", "netns", "add", self.router_ns)
+        sh("ip", "netns", "add", self.outside_ns)
+        veth_into(self.router_ns, "eth0", f"{cluster.tag}r0", cluster.vlan_bridge)
+        self.rt(
+            "ip", "link", "add", "eth1", "type", "veth", "peer", "eth0", "netns", self.outside_ns
+        )
+        for cmd in (
+            ["ip", "link", "set", "lo", "up"],
+            ["ip", "addr", "add", f"{ROUTER_IP}/24", "dev", "eth0"],
+            ["ip", "addr", "add", "10.250.0.1/24", "dev", "eth1"],
+            ["ip", "link", "set", "eth1", "up"],
+            ["sysctl", "-qw", "net.ipv4.ip_forward=1"],
+            # A real wire carries finished checksums (the hosts' userspace OVS needs them).
+            ["ethtool", "-K", "eth0", "tx", "off"],
+        ):
+            self.rt(*cmd)
+        for cmd in (
+            ["ip", "link", "set", "lo", "up"],
+            ["ip", "addr", "add", f"{OUTSIDE_IP}/24", "dev", "eth0"],
+            ["ip", "link", "set", "eth0", "up"],
+            ["ip", "route", "add", "default", "via", "10.250.0.1"],
+        ):
+            sh("ip", "netns", "exec", self.outside_ns, *cmd)
+        neighbors = {router_ip(h): host_as(h) for h in cluster.hosts}
+        self.frr = FrrRouter(self.router_ns, ROUTER_IP, ROUTER_AS, neighbors, [OUTSIDE_NET])
+        self.frr.start()
+
+    def rt(self, *cmd: str) -> str:
+        return sh("ip", "netns", "exec", self.router_ns, *cmd).stdout
+
+    def peer_hosts(self) -> Fabric:
+        """A Bgp object per host: each agent peers with the router."""
+        for h in self.cluster.hosts:
+            self.cluster.netctl(
+                "bgp", "create", "--router-ip", f"{router_ip(h)}/24", "--as", str(host_as(h)),
+                "--neighbor-as", str(ROUTER_AS), "--neighbor", ROUTER_IP, h.name,
+            )  # fmt: skip
+        return self
+
+    def stop(self, logs: Path) -> None:
+        self.frr.stop(keep_logs=logs)
+        for ns in (self.router_ns, self.outside_ns):
+            sh("ip", "netns", "del", ns, check=False)
