@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from bench import (
@@ -434,8 +435,8 @@ def main() -> int:
         dp = datapath.run_with_managed(work)
         mh = multihost.run(work)
         kv = kvxlan.run_designs(work)
-        kn = kernel_or_none(work)
-        rt = routing_or_none(work)
+        kn = measured_or_none("the kernel datapath", kernel.run, work)
+        rt = measured_or_none("routing mode", routing.run, work)
     lines = [
         "# Benchmarks",
         "",
@@ -462,21 +463,13 @@ def main() -> int:
     return 0
 
 
-def routing_or_none(work: Path) -> dict | None:
-    """bench/routing.py's figures; None (with the reason on stderr) if its cluster failed."""
+def measured_or_none(what: str, run: Callable[[Path], dict], work: Path) -> dict | None:
+    """A part's figures; None (with the reason on stderr) if its lab failed: the rest of
+    the report stands without it, and write_report keeps that part's last section."""
     try:
-        return routing.run(work)
-    except Exception as e:  # the rest of the report stands without it
-        print(f"bench: routing mode was not measured: {e!r}", file=sys.stderr)
-        return None
-
-
-def kernel_or_none(work: Path) -> dict | None:
-    """bench/kernel.py's figures; None (with the reason on stderr) if its guests failed."""
-    try:
-        return kernel.run(work)
-    except Exception as e:  # the rest of the report stands without it
-        print(f"bench: the kernel datapath was not measured: {e!r}", file=sys.stderr)
+        return run(work)
+    except Exception as e:
+        print(f"bench: {what} was not measured: {e!r}", file=sys.stderr)
         return None
 
 

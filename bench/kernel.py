@@ -424,10 +424,7 @@ def marked(r: dict[str, Any]) -> str:
 
 def write(out: Path, r: dict[str, Any]) -> str:
     """Replace only this section of ``out`` (before make fuzz's, if it is new)."""
-    old = out.read_text() if out.exists() else "# Benchmarks\n"
-    text = sections.replace(old, sections.KERNEL, "\n".join(section(r)), before=sections.FUZZ)
-    out.write_text(text)
-    return text
+    return sections.write(out, sections.KERNEL, section(r), before=sections.FUZZ)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -228,10 +228,7 @@ def marked(r: dict[str, Any]) -> str:
 
 def write(out: Path, r: dict[str, Any]) -> str:
     """Replace only this section of ``out`` (before the kernel's, if it is new)."""
-    old = out.read_text() if out.exists() else "# Benchmarks\n"
-    text = sections.replace(old, sections.ROUTING, "\n".join(section(r)), before=sections.KERNEL)
-    out.write_text(text)
-    return text
+    return sections.write(out, sections.ROUTING, section(r), before=sections.KERNEL)
 
 
 def main(argv: list[str] | None = None) -> int:

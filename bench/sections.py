@@ -6,6 +6,8 @@ afresh, keeps them as they are. The kernel datapath's section is make bench's ow
 
 from __future__ import annotations
 
+from pathlib import Path
+
 FUZZ = "fuzz"
 KERNEL = "kernel"
 ROUTING = "routing"
@@ -52,6 +54,14 @@ def replace(text: str, name: str, body: str, before: str | None = None) -> str:
     if following is not None:
         return text.replace(following, f"{section}\n\n{following}", 1)
     return f"{text.rstrip()}\n\n{section}\n"
+
+
+def write(out: Path, name: str, lines: list[str], before: str | None = None) -> str:
+    """Rewrite only section ``name`` of the file ``out`` (new: just before ``before``)."""
+    old = out.read_text() if out.exists() else "# Benchmarks\n"
+    text = replace(old, name, "\n".join(lines), before=before)
+    out.write_text(text)
+    return text
 
 
 def keep(old: str, new: str, names: tuple[str, ...] = KEPT) -> str:
