@@ -33,11 +33,13 @@ from typing import Any
 
 from common.loop import Reconciler
 from datapath.flows import Flow, FlowDiff, diff, replaced
+from datapath.ndp import advertisement
 from datapath.ofcodec import flow_mod, from_ofp_flow, to_ofp_instructions, to_ofp_match
 from datapath.ofstate import Job, ReconcileStats, SwitchBook
 from datapath.ofwire import Disconnected, ReconcileError, SwitchWire
 from datapath.osken_app import NetpluginOFApp, start_os_ken, stop_os_ken
 from datapath.pipeline import PIPELINE, write_plan
+from datapath.routing import ROUTER_MAC
 
 __all__ = [
     "DEFAULT_LISTEN_HOST",
@@ -289,6 +291,28 @@ class FlowController:
         text = self._wire.on_error(msg)
         if text is not None:
             log.warning("%s (xid %s)", text, msg.xid)
+
+    def switch_packet_in(self, msg: Any) -> None:
+        """A packet the flows sent here: routing mode's IPv6 neighbour solicitations for the
+        VRF's addresses (datapath.routing.nd_answer), answered with the router MAC on the
+        port they came from. os-ken's thread: never raises."""
+        try:
+            reply = advertisement(bytes(msg.data), ROUTER_MAC)
+            if reply is None:
+                return
+            dp = msg.datapath
+            parser, ofp = dp.ofproto_parser, dp.ofproto
+            dp.send_msg(
+                parser.OFPPacketOut(
+                    dp,
+                    buffer_id=ofp.OFP_NO_BUFFER,
+                    match=parser.OFPMatch(in_port=ofp.OFPP_CONTROLLER),
+                    actions=[parser.OFPActionOutput(msg.match["in_port"])],
+                    data=reply,
+                )
+            )
+        except Exception:
+            log.exception("answering a packet from the switch")
 
     def _fail_pending(self) -> None:
         self._wire.fail_pending()

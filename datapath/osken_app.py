@@ -33,6 +33,7 @@ class SwitchEvents(Protocol):
     def switch_disconnected(self, datapath: Any) -> None: ...
     def switch_reply(self, msg: Any) -> None: ...
     def switch_error(self, msg: Any) -> None: ...
+    def switch_packet_in(self, msg: Any) -> None: ...
 
 
 def start_os_ken(controller: SwitchEvents, host: str, port: int) -> None:
@@ -62,7 +63,8 @@ def stop_os_ken() -> None:
 
 
 class NetpluginOFApp(app_manager.OSKenApp):
-    """The os-ken app: forwards connection, reply and error events to the FlowController."""
+    """The os-ken app: forwards connection, reply, error and packet-in events to the
+    FlowController."""
 
     OFP_VERSIONS = [ofp.OFP_VERSION]
 
@@ -96,6 +98,10 @@ class NetpluginOFApp(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def _error(self, ev: Any) -> None:
         self.controller.switch_error(ev.msg)
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _packet_in(self, ev: Any) -> None:
+        self.controller.switch_packet_in(ev.msg)
 
 
 def _fix_os_ken_datapath() -> None:

@@ -29,10 +29,11 @@ Broadcast and multicast from a local endpoint reach the VRF's local ports (its e
 and gateway ports: gratuitous ARP, IPv6 neighbour discovery on this host), from a gateway
 port its local endpoints, from another host nothing; unknown unicast is dropped.
 
-The ARP mode does not apply: there is nothing to flood a request to. IPv6 has its host
-routes, but no neighbour discovery responder yet: neighbour solicitations flood on this
-host (so its containers find each other's own MACs and are switched inside the VRF, not
-routed), and IPv6 between hosts waits for that responder.
+The ARP mode does not apply: there is nothing to flood a request to. IPv6 is routed like
+IPv4, with /128 host routes; its neighbour solicitations for the VRF's addresses go to the
+controller, which answers with the router MAC (datapath.ndp: the switch cannot write an
+advertisement with the fields os-ken encodes), and one for the sender's own address
+(duplicate address detection) passes on.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ from datapath.tables import (
 ROUTER_MAC = "02:4e:52:00:00:01"
 
 _FAMILY = {4: ("ipv4", ETH_TYPE_IPV4), 6: ("ipv6", ETH_TYPE_IPV6)}
+IPPROTO_ICMPV6 = 58
+ND_NEIGHBOR_SOLICIT = 135
+OFPP_CONTROLLER = 0xFFFFFFFD
+TO_CONTROLLER: Action = ("output", OFPP_CONTROLLER)
 MULTICAST = ("01:00:00:00:00:00", "01:00:00:00:00:00")  # the group bit of eth_dst
 
 # Route table priorities: host routes above the subnets' drops above the way out, which
@@ -88,9 +93,29 @@ def _arp_request(segment: int, origins: int, tpa: str) -> dict[str, object]:
     }
 
 
+def _solicited(segment: int, origins: int, target: str) -> dict[str, object]:
+    """IPv6 neighbour solicitations for ``target`` in the VRF, from the origins not in
+    ``origins``."""
+    return {
+        "metadata": _meta(segment, origins),
+        "eth_type": ETH_TYPE_IPV6,
+        "ip_proto": IPPROTO_ICMPV6,
+        "icmpv6_type": ND_NEIGHBOR_SOLICIT,
+        "ipv6_nd_target": target,
+    }
+
+
+def nd_answer(segment: int, origins: int, target: str) -> Flow:
+    """Solicitations for ``target`` go to the controller, which answers with the router
+    MAC (datapath.ndp): the switch cannot write a neighbour advertisement itself."""
+    return flow(ARP.id, PRIO_RULE, [TO_CONTROLLER], **_solicited(segment, origins, target))
+
+
 def port_flows(port: SegmentPort) -> Iterable[Flow]:
-    """A local port's ARP answer, host route and forward flow (its classify and ingress
-    flows are bridge mode's, with the VRF's segment)."""
+    """A local port's ARP and ND answers, host route and forward flow (its classify and
+    ingress flows are bridge mode's, with the VRF's segment)."""
+    if port.ipv6:
+        yield nd_answer(port.segment, FROM_REMOTE, port.ipv6)
     if port.ipv4:
         # From this host's endpoints and gateway ports: the gateway (the host kernel)
         # reaches this host's endpoints through the router too.
@@ -114,6 +139,11 @@ def port_flows(port: SegmentPort) -> Iterable[Flow]:
         # A request for one's own address (gratuitous ARP) passes on, as in bridge mode.
         request = {"eth_type": ETH_TYPE_ARP, "arp_op": ARP_REQUEST, "arp_tpa": port.ipv4}
         yield flow(ARP.id, PRIO_EXCEPTION, [ARP.goto(CONNTRACK)], in_port=port.ofport, **request)
+    if port.ipv6:
+        # So does a solicitation for one's own address (duplicate address detection).
+        own = _solicited(port.segment, 0, port.ipv6)
+        own.pop("metadata")
+        yield flow(ARP.id, PRIO_EXCEPTION, [ARP.goto(CONNTRACK)], in_port=port.ofport, **own)
     yield from host_routes(port.segment, port.mac or "", port.ipv4, port.ipv6)
     yield flow(
         FORWARD.id,
@@ -128,6 +158,8 @@ def remote_flows(remote: RemotePort, segment: int, to_host: tuple[Action, ...]) 
     """Another host's endpoint of the VRF: answered and routed here, sent to its host with
     its own network's VNI (``to_host``)."""
     flows = list(host_routes(segment, remote.mac, remote.ipv4, remote.ipv6))
+    if remote.ipv6:
+        flows.append(nd_answer(segment, ORIGIN_MASK, remote.ipv6))
     if remote.ipv4:
         # From local endpoints only: a gateway port reaches this host's endpoints alone.
         request = _arp_request(segment, ORIGIN_MASK, remote.ipv4)
@@ -149,10 +181,11 @@ def fabric_remote_flows(remote: RemotePort, segment: int) -> list[Flow]:
     router MAC, so this host's endpoints send to it through the route table, whose way out
     (the sender's gateway port: the host kernel, with the routes BGP learned) leads to the
     fabric's router."""
-    if not remote.ipv4:
-        return []
-    request = _arp_request(segment, ORIGIN_MASK, remote.ipv4)
-    return [flow(ARP.id, PRIO_RULE, responder(ROUTER_MAC, remote.ipv4), **request)]
+    flows = [nd_answer(segment, ORIGIN_MASK, remote.ipv6)] if remote.ipv6 else []
+    if remote.ipv4:
+        request = _arp_request(segment, ORIGIN_MASK, remote.ipv4)
+        flows.append(flow(ARP.id, PRIO_RULE, responder(ROUTER_MAC, remote.ipv4), **request))
+    return flows
 
 
 def fabric_flows(fabric_port: int, uplink: int) -> list[Flow]:
@@ -222,6 +255,8 @@ def network_flows(net: NetworkState, segment: int, fabric_routed: bool = False) 
         router = {"metadata": _meta(segment), "eth_dst": ROUTER_MAC, "eth_type": eth_type}
         if gateway:
             address = str(ipaddress.ip_interface(gateway).ip)
+            if version == 6:  # the IPv4 gateway's ARP answer is its port's (port_flows)
+                flows.append(nd_answer(segment, FROM_REMOTE, address))
             flows.append(
                 flow(ROUTE.id, PRIO_HOST_ROUTE, to_gateway, **router, **{f"{name}_dst": address})
             )

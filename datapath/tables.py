@@ -214,7 +214,10 @@ ARP = TableSpec(
     "router MAC goes to route",
     miss="conntrack",
     next_tables=("route", "conntrack"),
-    match=frozenset({"metadata", "in_port", "eth_type", "arp_op", "arp_tpa", "eth_dst"}),
+    match=frozenset(
+        {"metadata", "in_port", "eth_type", "arp_op", "arp_tpa", "eth_dst"}
+        | {"ip_proto", "icmpv6_type", "ipv6_nd_target"}  # routing mode's ND answers
+    ),
 )
 # Routing mode (issue 25, datapath.routing). Its miss flow is bridge mode's only flow here,
 # and nothing goes to it in bridge mode (arp's miss still goes to conntrack), so bridge

@@ -342,3 +342,38 @@ def test_an_agent_restart_keeps_routed_traffic(
         m = re.search(r"(\d+) packets transmitted, (\d+) (?:packets )?received", out)
         assert m, out
         assert int(m.group(1)) - int(m.group(2)) <= 1, f"{k}: {out}"
+
+
+def ping6_ttl(host: SimHost, container: str, target: str) -> int | None:
+    """The hop limit of the echo reply (iputils ping in the container's namespace)."""
+    res = sh("nsenter", "-t", container_pid(host, container), "-n",
+             "ping", "-6", "-c", "1", "-W", "2", target, check=False)  # fmt: skip
+    m = re.search(r"ttl=(\d+)", res.stdout)
+    return int(m.group(1)) if res.returncode == 0 and m else None
+
+
+def ipv6_of(host: SimHost, container: str) -> str:
+    nets = json.loads(host.docker("inspect", "-f", "{{json .NetworkSettings.Networks}}", container))
+    return str(next(iter(nets.values()))["GlobalIPv6Address"])
+
+
+def test_ipv6_is_routed_across_hosts_with_the_router_answering_neighbour_discovery(
+    cluster: Cluster,
+) -> None:
+    """Dual-stack networks of one tenant: the switch answers neighbour solicitations for
+    the VRF's addresses with the router MAC (through the controller), so IPv6 is routed
+    like IPv4, one hop, on one host and across hosts."""
+    h1, h2 = cluster.hosts
+    blue = unique("blue")
+    cluster.netctl("tenant", "create", blue)
+    web = tenant_network(cluster, blue, "10.77.0.0/24", "10.77.0.1", "--subnetv6", "fd77:1::/64")
+    db = tenant_network(cluster, blue, "10.78.0.0/24", "10.78.0.1", "--subnetv6", "fd78:1::/64")
+    a, c = cluster.run(h1, unique("a"), web), cluster.run(h2, unique("c"), web)
+    b = cluster.run(h2, unique("b"), db)
+    a6, b6, c6 = ipv6_of(h1, a), ipv6_of(h2, b), ipv6_of(h2, c)
+    assert a6 and b6 and c6
+    wait_for(lambda: ping6_ttl(h1, a, c6) is not None, 15, f"{a} reaches {c} over IPv6")
+    assert ping6_ttl(h1, a, c6) == 63 and ping6_ttl(h2, b, a6) == 63
+    assert ping6_ttl(h1, a, b6) == 63
+    neigh = sh("nsenter", "-t", container_pid(h1, a), "-n", "ip", "-6", "neigh", "show", c6).stdout
+    assert ROUTER_MAC in neigh, neigh

@@ -37,6 +37,7 @@ from typing import Any
 from datapath.flows import OFPP_MAX, REGISTERS, Action, Entry, Flow, Group
 
 OFPP_IN_PORT = 0xFFFFFFF8
+OFPP_CONTROLLER = 0xFFFFFFFD  # an output like any other: the walk lists it
 OFPVID_PRESENT = 0x1000
 MAX_RECIRCULATIONS = 8
 
@@ -361,7 +362,7 @@ class FakeOFTable:
             kind = action[0]
             if kind == "output":
                 port = in_port if action[1] == OFPP_IN_PORT else action[1]
-                if action[1] != OFPP_IN_PORT and action[1] >= OFPP_MAX:
+                if action[1] not in (OFPP_IN_PORT, OFPP_CONTROLLER) and action[1] >= OFPP_MAX:
                     raise NotModelled(f"output to reserved port {action[1]:#x}")
                 if action[1] != in_port:
                     result.outputs.append(port)

@@ -36,12 +36,12 @@ from routing_states import (
     state,
 )
 
-from datapath.desired import VRF_ZONE_BASE, DesiredState
+from datapath.desired import VRF_ZONE_BASE, DesiredState, EndpointState
 from datapath.flowmodel import FlowModel
 from datapath.local import gateway_mac, vrf_segment
 from datapath.pipeline import ETH_TYPE_IPV4, compile_flows
 from datapath.policy import GroupState
-from datapath.routing import ROUTER_MAC
+from datapath.routing import OFPP_CONTROLLER, ROUTER_MAC
 from datapath.tables import CONNTRACK, ROUTE
 from testbed.fakeoftable import FakeConntrack, Walk, walk
 
@@ -216,3 +216,48 @@ def test_route_flows_of_one_example() -> None:
     a2 = next(f for f in host if dict(f.match)["ipv4_dst"] == A2.ipv4)
     assert dict(a2.match)["metadata"] == (seg, 0xFFFF_FFFF)
     assert a2.actions == (("set_field", "eth_dst", A2.mac), ("dec_ttl",), ("goto", CONNTRACK.id))
+
+
+def ns(src: EndpointState, src6: str, target: str) -> dict[str, Any]:
+    return {
+        "in_port": src.ofport,
+        "eth_src": src.mac,
+        "eth_dst": "33:33:ff:00:00:01",
+        "eth_type": 0x86DD,
+        "ipv6_src": src6,
+        "ipv6_dst": "ff02::1:ff00:1",
+        "ip_proto": 58,
+        "icmpv6_type": 135,
+        "ipv6_nd_target": target,
+    }
+
+
+def test_neighbour_solicitations_for_the_vrf_go_to_the_controller() -> None:
+    """IPv6's ARP: a solicitation for an address of the VRF (a local or remote endpoint, a
+    gateway) goes to the controller, which answers with the router MAC (datapath.ndp);
+    one for the sender's own address (duplicate address detection) and another tenant's
+    go on as before."""
+    a1 = replace(A1, ipv6="fd01::2")
+    a2 = replace(A2, ipv6="fd02::2")
+    b1 = replace(B1, ipv6="fd01::9")
+    ra2 = replace(RA2, ipv6="fd02::7")
+    net1 = replace(NET1, ipv6_subnet="fd01::/64", ipv6_gateway="fd01::1")
+    net3 = replace(NET3, ipv6_subnet="fd01::/64", ipv6_gateway="fd01::1")
+    st = replace(
+        state(), networks=[net1, NET2, net3], endpoints=[a1, a2, b1], remote_endpoints=[ra2]
+    )
+    flows = compile_flows(st)
+    for target in ("fd02::2", "fd02::7", "fd01::1"):
+        assert walk(flows, ns(a1, "fd01::2", target)).outputs == [OFPP_CONTROLLER], target
+    # The host kernel (a gateway port) asks for this host's endpoints only.
+    from_gw = {**ns(a1, "fd01::1", "fd01::2"), "in_port": GW1, "eth_src": gateway_mac(NET1.segment)}
+    assert walk(flows, from_gw).outputs == [OFPP_CONTROLLER]
+    assert OFPP_CONTROLLER not in walk(flows, {**from_gw, "ipv6_nd_target": "fd02::7"}).outputs
+    # Duplicate address detection and another tenant's solicitation are not answered.
+    assert OFPP_CONTROLLER not in walk(flows, ns(a1, "::", "fd01::2")).outputs
+    assert OFPP_CONTROLLER not in walk(flows, ns(b1, "fd01::9", "fd02::2")).outputs
+    # IPv6 to the router MAC is routed like IPv4: the remote endpoint's /128, one hop.
+    pkt = {**ip(a1, ""), "eth_type": 0x86DD, "ipv6_src": "fd01::2", "ipv6_dst": "fd02::7"}
+    pkt.pop("ipv4_src"), pkt.pop("ipv4_dst")
+    result = walk(flows, pkt)
+    assert result.outputs == [TUN] and result.sent(TUN)["eth_dst"] == ra2.mac
