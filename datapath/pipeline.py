@@ -340,6 +340,15 @@ def endpoint_tags(
     return tag_flows(segment_of(net, mode), mac, group.tag, local)
 
 
+def fabric_tags(remote: RemotePort, groups: Mapping[str, GroupState], mode: FwdMode) -> list[Flow]:
+    """A fabric-routed remote endpoint's group tag, by its addresses (policy's)."""
+    group = groups.get(remote.group) if remote.group else None
+    if group is None or group.network_id != remote.network.id:
+        return []
+    addresses = [a for a in (remote.ipv4, remote.ipv6) if a]
+    return policy.address_tag_flows(segment_of(remote.network, mode), addresses, group.tag)
+
+
 def endpoint_qos(
     port: SegmentPort, net: NetworkState, groups: Mapping[str, GroupState]
 ) -> QosState | None:
@@ -447,6 +456,7 @@ def _routed(world: ValidState) -> set[Entry]:
         net = remote.network
         if _fabric_routed(world, net):
             flows.update(routing.fabric_remote_flows(remote, segment_of(net, mode)))
+            flows.update(fabric_tags(remote, groups, mode))
             continue
         to = to_host(net, remote.host, tunnels, uplink)
         flows.update(routing.remote_flows(remote, segment_of(net, mode), to))

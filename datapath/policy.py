@@ -39,6 +39,7 @@ from datapath.tables import (
     CONNTRACK,
     DST_GROUP,
     FORWARD,
+    FROM_GATEWAY,
     FROM_REMOTE,
     POLICY,
     POLICY_IN,
@@ -277,6 +278,38 @@ def tag_flows(segment: int, mac: str, tag: int, local: bool) -> list[Flow]:
             eth_dst=mac,
         ),
     ]
+
+
+def address_tag_flows(segment: int, addresses: Iterable[str], tag: int) -> list[Flow]:
+    """Another host's endpoint reached through the fabric's router (routing mode with BGP):
+    its packets arrive from the host kernel, with the gateway's MAC, not its own, so its
+    group tag is found by its address instead, from a gateway port when it sends, and to
+    it when it receives. Below the MAC flows: a MAC always wins."""
+    if not tag:
+        return []
+    flows = []
+    for address in addresses:
+        ip = ipaddress.ip_address(address.split("/")[0])
+        family, eth_type = f"ipv{ip.version}", _ETH_TYPE[ip.version]
+        flows += [
+            flow(
+                SRC_GROUP.id,
+                PRIO_RULE - 1,
+                [("set_field", SRC_REG, tag), SRC_GROUP.goto(DST_GROUP)],
+                metadata=(segment | FROM_GATEWAY, SEGMENT_AND_ORIGIN),
+                eth_type=eth_type,
+                **{f"{family}_src": str(ip)},
+            ),
+            flow(
+                DST_GROUP.id,
+                PRIO_RULE - 1,
+                [("set_field", DST_REG, tag), DST_GROUP.goto(POLICY_OUT)],
+                metadata=(segment, SEGMENT_MASK),
+                eth_type=eth_type,
+                **{f"{family}_dst": str(ip)},
+            ),
+        ]
+    return flows
 
 
 # ---------------------------------------------------------------- rules

@@ -273,7 +273,8 @@ SRC_GROUP = TableSpec(
     "this host); else reg5 stays 0",
     miss="dst_group",
     next_tables=("dst_group",),
-    match=frozenset({"metadata", "eth_src"}),
+    # by address: routing mode's endpoints of other hosts behind the fabric's router
+    match=frozenset({"metadata", "eth_src", "eth_type", "ipv4_src", "ipv6_src"}),
 )
 DST_GROUP = TableSpec(
     "dst_group",
@@ -282,7 +283,7 @@ DST_GROUP = TableSpec(
     "the same way",
     miss="policy_out",
     next_tables=("policy_out",),
-    match=frozenset({"metadata", "eth_dst"}),
+    match=frozenset({"metadata", "eth_dst", "eth_type", "ipv4_dst", "ipv6_dst"}),
 )
 POLICY_OUT = TableSpec(
     "policy_out",

@@ -85,13 +85,18 @@ def tenant_network(cluster: Cluster, tenant: str, subnet: str, gateway: str, *op
     name = unique("n")
     cluster.netctl("net", "create", "-t", tenant, "-s", subnet, "-g", gateway, *opts, name)
     docker_name = f"{name}/{tenant}"
+    in_every_docker(cluster, docker_name)
+    return docker_name
+
+
+def in_every_docker(cluster: Cluster, docker_name: str) -> None:
+    """Wait for the docker network ``docker_name`` on every host."""
     for h in cluster.hosts:
         wait_for(
             lambda h=h: docker_name in h.docker("network", "ls", "--format", "{{.Name}}").split(),
             20,
             f"{h.name}: docker network {docker_name}",
         )
-    return docker_name
 
 
 def ping_ttl(host: SimHost, container: str, target: str) -> int | None:
@@ -272,12 +277,7 @@ def test_a_policy_denies_across_the_routed_path(cluster: Cluster) -> None:
     cluster.netctl("policy", "rule-add", "-t", blue, "-d", "in", "-l", "tcp", "-P", "8081",
                    "-j", "deny", policy, "1")  # fmt: skip
     cluster.netctl("group", "create", "-t", blue, "-p", policy, db.split("/")[0], group)
-    for h in cluster.hosts:
-        wait_for(
-            lambda h=h: f"{group}/{blue}" in h.docker("network", "ls", "--format", "{{.Name}}"),
-            20,
-            f"{h.name}: docker network {group}/{blue}",
-        )
+    in_every_docker(cluster, f"{group}/{blue}")
     a = cluster.run(h1, unique("a"), web)
     b = cluster.run(h2, unique("b"), f"{group}/{blue}")
     bip = cluster.ip_of(h2, b)
@@ -377,3 +377,46 @@ def test_ipv6_is_routed_across_hosts_with_the_router_answering_neighbour_discove
     assert ping6_ttl(h1, a, b6) == 63
     neigh = sh("nsenter", "-t", container_pid(h1, a), "-n", "ip", "-6", "neigh", "show", c6).stdout
     assert ROUTER_MAC in neigh, neigh
+
+
+def test_a_group_rule_judges_traffic_over_the_fabric(cluster: Cluster, fabric: Fabric) -> None:
+    """Through the router a packet reaches its host from the host kernel, without its
+    sender's MAC: its group is found by its address, so `-g` rules hold there too."""
+    h1, h2 = cluster.hosts
+    blue = unique("blue")
+    cluster.netctl("tenant", "create", blue)
+    vl = tenant_network(cluster, blue, "10.87.0.0/24", "10.87.0.1", "-e", "vlan", "-p", "407")
+    net = vl.split("/")[0]
+    app, dbg, policy = unique("app"), unique("db"), unique("p")
+    cluster.netctl("policy", "create", "-t", blue, policy)
+    cluster.netctl("policy", "rule-add", "-t", blue, "-d", "in", "-g", app, "-l", "tcp",
+                   "-P", "8081", "-j", "deny", policy, "1")  # fmt: skip
+    cluster.netctl("group", "create", "-t", blue, net, app)
+    cluster.netctl("group", "create", "-t", blue, "-p", policy, net, dbg)
+    for g in (app, dbg):
+        in_every_docker(cluster, f"{g}/{blue}")
+    a = cluster.run(h1, unique("a"), f"{app}/{blue}")
+    p = cluster.run(h1, unique("p"), vl)  # no group
+    d = cluster.run(h2, unique("d"), f"{dbg}/{blue}")
+    dip = cluster.ip_of(h2, d)
+    for ip in (cluster.ip_of(h1, a), dip):
+        wait_for(lambda ip=ip: f"{ip}/32" in fabric.frr.routes(), 15, f"{ip}/32 announced")
+    dnet = container_net(h2, d)
+    servers = [EchoServer(dnet, 8080), EchoServer(dnet, 8081)]
+    try:
+        with (
+            contextlib.closing(container_net(h1, a)) as anet,
+            contextlib.closing(container_net(h1, p)) as pnet,
+        ):
+            wait_for(lambda: tcp_opens(anet, dip, 8080), 15, f"{a} reaches {d}:8080 via the router")
+            assert not tcp_opens(anet, dip, 8081)  # app's: denied
+            assert tcp_opens(pnet, dip, 8081)  # no group's: allowed
+    finally:
+        for s in servers:
+            s.close()
+        dnet.close()
+        for h, c in ((h1, a), (h1, p), (h2, d)):
+            h.docker("rm", "-f", c, check=False)
+        for g in (app, dbg):
+            cluster.netctl("group", "rm", "-t", blue, g, check=False)
+        cluster.netctl("policy", "rm", "-t", blue, policy, check=False)
