@@ -388,10 +388,10 @@ def test_a_group_rule_judges_traffic_over_the_fabric(cluster: Cluster, fabric: F
     vl = tenant_network(cluster, blue, "10.87.0.0/24", "10.87.0.1", "-e", "vlan", "-p", "407")
     net = vl.split("/")[0]
     app, dbg, policy = unique("app"), unique("db"), unique("p")
+    cluster.netctl("group", "create", "-t", blue, net, app)
     cluster.netctl("policy", "create", "-t", blue, policy)
     cluster.netctl("policy", "rule-add", "-t", blue, "-d", "in", "-g", app, "-l", "tcp",
                    "-P", "8081", "-j", "deny", policy, "1")  # fmt: skip
-    cluster.netctl("group", "create", "-t", blue, net, app)
     cluster.netctl("group", "create", "-t", blue, "-p", policy, net, dbg)
     for g in (app, dbg):
         in_every_docker(cluster, f"{g}/{blue}")
@@ -417,6 +417,7 @@ def test_a_group_rule_judges_traffic_over_the_fabric(cluster: Cluster, fabric: F
         dnet.close()
         for h, c in ((h1, a), (h1, p), (h2, d)):
             h.docker("rm", "-f", c, check=False)
-        for g in (app, dbg):
-            cluster.netctl("group", "rm", "-t", blue, g, check=False)
+        # The policy's group, the policy (its rule names app), then app.
+        cluster.netctl("group", "rm", "-t", blue, dbg, check=False)
         cluster.netctl("policy", "rm", "-t", blue, policy, check=False)
+        cluster.netctl("group", "rm", "-t", blue, app, check=False)
