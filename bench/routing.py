@@ -201,9 +201,8 @@ def section(r: dict[str, Any]) -> list[str]:
         "",
         f"**Announcements.** {ann['containers']} containers started on one host, 4 `docker run`",
         f"at a time, on a VLAN network: all running after {ann['started_s']:.1f} s; the router",
-        f"had every /32 after {ann['all_routes_s']:.1f} s ({ann['routes_per_s']:.1f} routes/s,",
-        f"{ann['lag_s']:.2f} s after the last container ran). Containers start slower than",
-        "routes are announced: the figure is docker's pace, the lag is the speaker's.",
+        f"had every /32 after {ann['all_routes_s']:.1f} s ({ann['routes_per_s']:.1f} routes/s), "
+        + _lag(ann["lag_s"]),
         "",
         "**Convergence.** How long the router keeps a host's container route:",
         "",
@@ -215,10 +214,22 @@ def section(r: dict[str, Any]) -> list[str]:
         f"| {conv['agent_killed_session_down_s']:.1f} s "
         f"| {conv['agent_killed_route_gone_s']:.1f} s |",
         "",
-        "The route outlives the session by graceful restart's 20 s on purpose: the host's",
-        "switch and kernel keep forwarding, and an agent restarted within it loses no packet",
-        "(`integration/test_routing_mode.py`). The hold time is the router's `timers 3 9`.",
+        "A closed session (the agent gone, the host running) leaves the route for graceful",
+        "restart's 20 s on purpose: the host's switch and kernel keep forwarding, and an agent",
+        "restarted within it loses no packet (`integration/test_routing_mode.py`). A silent",
+        "host's session ends at the hold time (the router's `timers 3 9`), and FRR drops its",
+        "routes with it.",
     ]
+
+
+def _lag(lag: float) -> str:
+    if lag < 0:
+        return (
+            f"{-lag:.2f} s before the last `docker run` returned: a route is announced once "
+            "the master has allocated the address, before the container runs. The rate is "
+            "docker's pace, not the speaker's."
+        )
+    return f"{lag:.2f} s after the last `docker run` returned: the speaker's lag."
 
 
 def marked(r: dict[str, Any]) -> str:

@@ -29,7 +29,9 @@ def test_the_section_has_both_modes_and_their_ratio() -> None:
     text = "\n".join(routing.section(RUN))
     assert "| VXLAN | 0.80 | 0.76 | 0.95 |" in text
     assert "| VLAN (routing: via the router) | 2.00 | 1.50 | 0.75 |" in text
-    assert "had every /32 after 60.5 s (1.6 routes/s," in text
+    assert "had every /32 after 60.5 s (1.6 routes/s), 0.50 s after the last" in text
+    early = {**RUN, "announce": {**RUN["announce"], "lag_s": -0.4}}
+    assert "0.40 s before the last `docker run` returned" in "\n".join(routing.section(early))
     assert "| 9.1 s | 29.2 s |" in text and "| 0.1 s | 20.1 s |" in text
 
 
