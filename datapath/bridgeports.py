@@ -37,6 +37,11 @@ def adopt_fabric(ports: Mapping[str, PortInfo]) -> tuple[int | None, str]:
     return info.ofport, info.external_ids.get(EXT_FABRIC, "")
 
 
+def by_tag(subnets: Mapping[int, Iterable[str]] | None) -> dict[int, tuple[str, ...]]:
+    """The fabric's routed subnets by tenant tag, as the host state keeps them."""
+    return {k: tuple(sorted(v)) for k, v in (subnets or {}).items()}
+
+
 def ensure_fabric(
     ovs: Ovsdb,
     links: Links,

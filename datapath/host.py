@@ -26,6 +26,7 @@ from .bridgeports import (
     EXT_UPLINK,
     adopt_endpoints,
     adopt_fabric,
+    by_tag,
     ensure_fabric,
     remove_unowned,
 )
@@ -119,6 +120,7 @@ class HostDatapath:
         groups: Iterable[GroupState] = (),
         services: Iterable[ServiceState] = (),
         fwd_mode: FwdMode = "bridge",
+        fabric_subnets: Mapping[int, Iterable[str]] | None = None,
     ) -> dict[str, int]:
         """Adopt the desired state after a (re)start; remove what no endpoint owns any more.
 
@@ -130,11 +132,10 @@ class HostDatapath:
         with self._lock:
             ports = self.ovs.list_ports(self.config.bridge)
             uplink = self._state.uplink_ofport
-            old = self._state
             self._state = HostState(uplink_ofport=uplink, arp_mode=arp_mode, fwd_mode=fwd_mode)
-            # The router port outlives a restart with its address: adopted, as it is.
+            # The router port outlives a restart: adopted, with the fabric's subnets by tag.
             self._state.fabric_ofport, self._state.fabric_ip = adopt_fabric(ports)
-            self._state.fabric_subnets = old.fabric_subnets
+            self._state.fabric_subnets = by_tag(fabric_subnets)
             for net in networks:
                 self._ensure_network(net)
             wanted, missing = adopt_endpoints(ports, endpoints, self.links)
@@ -228,7 +229,7 @@ class HostDatapath:
             have, mtu = (s.fabric_ofport, s.fabric_ip), self.config.mtu_for("vlan")
             ports = self.ovs, self.links, self.config.bridge
             s.fabric_ofport, s.fabric_ip = ensure_fabric(*ports, mtu, have, router_ip)
-            s.fabric_subnets = {k: tuple(sorted(v)) for k, v in (subnets or {}).items()}
+            s.fabric_subnets = by_tag(subnets)
             self._apply(self._cluster_change())
             self._sync_nat()
 

@@ -9,14 +9,14 @@ One Reconciler, poked by every change of the view. Its decisions are pure (``hos
 or changed Bgp object makes a new session (os-ken runs one core per process: the old one is
 shut down first); a deleted one, or bridge mode, ends it and removes the routes it learned
 and the router port. The routes a previous agent learned stay in the kernel until the new
-session has heard the router (BgpSession), so a restart does not cut the fabric's traffic
-from this host.
+session has been up a moment (BgpSession), and the router keeps this host's routes through
+the restart (graceful restart): a restart does not cut the fabric's traffic.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from common import keys
@@ -27,9 +27,9 @@ from datapath.effects import RouteTable
 from datapath.host import HostDatapath
 from store import StoreError
 
-from .bgp import BgpSession, Peering, SpeakerFactory, routed_by_bgp, wanted_routes
+from .bgp import BgpSession, Peering, SpeakerFactory, wanted_routes
 from .cluster import ClusterView, datapath_endpoint
-from .cluster_sync import local_network
+from .cluster_sync import fabric_subnets, local_network
 
 log = logging.getLogger("netplugin")
 
@@ -44,19 +44,6 @@ def host_peering(fwd_mode: str, bgp: Bgp | None) -> Peering | None:
     if fwd_mode != "routing" or bgp is None:
         return None
     return Peering.of(bgp)
-
-
-def fabric_subnets(
-    fwd_mode: str, records: Iterable[NetworkRecord], tenant_tags: Mapping[str, int]
-) -> dict[int, list[str]]:
-    """The IPv4 subnets the fabric routes, by tenant tag: every VLAN network of the cluster
-    routed by BGP (iptables keeps each tenant's from the others')."""
-    out: dict[int, list[str]] = {}
-    for r in records:
-        net = local_network(r, tenant_tags.get(r.config.tenantName, 0))
-        if net.subnet and routed_by_bgp(fwd_mode, net):
-            out.setdefault(net.vrf, []).append(net.subnet)
-    return out
 
 
 def local_routes(
@@ -126,14 +113,14 @@ class HostBgp(Reconciler):
         if not self.agent.ready:
             return 1.0
         mode = self.view.fwd_mode()
-        peering = host_peering(mode, self.view.bgps.values().get(self.host))
+        bgp = self.view.bgps.values().get(self.host)
+        peering = host_peering(mode, bgp)
         records = list(self.view.networks.values().values())
-        tags = self.view.tenant_tags()
         if peering != (self.session.peering if self.session else None):
             self._end_session(forget=True)
         fabric = (
-            self.view.bgps.values()[self.host].routerip if peering else "",
-            fabric_subnets(mode, records, tags),
+            bgp.routerip if bgp is not None and peering else "",
+            fabric_subnets(mode, records, self.view.tenant_tags()),
         )
         if fabric != self._fabric:
             self.agent.set_fabric(*fabric)

@@ -15,6 +15,7 @@ from datapath.host import EndpointState, HostDatapath, NetworkState
 from datapath.policy import GroupState
 from datapath.services import ServiceState
 
+from .bgp import routed_by_bgp
 from .cluster import ClusterView, datapath_endpoint, peers, remote_endpoints
 from .policy_view import Unresolved, group_states
 from .service_view import service_states
@@ -44,6 +45,19 @@ def local_network(record: NetworkRecord, vrf: int = 0) -> NetworkState:
         encap=record.encap or c.encap,
         vrf=vrf,
     )
+
+
+def fabric_subnets(
+    fwd_mode: str, records: Iterable[NetworkRecord], tenant_tags: Mapping[str, int]
+) -> dict[int, list[str]]:
+    """The IPv4 subnets the fabric routes, by tenant tag: every VLAN network of the cluster
+    routed by BGP (iptables keeps each tenant's from the others')."""
+    out: dict[int, list[str]] = {}
+    for r in records:
+        net = local_network(r, tenant_tags.get(r.config.tenantName, 0))
+        if net.subnet and routed_by_bgp(fwd_mode, net):
+            out.setdefault(net.vrf, []).append(net.subnet)
+    return out
 
 
 def vrf_networks(
@@ -187,4 +201,6 @@ def resync(agent: HostDatapath, view: ClusterView, host: str) -> dict[str, int]:
         groups=groups,
         services=services,
         fwd_mode=fwd_mode,
+        # A router port a previous agent left keeps its iptables from the first sync on.
+        fabric_subnets=fabric_subnets(fwd_mode, records, tags),
     )

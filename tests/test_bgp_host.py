@@ -21,8 +21,9 @@ from common.records import (
 from datapath.host import HostConfig, HostDatapath
 from datapath.hostnat import FABRIC_PORT
 from plugin.bgp import Peering, SpeakerEvents
-from plugin.bgp_host import HostBgp, fabric_subnets, host_peering
+from plugin.bgp_host import HostBgp, host_peering
 from plugin.cluster import ClusterView
+from plugin.cluster_sync import fabric_subnets
 from store.embedded import EmbeddedStore
 from testbed.fakes_bgp import FakeSpeaker
 from testbed.fakes_datapath import (

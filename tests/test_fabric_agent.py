@@ -4,6 +4,8 @@ iptables, replaced when the address changes, removed, and adopted after a restar
 
 from __future__ import annotations
 
+from typing import Any
+
 from datapath.bridgeports import EXT_FABRIC
 from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
 from datapath.hostnat import FABRIC_PORT, GatewayNet, forward_rules, nat_rules
@@ -15,7 +17,9 @@ E1 = EndpointState("e1", VL.id, "02:42:0a:50:00:02", "10.80.0.2")
 FABRIC = {1: ("10.80.0.0/24",), 2: ("10.90.0.0/24", "10.91.0.0/24")}
 
 
-def agent(ovs: FakeOvs, iptables: FakeIptables, links: FakeLinks) -> HostDatapath:
+def agent(
+    ovs: FakeOvs, iptables: FakeIptables, links: FakeLinks, fabric: Any = None
+) -> HostDatapath:
     a = HostDatapath(
         HostConfig(datapath_type="netdev", vlan_uplink="eth2", tunnels=True),
         ovs,
@@ -24,7 +28,7 @@ def agent(ovs: FakeOvs, iptables: FakeIptables, links: FakeLinks) -> HostDatapat
         links,
     )
     a.start()
-    a.resync([VL, VX], [], fwd_mode="routing")
+    a.resync([VL, VX], [], fwd_mode="routing", fabric_subnets=fabric)
     return a
 
 
@@ -56,8 +60,11 @@ def test_a_restarted_agent_adopts_the_router_port_as_it_is() -> None:
     agent(ovs, iptables, links).set_fabric("10.200.0.1/24", FABRIC)
     before = ovs.ports[FABRIC_PORT].ofport
     links.addressed.clear()
-    again = agent(ovs, iptables, FakeLinks())
+    again = agent(ovs, iptables, FakeLinks(), FABRIC)
     assert again.desired().fabric_port == before and again.fabric_address() == "10.200.0.1/24"
+    # Its iptables hold the other tenants' drops from the restart's first sync on.
+    nets = {n.subnet: n for n in iptables.synced[-1][0]}
+    assert nets["10.80.0.0/24"].fabric_foreign == ("10.90.0.0/24", "10.91.0.0/24")
     again.set_fabric("10.200.0.1/24", FABRIC)  # the same address: the port is kept
     assert ovs.ports[FABRIC_PORT].ofport == before
 
