@@ -210,9 +210,11 @@ class Bgp(_Model):
     """Contiv's Bgp: how one host (``hostname``, the key) peers with its top-of-rack router
     in routing mode. ``routerip`` is the host's own address on the router's link with its
     prefix length ("50.1.1.1/24"), ``as`` the host's AS number, ``neighbor`` the router's
-    address and ``neighbor-as`` its AS. Contiv sends the AS numbers as strings; a JSON
-    number is taken too. As stored (master/decisions/bgp.normalize_bgp) every field is
-    canonical: the CIDR as ipaddress spells it, the AS numbers in decimal."""
+    address and ``neighbor-as`` its AS. ``routeripv6`` (ours, optional) is the host's IPv6
+    address on that link ("2001:db8::1/64"): the next hop of its containers' /128s. Contiv
+    sends the AS numbers as strings; a JSON number is taken too. As stored
+    (master/decisions/bgp.normalize_bgp) every field is canonical: the CIDRs as ipaddress
+    spells them, the AS numbers in decimal."""
 
     # Only Contiv's names in a body ("as", "neighbor-as"), never the Python ones.
     model_config = ConfigDict(populate_by_name=False)
@@ -220,6 +222,7 @@ class Bgp(_Model):
     key: str | None = Field(default=None, exclude=True)
     hostname: str = Field(min_length=1, max_length=253)
     routerip: str = ""
+    routeripv6: str = ""
     as_: AsNumber = Field(default="", alias="as")
     neighbor_as: AsNumber = Field(default="", alias="neighbor-as")
     neighbor: str = ""
@@ -237,7 +240,10 @@ class Bgp(_Model):
         return self.hostname
 
     def dump(self) -> dict[str, Any]:
-        return {"key": self.id, **super().dump()}
+        out = {"key": self.id, **super().dump()}
+        if not self.routeripv6:  # Contiv's shape, unless the IPv6 extension is used
+            del out["routeripv6"]
+        return out
 
 
 class Endpoint(_Model):

@@ -26,15 +26,15 @@ log = logging.getLogger(__name__)
 EXT_ENDPOINT = "netplugin-endpoint"
 EXT_NETWORK = "netplugin-network"
 EXT_UPLINK = "netplugin-uplink"
-EXT_FABRIC = "netplugin-fabric"  # on the router port; its value: the address it holds
+EXT_FABRIC = "netplugin-fabric"  # on the router port; its value: its addresses, by commas
 
 
-def adopt_fabric(ports: Mapping[str, PortInfo]) -> tuple[int | None, str]:
-    """(ofport, address) of the router port on the bridge, (None, "") if there is none."""
+def adopt_fabric(ports: Mapping[str, PortInfo]) -> tuple[int | None, tuple[str, ...]]:
+    """(ofport, addresses) of the router port on the bridge, (None, ()) if there is none."""
     info = ports.get(FABRIC_PORT)
     if info is None or not info.ofport or info.ofport < 0:
-        return None, ""
-    return info.ofport, info.external_ids.get(EXT_FABRIC, "")
+        return None, ()
+    return info.ofport, tuple(a for a in info.external_ids.get(EXT_FABRIC, "").split(",") if a)
 
 
 def by_tag(subnets: Mapping[int, Iterable[str]] | None) -> dict[int, tuple[str, ...]]:
@@ -47,22 +47,27 @@ def ensure_fabric(
     links: Links,
     bridge: str,
     mtu: int,
-    have: tuple[int | None, str],
-    router_ip: str,
-) -> tuple[int | None, str]:
-    """Make the router port hold ``router_ip`` ("" = no port); ``have``: (ofport, address)
-    as it is. A new address gets a new port, so the old address goes with the old one."""
-    ofport, address = have
-    if ofport is not None and address != router_ip:
+    have: tuple[int | None, tuple[str, ...]],
+    addresses: tuple[str, ...],
+) -> tuple[int | None, tuple[str, ...]]:
+    """Make the router port hold ``addresses`` (its router IP, and its IPv6 one if given;
+    () = no port); ``have``: (ofport, addresses) as it is. New addresses get a new port, so
+    the old ones go with the old one. The host forwards IPv6 once the port has an IPv6
+    address (IPv4 forwarding is on already: the host daemons' setup and docker's)."""
+    ofport, held = have
+    if ofport is not None and held != addresses:
         ovs.del_port(bridge, FABRIC_PORT)
-        ofport, address = None, ""
-    if router_ip and ofport is None:
+        ofport, held = None, ()
+    if addresses and ofport is None:
         ofport = ovs.add_port(
-            bridge, FABRIC_PORT, type="internal", external_ids={EXT_FABRIC: router_ip}
+            bridge, FABRIC_PORT, type="internal", external_ids={EXT_FABRIC: ",".join(addresses)}
         )
-        links.address_gateway(FABRIC_PORT, mtu, [router_ip])
-        address = router_ip
-    return ofport, address
+        held = addresses
+    if ofport is not None:  # again after a restart too: vswitchd's restart drops addresses
+        links.address_gateway(FABRIC_PORT, mtu, list(held))
+        if any(":" in a for a in held):
+            links.forward_ipv6()
+    return ofport, held
 
 
 def adopt_endpoints(

@@ -55,6 +55,10 @@ class Links(Protocol):
         addresses ("10.1.0.1/24") be there (idempotent)."""
         ...
 
+    def forward_ipv6(self) -> None:
+        """Make the host forward IPv6 (idempotent): the router port's /128s need it."""
+        ...
+
 
 class Ovsdb(Protocol):
     """The bridge and its ports in OVSDB."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -134,7 +134,7 @@ class HostDatapath:
             uplink = self._state.uplink_ofport
             self._state = HostState(uplink_ofport=uplink, arp_mode=arp_mode, fwd_mode=fwd_mode)
             # The router port outlives a restart: adopted, with the fabric's subnets by tag.
-            self._state.fabric_ofport, self._state.fabric_ip = adopt_fabric(ports)
+            self._state.fabric_ofport, self._state.fabric_ips = adopt_fabric(ports)
             self._state.fabric_subnets = by_tag(fabric_subnets)
             for net in networks:
                 self._ensure_network(net)
@@ -216,26 +216,26 @@ class HostDatapath:
                     )
 
     def set_fabric(
-        self, router_ip: str, subnets: Mapping[int, Iterable[str]] | None = None
+        self, addresses: Sequence[str], subnets: Mapping[int, Iterable[str]] | None = None
     ) -> None:
-        """Routing mode with BGP: the host's router port, holding ``router_ip`` ("a.b.c.d/n",
-        "" for none) on the untagged side of the VLAN uplink; ``subnets``: the fabric's
-        routed subnets by tenant tag (for iptables: no tenant reaches another's)."""
+        """Routing mode with BGP: the host's router port, holding ``addresses`` (the router
+        IP, "a.b.c.d/n", and an IPv6 one; none: no port) on the VLAN uplink's untagged side;
+        ``subnets``: the fabric's routed subnets by tenant tag (no tenant reaches another's)."""
         self._wait_ready()
         with self._lock:
             s = self._state
-            if router_ip and not self.config.vlan_uplink:
-                raise ValueError(f"router IP {router_ip}: this host has no VLAN uplink (--vlan-if)")
-            have, mtu = (s.fabric_ofport, s.fabric_ip), self.config.mtu_for("vlan")
+            if addresses and not self.config.vlan_uplink:
+                raise ValueError(f"router IP {addresses[0]}: no VLAN uplink here (--vlan-if)")
+            have, mtu = (s.fabric_ofport, s.fabric_ips), self.config.mtu_for("vlan")
             ports = self.ovs, self.links, self.config.bridge
-            s.fabric_ofport, s.fabric_ip = ensure_fabric(*ports, mtu, have, router_ip)
+            s.fabric_ofport, s.fabric_ips = ensure_fabric(*ports, mtu, have, tuple(addresses))
             s.fabric_subnets = by_tag(subnets)
             self._apply(self._cluster_change())
             self._sync_nat()
 
-    def fabric_address(self) -> str:
-        """The router port's address ("" without one)."""
-        return self._state.fabric_ip if self._state.fabric_ofport is not None else ""
+    def fabric_addresses(self) -> tuple[str, ...]:
+        """The router port's addresses (none without one)."""
+        return self._state.fabric_ips if self._state.fabric_ofport is not None else ()
 
     # --- networks ---
 

@@ -26,12 +26,12 @@ JUMPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 
-FABRIC_PORT = "npfabric"  # routing mode with BGP: the host's router port (datapath.host)
+FABRIC_PORT = "npfabric"  # routing mode with BGP: the host's router port (bridgeports)
 
 
 @dataclass(frozen=True)
 class GatewayNet:
-    subnet: str  # IPv4 CIDR
+    subnet: str  # IPv4 CIDR (iptables), or IPv6 (ip6tables: isolation only, no NAT)
     gateway_port: str  # e.g. npgw100
     internal: bool = False
     # Routed through the fabric's router (routing mode with BGP): the subnets of the other
@@ -85,9 +85,12 @@ def forward_rules(nets: Sequence[GatewayNet]) -> list[str]:
             ]
         else:
             if n.fabric_foreign is not None:
-                inbound = f"-A {FWD_CHAIN} -i {FABRIC_PORT} -o {n.gateway_port}"
-                rules += [f"{inbound} -s {foreign} -j DROP" for foreign in n.fabric_foreign]
-                rules.append(f"{inbound} -j ACCEPT")
+                # In `iptables -S`'s order (-s before -i), so a sync finds them as they are.
+                inbound = f"-i {FABRIC_PORT} -o {n.gateway_port}"
+                rules += [
+                    f"-A {FWD_CHAIN} -s {foreign} {inbound} -j DROP" for foreign in n.fabric_foreign
+                ]
+                rules.append(f"-A {FWD_CHAIN} {inbound} -j ACCEPT")
             rules += [
                 f"-A {FWD_CHAIN} -i {n.gateway_port} -j ACCEPT",
                 f"-A {FWD_CHAIN} -o {n.gateway_port} -m conntrack --ctstate RELATED,ESTABLISHED "
@@ -141,6 +144,8 @@ class Iptables:
     def __init__(self, netns: str | None = None, binary: str = "iptables") -> None:
         self.prefix = ["ip", "netns", "exec", netns] if netns else []
         self.binary = binary
+        self.netns = netns
+        self._v6: Iptables | None = None  # ip6tables, once an IPv6 network has been synced
 
     def _run(
         self, *args: str, stdin: str | None = None, check: bool = True
@@ -184,7 +189,17 @@ class Iptables:
         return changed
 
     def sync(self, nets: Sequence[GatewayNet], mappings: Sequence[PublishedPort] = ()) -> bool:
-        changed = self.apply("nat", NAT_CHAIN, nat_rules(nets))
+        """IPv4 networks get NAT and isolation; IPv6 ones isolation (ip6tables' FWD chain),
+        which matters once the host forwards IPv6 (routing mode's IPv6 router IP, or
+        docker's IPv6 networks). A host that never had an IPv6 network never runs
+        ip6tables."""
+        v4 = [n for n in nets if ":" not in n.subnet]
+        v6 = [n for n in nets if ":" in n.subnet]
+        changed = self.apply("nat", NAT_CHAIN, nat_rules(v4))
         changed |= self.apply("nat", DNAT_CHAIN, dnat_rules(mappings))
-        changed |= self.apply("filter", FWD_CHAIN, forward_rules(nets))
+        changed |= self.apply("filter", FWD_CHAIN, forward_rules(v4))
+        if v6 and self._v6 is None:
+            self._v6 = Iptables(self.netns, "ip6tables")
+        if self._v6 is not None:
+            changed |= self._v6.apply("filter", FWD_CHAIN, forward_rules(v6))
         return changed

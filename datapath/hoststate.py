@@ -25,10 +25,10 @@ class HostState:
     uplink_ofport: int | None = None
     arp_mode: str = "proxy"
     fwd_mode: FwdMode = "bridge"
-    # Routing mode with BGP: the router port's ofport and address, and the subnets the
+    # Routing mode with BGP: the router port's ofport and addresses, and the subnets the
     # fabric routes by tenant tag (VRF).
     fabric_ofport: int | None = None
-    fabric_ip: str = ""
+    fabric_ips: tuple[str, ...] = ()
     fabric_subnets: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
     def fabric(self) -> dict[int, tuple[str, ...]] | None:

@@ -116,10 +116,11 @@ class NatSync:
         force: bool = False,
         fabric: Mapping[int, Sequence[str]] | None = None,
     ) -> None:
-        """iptables, if its inputs changed since they were last applied (or ``force``).
-        ``fabric``: routing mode with BGP, the subnets the fabric routes by tenant tag (its
-        VRF); this host's VLAN networks then are routed through it."""
-        nets = tuple(gateway_net(n, fabric) for n in networks if n.subnet)
+        """iptables (and ip6tables' isolation), if its inputs changed since they were last
+        applied (or ``force``). ``fabric``: routing mode with BGP, the subnets the fabric
+        routes by tenant tag (its VRF); this host's VLAN networks then are routed through
+        it."""
+        nets = tuple(g for n in networks for g in gateway_nets(n, fabric))
         mappings = tuple(m for e in endpoints for m in e.port_mappings)
         if not force and (nets, mappings) == self._applied:
             return
@@ -128,10 +129,26 @@ class NatSync:
         self._applied = (nets, mappings)
 
 
-def gateway_net(net: NetworkState, fabric: Mapping[int, Sequence[str]] | None) -> GatewayNet:
-    """A network as iptables sees it; routed through the fabric if ``fabric`` is given and
-    it is a VLAN network outside the host (what the fabric's router learns by BGP)."""
-    foreign = None
-    if fabric is not None and net.vlan is not None and not net.internal:
-        foreign = tuple(sorted(s for vrf, subs in fabric.items() if vrf != net.vrf for s in subs))
-    return GatewayNet(net.subnet, net.gateway_port, net.internal, foreign)
+def gateway_nets(net: NetworkState, fabric: Mapping[int, Sequence[str]] | None) -> list[GatewayNet]:
+    """A network as iptables (its IPv4 subnet) and ip6tables (its IPv6 one) see it; routed
+    through the fabric if ``fabric`` is given and it is a VLAN network outside the host
+    (what the fabric's router learns by BGP): then the other tenants' routed subnets of the
+    family may not reach it."""
+    out = []
+    for subnet in (net.subnet, net.ipv6_subnet):
+        if not subnet:
+            continue
+        foreign = None
+        if fabric is not None and net.vlan is not None and not net.internal:
+            v6 = ":" in subnet
+            foreign = tuple(
+                sorted(
+                    s
+                    for vrf, subs in fabric.items()
+                    if vrf != net.vrf
+                    for s in subs
+                    if (":" in s) == v6
+                )
+            )
+        out.append(GatewayNet(subnet, net.gateway_port, net.internal, foreign))
+    return out

@@ -35,6 +35,12 @@ T = TypeVar("T")
 # loaded host) answers the probe late. Ours is on loopback, where a dead process closes
 # the socket at once; the probe only has to catch a hung one.
 CONTROLLER_INACTIVITY_PROBE_MS = 30_000
+# What the switch sends the controller (routing mode's IPv6 neighbour solicitations) is
+# limited, packets per second and burst: over it, ovs-vswitchd queues them per input port
+# and serves the ports in turn, so a container that floods solicitations neither swamps
+# the agent nor starves the other containers' answers.
+CONTROLLER_RATE_LIMIT = 500
+CONTROLLER_BURST_LIMIT = 100
 
 
 def detect_datapath_type(sys_root: str | Path = "/sys") -> DatapathType:
@@ -298,6 +304,8 @@ class Ovs:
             "connection_mode": "out-of-band",
             "max_backoff": controller_max_backoff_ms,
             "inactivity_probe": controller_inactivity_probe_ms,
+            "controller_rate_limit": CONTROLLER_RATE_LIMIT,
+            "controller_burst_limit": CONTROLLER_BURST_LIMIT,
         }
         return bool(
             self._commit(

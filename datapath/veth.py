@@ -199,3 +199,8 @@ class NetlinkLinks:
         # The host reaches published ports on 127.0.0.1: DNAT'ed, such packets leave through
         # the gateway port with a loopback source until NETPLUGIN-POSTROUTING masquerades them.
         set_sysctl(self.proc_sys / "net" / "ipv4" / "conf" / ifname / "route_localnet", "1")
+
+    def forward_ipv6(self) -> None:
+        # "all" sets every interface's, as docker does for its IPv6 networks; an interface
+        # that learns its default route from router advertisements needs accept_ra=2 then.
+        set_sysctl(self.proc_sys / "net" / "ipv6" / "conf" / "all" / "forwarding", "1")

@@ -57,3 +57,27 @@ def test_sync_is_exact_and_idempotent(netns: str) -> None:
     assert ipt.sync(nets[:1], [])
     assert ipt.current("nat", DNAT_CHAIN) == []
     assert ipt.current("filter", FWD_CHAIN) == forward_rules(nets[:1])
+
+
+def test_ipv6_networks_get_isolation_from_ip6tables_and_no_nat(netns: str) -> None:
+    ipt = Iptables(netns)
+    v4 = GatewayNet("10.1.0.0/24", "npgw100", fabric_foreign=("10.9.0.0/24",))
+    v6 = GatewayNet("fd01::/64", "npgw100", fabric_foreign=("fd09::/64",))
+    assert ipt.sync([v4, v6], [])
+    assert ipt.current("nat", NAT_CHAIN) == nat_rules([v4])
+    assert ipt.current("filter", FWD_CHAIN) == forward_rules([v4])
+    ip6 = Iptables(netns, "ip6tables")
+    assert ip6.current("filter", FWD_CHAIN) == forward_rules([v6])
+    assert "-A NETPLUGIN-FWD -s fd09::/64 -i npfabric -o npgw100 -j DROP" in forward_rules([v6])
+    assert ip6.current("nat", NAT_CHAIN) is None  # IPv6 is not NATed
+    jumps = subprocess.run(
+        ["ip", "netns", "exec", netns, "ip6tables", "-S", "FORWARD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"-A FORWARD -j {FWD_CHAIN}" in jumps
+    assert not ipt.sync([v4, v6], [])  # idempotent
+    # The last IPv6 network gone: its rules go too.
+    assert ipt.sync([v4], [])
+    assert ip6.current("filter", FWD_CHAIN) == forward_rules([])

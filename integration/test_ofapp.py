@@ -25,7 +25,12 @@ import pytest
 
 from datapath.flows import diff
 from datapath.local import gateway_mac
-from datapath.ovs import CONTROLLER_INACTIVITY_PROBE_MS, Ovs
+from datapath.ovs import (
+    CONTROLLER_BURST_LIMIT,
+    CONTROLLER_INACTIVITY_PROBE_MS,
+    CONTROLLER_RATE_LIMIT,
+    Ovs,
+)
 from datapath.pipeline import DesiredState, EndpointState, NetworkState, compile_flows
 from testbed.ovs import ControllerProcess, OvsInstance, run
 from testbed.require import require_ovs
@@ -316,8 +321,17 @@ def test_a_controller_silent_for_12s_keeps_its_connection(lab: Lab) -> None:
     row = lab.ovs.vsctl("--bare", "--columns=_uuid", "list", "Controller").strip()
     lab.ovs.vsctl("clear", "Controller", row, "inactivity_probe")
     assert lab.db.ensure_bridge(BRIDGE, controller=lab.controller_target) is False
-    probe = lab.ovs.vsctl("--bare", "--columns=_uuid,inactivity_probe", "list", "Controller")
-    assert probe.split() == [row, str(CONTROLLER_INACTIVITY_PROBE_MS)]
+    lab.ovs.vsctl("clear", "Controller", row, "controller_rate_limit", "controller_burst_limit")
+    assert lab.db.ensure_bridge(BRIDGE, controller=lab.controller_target) is False
+    columns = "_uuid,inactivity_probe,controller_rate_limit,controller_burst_limit"
+    probe = lab.ovs.vsctl("--bare", f"--columns={columns}", "list", "Controller")
+    # The packets sent to the controller (IPv6 solicitations) are limited too.
+    assert probe.split() == [
+        row,
+        str(CONTROLLER_INACTIVITY_PROBE_MS),
+        str(CONTROLLER_RATE_LIMIT),
+        str(CONTROLLER_BURST_LIMIT),
+    ]
     lab.apply(*ALL)
     assert lab.controller.status()["connection"] == connection
     vswitchd_log = lab.ovs.workdir / "ovs-vswitchd.log"

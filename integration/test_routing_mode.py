@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from testbed.frr import OUTSIDE_IP, OUTSIDE_NET, ROUTER_IP, Fabric, frr_available, router_ip
+from testbed.frr import (
+    OUTSIDE_IP,
+    OUTSIDE_IP6,
+    OUTSIDE_NET,
+    ROUTER_IP,
+    Fabric,
+    frr_available,
+    router_ip,
+    router_ip6,
+)
 from testbed.multihost import Cluster, SimHost, sh
 from testbed.ovs import stop_pid
 from testbed.probe import ContainerNet, EchoServer, NamespaceNet, tcp_opens
@@ -377,6 +386,44 @@ def test_ipv6_is_routed_across_hosts_with_the_router_answering_neighbour_discove
     assert ping6_ttl(h1, a, b6) == 63
     neigh = sh("nsenter", "-t", container_pid(h1, a), "-n", "ip", "-6", "neigh", "show", c6).stdout
     assert ROUTER_MAC in neigh, neigh
+
+
+def test_ipv6_of_vlan_networks_is_announced_and_routed_through_the_router(
+    cluster: Cluster, fabric: Fabric
+) -> None:
+    """With an IPv6 router IP, each host announces its containers' /128s with it as next
+    hop: containers on different hosts talk IPv6 through the router (the hosts' kernels
+    forward IPv6), and the outside host reaches a container by its IPv6 address; another
+    tenant's routed IPv6 subnet does not reach it (ip6tables, as iptables for IPv4)."""
+    h1, h2 = cluster.hosts
+    blue, red = unique("blue"), unique("red")
+    cluster.netctl("tenant", "create", blue)
+    cluster.netctl("tenant", "create", red)
+    vl = tenant_network(cluster, blue, "10.84.0.0/24", "10.84.0.1", "-e", "vlan", "-p", "404",
+                        "--subnetv6", "fd84:1::/64")  # fmt: skip
+    other = tenant_network(cluster, red, "10.85.0.0/24", "10.85.0.1", "-e", "vlan", "-p", "405",
+                           "--subnetv6", "fd85:1::/64")  # fmt: skip
+    a, b = cluster.run(h1, unique("a"), vl), cluster.run(h2, unique("b"), vl)
+    r = cluster.run(h2, unique("r"), other)
+    a6, b6, r6 = ipv6_of(h1, a), ipv6_of(h2, b), ipv6_of(h2, r)
+    wanted = {f"{a6}/128": [router_ip6(h1)], f"{b6}/128": [router_ip6(h2)]}
+
+    def announced() -> dict[str, list[str]]:
+        routes = fabric.frr.routes("ipv6")
+        return {p: routes[p] for p in wanted if p in routes}
+
+    wait_for(lambda: announced() == wanted, 15, "the router learns both /128s", last=announced)
+    # Through the router: h2's kernel, the router and h1's kernel each count a hop, then
+    # h1's switch routes it to a.
+    wait_for(lambda: ping6_ttl(h2, b, a6) is not None, 15, f"{b} reaches {a} via the router")
+    assert ping6_ttl(h2, b, a6) == 60 and ping6_ttl(h1, a, b6) == 60
+    res = sh("ip", "netns", "exec", fabric.outside_ns,
+             "ping", "-6", "-c", "1", "-W", "2", a6, check=False)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert ping6_ttl(h1, a, OUTSIDE_IP6) is not None
+    # Red's container is routed too, but not into blue's network.
+    wait_for(lambda: f"{r6}/128" in fabric.frr.routes("ipv6"), 15, f"{r6}/128 announced")
+    assert ping6_ttl(h2, r, a6) is None and ping6_ttl(h2, r, OUTSIDE_IP6) is not None
 
 
 def test_a_group_rule_judges_traffic_over_the_fabric(cluster: Cluster, fabric: Fabric) -> None:

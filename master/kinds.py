@@ -159,7 +159,8 @@ KINDS: tuple[Row, ...] = (
         lambda s: s.bgps,
         list="List Bgp objects (each host's peering with its router)",
         get="Get a host's Bgp object (key: the hostname)",
-        put="Create or update a host's Bgp object (routerip, as, neighbor-as, neighbor)",
+        put="Create or update a host's Bgp object "
+        "(routerip, routeripv6, as, neighbor-as, neighbor)",
         delete="Delete a host's Bgp object",
         inspect="Bgp config and oper state (host registration, forwarding mode)",
     ),

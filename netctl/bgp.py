@@ -1,6 +1,7 @@
 """netctl bgp: Contiv's verbs and flags for a host's peering with its router.
 
-    netctl bgp create --router-ip CIDR --as N --neighbor-as M --neighbor IP HOST
+    netctl bgp create --router-ip CIDR [--router-ipv6 CIDR] --as N --neighbor-as M
+                      --neighbor IP HOST
     netctl bgp rm|inspect HOST
     netctl bgp ls
 
@@ -35,6 +36,8 @@ def bgp_create(client: MasterClient, args: argparse.Namespace, out: TextIO) -> N
         "neighbor-as": args.neighbor_as,
         "neighbor": args.neighbor,
     }
+    if args.router_ipv6:
+        fields["routeripv6"] = args.router_ipv6
     emit_quiet(args, client.put(BGPS, args.host, **fields), out)
 
 
@@ -53,6 +56,13 @@ def add_bgp_commands(commands: Commands) -> None:
     )
     p.add_argument(
         "--router-ip", required=True, metavar="CIDR", help="the host's address, e.g. 50.1.1.1/24"
+    )
+    p.add_argument(
+        "--router-ipv6",
+        default="",
+        metavar="CIDR",
+        help="the host's IPv6 address on the same link, e.g. 2001:db8::1/64: its containers' "
+        "/128s are announced with it (none without)",
     )
     p.add_argument(
         "--as", dest="as_number", required=True, metavar="N", help="the host's AS number"

@@ -37,9 +37,18 @@ log = logging.getLogger(__name__)
 
 HOLD_TIME = 10  # seconds, os-ken's minimum; its default (40) keeps a dead host's routes 40 s
 UNKNOWN_STATE = "Unknown"
+ESTABLISHED = "Established"
 # How long a restarted agent keeps the kernel routes its predecessor learned once its
 # session is up, for the router to send them again (a few passes of the session).
 ADOPTED_GRACE = 5.0  # the neighbor's state before the first pass read it
+# A route wrong in the speaker's RIB this long is repaired (os-ken takes seconds to work
+# through a burst on a loaded host; what is merely queued must not be repaired).
+REPAIR_AFTER = 3.0
+# No session this long: the speaker is made again. os-ken retries a lost connection every
+# few seconds, except when its own peer-down handling fails (a dictionary changed during
+# iteration, seen when the hold time expires in a burst): its connect loop never runs
+# again, and only a new speaker peers again.
+RESTART_AFTER = 30.0
 
 
 # -- decisions -----------------------------------------------------------------------
@@ -113,13 +122,13 @@ class Peering:
     next_hop6: str = ""  # the host's IPv6 address on the link; "" announces no /128
 
     @classmethod
-    def of(cls, bgp: Bgp, next_hop6: str = "") -> Peering:
+    def of(cls, bgp: Bgp) -> Peering:
         return cls(
             local_as=int(bgp.as_),
             router_ip=bgp.routerip.split("/")[0],
             neighbor=bgp.neighbor,
             neighbor_as=int(bgp.neighbor_as),
-            next_hop6=next_hop6,
+            next_hop6=bgp.routeripv6.split("/")[0],
         )
 
 
@@ -187,9 +196,13 @@ class BgpSession:
         settle: float = 0.1,
         coalesce: float = 0.02,
         adopted_grace: float = ADOPTED_GRACE,
+        repair_after: float = REPAIR_AFTER,
+        restart_after: float = RESTART_AFTER,
     ) -> None:
         self.peering = peering
         self.adopted_grace = adopted_grace
+        self.repair_after = repair_after
+        self.restart_after = restart_after
         self._make_speaker = make_speaker
         self._routes = route_table
         self._settle = settle
@@ -206,8 +219,13 @@ class BgpSession:
         self._installed: dict[str, str] = {}
         self._adopted: set[str] = set()
         self._established_at: float | None = None
+        self._down_since: float | None = None  # pass thread only: not Established since
+        self.restarts = 0  # speakers made again after a session stayed down
         self._eor_sent = False  # pass thread only: End-of-RIB sent in this session
-        self._missing: set[str] = set()  # pass thread only: told, not in the last RIB read
+        # pass thread only: since when a prefix has been in the RIB untold (stale) or told
+        # and not in it (missing), as the RIB reads saw it
+        self._stale: dict[str, float] = {}
+        self._missing: dict[str, float] = {}
         self.repairs = 0  # lost withdrawals announced again to be withdrawn
         self.loop = Reconciler(
             "bgp", self._pass, interval=interval, coalesce=coalesce, run_at_start=True
@@ -299,25 +317,67 @@ class BgpSession:
             self._state = state
             self._announced = tuple(sorted(self._told))
             learned = kernel_routes(self._learned)
-        if state == "Established" and self._established_at is None:
+        if state == ESTABLISHED and self._established_at is None:
             self._established_at = time.monotonic()
         self._end_of_rib(speaker, state, settled=again is None)
         self._sync_kernel(learned)
+        if self._stuck(state):
+            self._restart_speaker()
+            again = self._settle
         return again
+
+    def _stuck(self, state: str) -> bool:
+        """Whether the session has been down for ``restart_after``."""
+        now = time.monotonic()
+        if state == ESTABLISHED:
+            self._down_since = None
+        elif self._down_since is None:
+            self._down_since = now
+        return self._down_since is not None and now - self._down_since >= self.restart_after
+
+    def _restart_speaker(self) -> None:
+        """A new speaker, told everything again by the next pass (the kernel's routes stay
+        until the new session says otherwise)."""
+        log.warning(
+            "bgp: no session with %s for %.0f s; starting the speaker again",
+            self.peering.neighbor,
+            self.restart_after,
+        )
+        old, self._speaker = self._speaker, None
+        try:
+            if old is not None:
+                old.shutdown()
+        except Exception:
+            log.exception("bgp: speaker shutdown")
+        speaker = self._make_speaker(self.peering, self)
+        speaker.neighbor_add(self.peering.neighbor, self.peering.neighbor_as)
+        self._speaker = speaker
+        self.restarts += 1
+        self._told, self._stale, self._missing = {}, {}, {}
+        self._down_since, self._established_at, self._eor_sent = None, None, False
+        with self._lock:
+            self._learned = {}
+        self._adopted = set(self._installed)  # kept through the grace, as at a start
 
     def _end_of_rib(self, speaker: Speaker, state: str, settled: bool) -> None:
         """Once per session, when it is up and everything wanted is told: End-of-RIB (the
         router then drops what it kept from before a restart that is no longer ours)."""
-        if state != "Established":
+        if state != ESTABLISHED:
             self._eor_sent = False
         elif settled and not self._eor_sent:
             speaker.end_of_rib(self.peering.neighbor)
             self._eor_sent = True
 
     def _repair(self, rib: set[str]) -> bool:
-        """Bring what we believe told in line with the speaker's RIB; whether it changed."""
+        """Bring what we believe told in line with the speaker's RIB; whether it changed.
+        Only what has stayed wrong for ``repair_after``: a busy speaker works through a
+        burst of changes for a while (100 withdrawals take os-ken seconds on a loaded
+        host), and repairing what is merely queued would queue more."""
+        now = time.monotonic()
+        self._stale = {p: self._stale.get(p, now) for p in rib - set(self._told)}
+        self._missing = {p: self._missing.get(p, now) for p in set(self._told) - rib}
         changed = False
-        for prefix in sorted(rib - set(self._told)):
+        for prefix in sorted(p for p, t in self._stale.items() if now - t >= self.repair_after):
             # A lost withdrawal: announce it again (processed before the next pass's
             # withdrawal, which then works).
             log.warning("bgp: %s still announced; withdrawing it again", prefix)
@@ -326,14 +386,12 @@ class BgpSession:
             assert speaker is not None
             speaker.prefix_add(prefix, self._next_hop_for(prefix))
             self._told[prefix] = self._next_hop_for(prefix)
+            del self._stale[prefix]
             changed = True
-        missing = set(self._told) - rib
-        for prefix in sorted(missing & self._missing):
-            # Missing at two checks in a row (not merely still queued in the speaker).
+        for prefix in sorted(p for p, t in self._missing.items() if now - t >= self.repair_after):
             log.warning("bgp: %s missing from the speaker; announcing it again", prefix)
-            del self._told[prefix]
+            del self._told[prefix], self._missing[prefix]
             changed = True
-        self._missing = missing - self._missing
         return changed
 
     def _next_hop_for(self, prefix: str) -> str:

@@ -1,8 +1,8 @@
 """This host's part of routing mode with BGP (issue 25): from the cluster view, its Bgp
 object (keys.bgp) and the forwarding mode, the router port holding the Bgp object's router
 IP (datapath.bridgeports), one BgpSession peering with the router, what it announces (each
-local container's /32 on a VLAN network) and what it reports (keys.bgp_session, under the
-host's lease, for `netctl bgp inspect`).
+local container's /32 on a VLAN network, and its /128 with an IPv6 router IP) and what it
+reports (keys.bgp_session, under the host's lease, for `netctl bgp inspect`).
 
 One Reconciler, poked by every change of the view. Its decisions are pure (``host_peering``,
 ``fabric_subnets``, ``local_routes``); the session and the datapath are its effects. A new
@@ -44,6 +44,11 @@ def host_peering(fwd_mode: str, bgp: Bgp | None) -> Peering | None:
     if fwd_mode != "routing" or bgp is None:
         return None
     return Peering.of(bgp)
+
+
+def router_addresses(bgp: Bgp) -> tuple[str, ...]:
+    """The router port's addresses: the router IP, and the IPv6 one if given."""
+    return tuple(a for a in (bgp.routerip, bgp.routeripv6) if a)
 
 
 def local_routes(
@@ -119,7 +124,7 @@ class HostBgp(Reconciler):
         if peering != (self.session.peering if self.session else None):
             self._end_session(forget=True)
         fabric = (
-            bgp.routerip if bgp is not None and peering else "",
+            router_addresses(bgp) if bgp is not None and peering else (),
             fabric_subnets(mode, records, self.view.tenant_tags()),
         )
         if fabric != self._fabric:

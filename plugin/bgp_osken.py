@@ -34,6 +34,25 @@ GR_RESTART_TIME = 20  # seconds: an agent restart takes a few; a dead agent's ro
 GR_FORWARDING = 0x80
 
 
+class _OwnRoutesBack(logging.Filter):
+    """os-ken logs an ERROR for every UPDATE whose AS path holds our own AS, and ignores
+    it, as it should: a router sends each host's routes back to it (eBGP has no split
+    horizon), so that is every container started here. Kept at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and "AS_PATH on UPDATE message has loops" in str(
+            record.msg
+        ):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _quiet_own_routes(logger: logging.Logger) -> None:
+    if not any(isinstance(f, _OwnRoutesBack) for f in logger.filters):
+        logger.addFilter(_OwnRoutesBack())
+
+
 class OsKenSpeaker:
     """plugin.bgp.Speaker: os-ken's BGPSpeaker, started on construction."""
 
@@ -47,6 +66,7 @@ class OsKenSpeaker:
 
         # os-ken logs every API call (each pass reads the RIB and the neighbor) at INFO.
         logging.getLogger("bgpspeaker.api.base").setLevel(logging.WARNING)
+        _quiet_own_routes(logging.getLogger("bgpspeaker.peer"))
         self._call = call
         self._nconf = nconf
         self._hold_key = HOLD_TIME_KEY

@@ -50,13 +50,15 @@ def local_network(record: NetworkRecord, vrf: int = 0) -> NetworkState:
 def fabric_subnets(
     fwd_mode: str, records: Iterable[NetworkRecord], tenant_tags: Mapping[str, int]
 ) -> dict[int, list[str]]:
-    """The IPv4 subnets the fabric routes, by tenant tag: every VLAN network of the cluster
-    routed by BGP (iptables keeps each tenant's from the others')."""
+    """The subnets (IPv4 and IPv6) the fabric routes, by tenant tag: every VLAN network of
+    the cluster routed by BGP (iptables and ip6tables keep each tenant's from the
+    others')."""
     out: dict[int, list[str]] = {}
     for r in records:
         net = local_network(r, tenant_tags.get(r.config.tenantName, 0))
-        if net.subnet and routed_by_bgp(fwd_mode, net):
-            out.setdefault(net.vrf, []).append(net.subnet)
+        if routed_by_bgp(fwd_mode, net):
+            subnets = [s for s in (net.subnet, net.ipv6_subnet) if s]
+            out.setdefault(net.vrf, []).extend(subnets)
     return out
 
 

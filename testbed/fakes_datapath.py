@@ -138,6 +138,7 @@ class FakeLinks:
         self.gateways: dict[str, tuple[int, tuple[str, ...]]] = {}  # name -> (MTU, addresses)
         self.isolate_error: OSError | None = None
         self.tso = False  # what switch_tso reports: ovs-vswitchd's userspace TSO
+        self.ipv6_forwarding = False
 
     def create_veth(self, endpoint_id: str, mac: str, mtu: int) -> tuple[str, str]:
         host, container = veth_names(endpoint_id)
@@ -173,6 +174,9 @@ class FakeLinks:
     def address_gateway(self, ifname: str, mtu: int, addresses: Sequence[str]) -> None:
         self.addressed.append(ifname)
         self.gateways[ifname] = (mtu, tuple(addresses))
+
+    def forward_ipv6(self) -> None:
+        self.ipv6_forwarding = True
 
 
 class FakeRouteTable:

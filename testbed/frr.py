@@ -35,7 +35,8 @@ def frr_config(
 ) -> str:
     """bgpd's configuration: eBGP with each neighbor (fast timers, so a dead peer is seen in
     seconds), next hop self (the fabric's traffic goes through the router), and the
-    networks behind the router announced."""
+    networks behind the router announced; IPv6 unicast too (over the same sessions) if
+    one of them is IPv6."""
     lines = [
         "frr defaults datacenter",
         f"log file {log}",
@@ -51,10 +52,17 @@ def frr_config(
             f" neighbor {address} timers 3 9",
             f" neighbor {address} timers connect 1",
         ]
-    lines += [" !", " address-family ipv4 unicast"]
-    lines += [f"  network {n}" for n in networks]
-    lines += [f"  neighbor {a} next-hop-self" for a in neighbors]
-    lines += [" exit-address-family", "!", ""]
+    v6 = [n for n in networks if ":" in n]
+    for family, nets in (("ipv4", [n for n in networks if ":" not in n]), ("ipv6", v6)):
+        if family == "ipv6" and not nets:
+            continue
+        lines += [" !", f" address-family {family} unicast"]
+        lines += [f"  network {n}" for n in nets]
+        if family == "ipv6":
+            lines += [f"  neighbor {a} activate" for a in neighbors]
+        lines += [f"  neighbor {a} next-hop-self" for a in neighbors]
+        lines += [" exit-address-family"]
+    lines += ["!", ""]
     return "\n".join(lines)
 
 
@@ -138,9 +146,9 @@ class FrrRouter:
         except ValueError:
             return {}
 
-    def routes(self) -> dict[str, list[str]]:
-        """The BGP table: prefix -> the next hops of its paths."""
-        table = self.vjson("show bgp ipv4 unicast").get("routes", {})
+    def routes(self, family: str = "ipv4") -> dict[str, list[str]]:
+        """The BGP table of ``family`` (ipv4, ipv6): prefix -> the next hops of its paths."""
+        table = self.vjson(f"show bgp {family} unicast").get("routes", {})
         return {
             prefix: sorted(hop.get("ip", "") for path in paths for hop in path.get("nexthops", []))
             for prefix, paths in table.items()
@@ -155,10 +163,17 @@ ROUTER_IP = "10.200.0.254"  # the router on the hosts' VLAN uplinks
 ROUTER_AS = 65000
 OUTSIDE_NET = "10.250.0.0/24"  # behind the router: not the cluster's
 OUTSIDE_IP = "10.250.0.2"
+ROUTER_IP6 = "fd00:200::fe"  # the same, IPv6 (the hosts' --router-ipv6 are on its /64)
+OUTSIDE_NET6 = "fd00:250::/64"
+OUTSIDE_IP6 = "fd00:250::2"
 
 
 def router_ip(host: SimHost) -> str:
     return f"10.200.0.{host.index}"
+
+
+def router_ip6(host: SimHost) -> str:
+    return f"fd00:200::{host.index}"
 
 
 def host_as(host: SimHost) -> int:
@@ -183,8 +198,11 @@ class Fabric:
             ["ip", "link", "set", "lo", "up"],
             ["ip", "addr", "add", f"{ROUTER_IP}/24", "dev", "eth0"],
             ["ip", "addr", "add", "10.250.0.1/24", "dev", "eth1"],
+            ["ip", "addr", "add", f"{ROUTER_IP6}/64", "dev", "eth0", "nodad"],
+            ["ip", "addr", "add", "fd00:250::1/64", "dev", "eth1", "nodad"],
             ["ip", "link", "set", "eth1", "up"],
             ["sysctl", "-qw", "net.ipv4.ip_forward=1"],
+            ["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"],
             # A real wire carries finished checksums (the hosts' userspace OVS needs them).
             ["ethtool", "-K", "eth0", "tx", "off"],
         ):
@@ -192,22 +210,28 @@ class Fabric:
         for cmd in (
             ["ip", "link", "set", "lo", "up"],
             ["ip", "addr", "add", f"{OUTSIDE_IP}/24", "dev", "eth0"],
+            ["ip", "addr", "add", f"{OUTSIDE_IP6}/64", "dev", "eth0", "nodad"],
             ["ip", "link", "set", "eth0", "up"],
             ["ip", "route", "add", "default", "via", "10.250.0.1"],
+            ["ip", "-6", "route", "add", "default", "via", "fd00:250::1"],
         ):
             sh("ip", "netns", "exec", self.outside_ns, *cmd)
         neighbors = {router_ip(h): host_as(h) for h in cluster.hosts}
-        self.frr = FrrRouter(self.router_ns, ROUTER_IP, ROUTER_AS, neighbors, [OUTSIDE_NET])
+        self.frr = FrrRouter(
+            self.router_ns, ROUTER_IP, ROUTER_AS, neighbors, [OUTSIDE_NET, OUTSIDE_NET6]
+        )
         self.frr.start()
 
     def rt(self, *cmd: str) -> str:
         return sh("ip", "netns", "exec", self.router_ns, *cmd).stdout
 
     def peer_hosts(self) -> Fabric:
-        """A Bgp object per host: each agent peers with the router."""
+        """A Bgp object per host: each agent peers with the router, with an IPv6 router IP
+        too (its containers' /128s)."""
         for h in self.cluster.hosts:
             self.cluster.netctl(
                 "bgp", "create", "--router-ip", f"{router_ip(h)}/24", "--as", str(host_as(h)),
+                "--router-ipv6", f"{router_ip6(h)}/64",
                 "--neighbor-as", str(ROUTER_AS), "--neighbor", ROUTER_IP, h.name,
             )  # fmt: skip
         return self

@@ -133,7 +133,7 @@ def test_the_host_peers_announces_reports_and_ends(tmp_path: Path) -> None:
         store.put(keys.bgp("h1"), encode_config(BGP))
         wait_until(lambda: "h1" in view.bgps.values())
         loop._pass()
-        assert agent.fabric_address() == "10.200.0.1/24" and FABRIC_PORT in ovs.ports
+        assert agent.fabric_addresses() == ("10.200.0.1/24",) and FABRIC_PORT in ovs.ports
         [speaker] = speakers
         assert speaker.neighbors == {"10.200.0.254": 65000}
         session = loop.session

@@ -4,7 +4,9 @@ os-ken's real BGPSpeaker in a child process, connecting out to nobody on 127.0.0
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -98,13 +100,15 @@ def test_peering_of_a_bgp_object() -> None:
         }
     )
     assert Peering.of(bgp) == PEERING
+    v6 = Peering.of(bgp.model_copy(update={"routeripv6": "fd00::1/64"}))
+    assert v6 == dataclasses.replace(PEERING, next_hop6="fd00::1")
 
 
 # -- the session, with a fake speaker --------------------------------------------------
 
 
 class Session:
-    def __init__(self) -> None:
+    def __init__(self, repair_after: float = 0.3, restart_after: float = 60.0) -> None:
         self.routes = FakeRouteTable()
         self.speakers: list[FakeSpeaker] = []
 
@@ -114,7 +118,15 @@ class Session:
             return speaker
 
         self.session = BgpSession(
-            PEERING, make, self.routes, interval=0.2, settle=0.05, coalesce=0.01, adopted_grace=0.5
+            PEERING,
+            make,
+            self.routes,
+            interval=0.2,
+            settle=0.05,
+            coalesce=0.01,
+            adopted_grace=0.5,
+            repair_after=repair_after,
+            restart_after=restart_after,
         )
 
     @property
@@ -172,6 +184,43 @@ def test_a_lost_withdrawal_is_repaired_from_the_rib(s: Session) -> None:
     wait_for(lambda: s.session.repairs >= 1, 3, "the stuck route found in the RIB")
     wait_for(lambda: s.speaker.rib_prefixes() == set(), 3, "the stuck route withdrawn again")
     assert s.session.status().announced == ()
+
+
+def test_a_slow_speaker_is_not_repaired_while_it_works_through_a_burst() -> None:
+    # os-ken works through 100 withdrawals for seconds on a loaded host: repairing what
+    # is merely queued re-adds it, queues more, and snowballs (seen: 16,000 repairs).
+    s = Session(repair_after=5.0)
+    s.session.start()
+    try:
+        routes = {f"10.1.0.{i}/32": "50.1.1.1" for i in range(10)}
+        s.session.set_wanted(routes)
+        wait_for(lambda: rib_is(s, set(routes)), 2, "announced")
+        s.speaker.hold()
+        s.session.set_wanted({})
+        time.sleep(1.0)  # several passes read the RIB still holding them all
+        s.speaker.release()
+        wait_for(lambda: s.speaker.rib_prefixes() == set(), 3, "withdrawn")
+        assert s.session.repairs == 0
+        assert sorted(c[1] for c in s.speaker.calls if c[0] == "del") == sorted(routes)
+    finally:
+        s.session.stop()
+
+
+def test_a_session_down_too_long_gets_a_new_speaker() -> None:
+    # os-ken's connect loop never runs again when its peer-down handling fails.
+    s = Session(restart_after=0.5)
+    s.session.start()
+    try:
+        s.session.set_wanted({"10.1.0.2/32": "50.1.1.1"})
+        wait_for(lambda: rib_is(s, {"10.1.0.2/32"}), 2, "announced")
+        s.speaker.state = "Active"
+        wait_for(lambda: len(s.speakers) == 2, 3, "a new speaker")
+        new = s.speakers[1]
+        assert s.speaker.shut and new.neighbors == {"50.1.1.2": 65000}
+        wait_for(lambda: new.rib_prefixes() == {"10.1.0.2/32"}, 2, "told again")
+        assert s.session.restarts == 1
+    finally:
+        s.session.stop()
 
 
 def test_a_route_the_speaker_lost_is_announced_again(s: Session) -> None:
@@ -349,3 +398,16 @@ def test_end_of_rib_follows_the_routes_once_per_session(s: Session) -> None:
     s.speaker.state = "Established"
     s.session.loop.poke()
     wait_for(lambda: s.speaker.calls.count(eor) == 2, 2, "End-of-RIB of the new session")
+
+
+def test_our_own_routes_coming_back_are_no_error(caplog: pytest.LogCaptureFixture) -> None:
+    from plugin.bgp_osken import _quiet_own_routes
+
+    logger = logging.getLogger("bgpspeaker.peer.test")
+    _quiet_own_routes(logger)
+    _quiet_own_routes(logger)  # once only
+    assert len(logger.filters) == 1
+    with caplog.at_level(logging.INFO, logger="bgpspeaker.peer.test"):
+        logger.error("AS_PATH on UPDATE message has loops. Ignoring this message: %s", "u")
+        logger.error("something else")
+    assert [r.getMessage() for r in caplog.records] == ["something else"]

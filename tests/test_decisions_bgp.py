@@ -197,6 +197,47 @@ def test_two_hosts_may_not_share_a_router_ip() -> None:
     check_router_ip_free(normalize_bgp(bgp(hostname="host3", routerip="50.1.1.4/24")), [one])
 
 
+def test_an_ipv6_router_ip_is_optional_and_stored_canonically() -> None:
+    assert "routeripv6" not in normalize_bgp(bgp()).dump()  # Contiv's shape without it
+    b = normalize_bgp(bgp(routeripv6=" FD00:0:0::0001/064 "))
+    assert b.routeripv6 == "fd00::1/64" and b.dump()["routeripv6"] == "fd00::1/64"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("fd00::1", "'fd00::1' has no prefix length; give the address with its subnet's "
+         "prefix length, e.g. 2001:db8::1/64"),
+        ("50.1.1.1/24", "'50.1.1.1/24' is not an IPv6 address with a prefix length "
+         "(e.g. 2001:db8::1/64)"),
+        ("fd00::1/129", "prefix length '129' is not in 1-128"),
+        ("fd00::1/x", "prefix length 'x' is not in 1-128"),
+        ("fe80::1/64", "fe80::1 is link-local: give a global or unique local address"),
+        ("ff02::1/64", "ff02::1 is a multicast address"),
+        ("::/64", ":: is the unspecified address"),
+        ("::1/128", "::1 is the loopback address"),
+        ("::ffff:10.0.0.1/96", "::ffff:a00:1 is an IPv4-mapped address"),
+    ],
+)  # fmt: skip
+def test_a_bad_ipv6_router_ip_is_refused(value: str, reason: str) -> None:
+    with pytest.raises(BadRequest) as e:
+        normalize_bgp(bgp(routeripv6=value))
+    assert (e.value.obj, e.value.reason) == ("bgp host1", f"field 'routeripv6': {reason}")
+
+
+def test_two_hosts_may_not_share_an_ipv6_router_ip() -> None:
+    one = normalize_bgp(bgp(routeripv6="fd00::1/64"))
+    other = normalize_bgp(bgp(hostname="host2", routerip="50.1.1.3/24"))  # none: no clash
+    check_router_ip_free(other, [one, other])
+    clash = normalize_bgp(bgp(hostname="host2", routerip="50.1.1.3/24", routeripv6="fd00::1/80"))
+    with pytest.raises(Conflict) as e:
+        check_router_ip_free(clash, [one])
+    assert e.value.reason == (
+        "field 'routeripv6': fd00::1 is already host host1's router IP (fd00::1/64); "
+        "give each host its own address"
+    )
+
+
 def test_inspect_shows_what_the_cluster_knows_and_nothing_more() -> None:
     b = normalize_bgp(bgp())
     unregistered = bgp_view(b, None, "bridge")

@@ -172,6 +172,8 @@ def test_the_openapi_document_says_what_a_bgp_body_takes(client: FlaskClient) ->
         "$ref": "#/components/schemas/Bgp"
     }
     props = doc["components"]["schemas"]["Bgp"]["properties"]
-    assert set(props) == {"key", "hostname", "routerip", "as", "neighbor-as", "neighbor"}
+    assert set(props) == {
+        "key", "hostname", "routerip", "routeripv6", "as", "neighbor-as", "neighbor"
+    }  # fmt: skip
     for field in ("as", "neighbor-as"):  # Contiv sends strings; a number is taken too
         assert props[field]["anyOf"] == [{"type": "string"}, {"type": "integer"}]

@@ -11,6 +11,7 @@ import requests
 from test_netctl import FakeSession, run
 
 CREATE = ["--router-ip", "50.1.1.1/24", "--as", "65002", "--neighbor-as", "500"]
+V6 = ["--router-ipv6", "fd00::1/64"]
 BODY = {
     "hostname": "host1",
     "routerip": "50.1.1.1/24",
@@ -40,6 +41,12 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeSession:
             "POST",
             "/api/v1/Bgps/host1",
             BODY,
+        ),
+        (
+            ["bgp", "create", *CREATE, "--neighbor", "50.1.1.2", *V6, "host1"],
+            "POST",
+            "/api/v1/Bgps/host1",
+            {**BODY, "routeripv6": "fd00::1/64"},
         ),
         (["bgp", "rm", "host1"], "DELETE", "/api/v1/Bgps/host1", None),
         (["bgp", "delete", "host1"], "DELETE", "/api/v1/Bgps/host1", None),

@@ -5,7 +5,9 @@ Contiv's fields and spellings: ``routerip`` is the host's address on the router'
 WITH its prefix length ("50.1.1.1/24"), ``as`` and ``neighbor-as`` are AS numbers
 (1-4294967295, sent as strings or numbers), ``neighbor`` the router's bare address. The
 router need not be inside the router IP's subnet (a multi-hop session is the speaker's
-business), but it cannot be the host's own address.
+business), but it cannot be the host's own address. ``routeripv6`` (optional, not Contiv's) is the
+host's IPv6 address on the same link, with its prefix length: the next hop of the /128s it
+announces (an IPv4 next hop cannot carry them).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ HOSTNAME_RULE = (
     "ending with '-' (253 characters at most)"
 )
 ROUTER_IP_EXAMPLE = "50.1.1.1/24"
+ROUTER_IPV6_EXAMPLE = "2001:db8::1/64"
 
 
 def _obj(b: Bgp) -> str:
@@ -92,6 +95,42 @@ def parse_router_ip(obj: str, value: str) -> ipaddress.IPv4Interface:
     return iface
 
 
+def parse_router_ipv6(obj: str, value: str) -> ipaddress.IPv6Interface | None:
+    """``routeripv6``: an IPv6 address with its prefix length, or nothing."""
+    field = "field 'routeripv6'"
+    text = value.strip()
+    if not text:
+        return None
+    address, slash, prefix = text.partition("/")
+    if not slash:
+        raise BadRequest(
+            obj,
+            f"{field}: {value!r} has no prefix length; give the address with its subnet's "
+            f"prefix length, e.g. {ROUTER_IPV6_EXAMPLE}",
+        )
+    try:
+        ip = ipaddress.IPv6Address(address)
+    except ValueError:
+        raise BadRequest(
+            obj,
+            f"{field}: {value!r} is not an IPv6 address with a prefix length "
+            f"(e.g. {ROUTER_IPV6_EXAMPLE})",
+        ) from None
+    if not (prefix.isascii() and prefix.isdigit()) or not 1 <= int(prefix) <= 128:
+        raise BadRequest(obj, f"{field}: prefix length {prefix!r} is not in 1-128")
+    why = (
+        "is the unspecified address" if ip.is_unspecified
+        else "is the loopback address" if ip.is_loopback
+        else "is a multicast address" if ip.is_multicast
+        else "is link-local: give a global or unique local address" if ip.is_link_local
+        else "is an IPv4-mapped address" if ip.ipv4_mapped is not None
+        else ""
+    )  # fmt: skip
+    if why:
+        raise BadRequest(obj, f"{field}: {ip} {why}")
+    return ipaddress.IPv6Interface(f"{ip}/{int(prefix)}")
+
+
 def parse_as(obj: str, field: str, value: str) -> int:
     """An AS number, 1-4294967295, given as decimal digits."""
     text = value.strip()
@@ -144,9 +183,11 @@ def normalize_bgp(b: Bgp) -> Bgp:
     local_as = parse_as(obj, "as", b.as_)
     neighbor_as = parse_as(obj, "neighbor-as", b.neighbor_as)
     neighbor = parse_neighbor(obj, b.neighbor, router)
+    router6 = parse_router_ipv6(obj, b.routeripv6)
     return b.model_copy(
         update={
             "routerip": str(router),
+            "routeripv6": str(router6) if router6 else "",
             "as_": str(local_as),
             "neighbor_as": str(neighbor_as),
             "neighbor": str(neighbor),
@@ -159,15 +200,21 @@ def router_address(b: Bgp) -> str:
     return b.routerip.split("/", 1)[0]
 
 
+def router_address6(b: Bgp) -> str:
+    """The address of a stored object's IPv6 router IP ("" without one)."""
+    return b.routeripv6.split("/", 1)[0]
+
+
 def check_router_ip_free(b: Bgp, others: Iterable[Bgp]) -> None:
-    """No other host peers from the same address (``others``: every stored Bgp object; the
-    host's own is skipped). Two hosts with one address would each answer for the other's
-    routes on the router's link."""
-    mine = router_address(b)
-    for other in others:
-        if other.hostname != b.hostname and router_address(other) == mine:
-            raise Conflict(
-                _obj(b),
-                f"field 'routerip': {mine} is already host {other.hostname}'s router IP "
-                f"({other.routerip}); give each host its own address",
-            )
+    """No other host peers from the same address, IPv4 or IPv6 (``others``: every stored
+    Bgp object; the host's own is skipped). Two hosts with one address would each answer
+    for the other's routes on the router's link."""
+    for field, address in (("routerip", router_address), ("routeripv6", router_address6)):
+        mine = address(b)
+        for other in others:
+            if mine and other.hostname != b.hostname and address(other) == mine:
+                raise Conflict(
+                    _obj(b),
+                    f"field {field!r}: {mine} is already host {other.hostname}'s router IP "
+                    f"({getattr(other, field)}); give each host its own address",
+                )
