@@ -44,11 +44,12 @@ ADOPTED_GRACE = 5.0  # the neighbor's state before the first pass read it
 # A route wrong in the speaker's RIB this long is repaired (os-ken takes seconds to work
 # through a burst on a loaded host; what is merely queued must not be repaired).
 REPAIR_AFTER = 3.0
-# No session this long: the speaker is made again. os-ken retries a lost connection every
-# few seconds, except when its own peer-down handling fails (a dictionary changed during
-# iteration, seen when the hold time expires in a burst): its connect loop never runs
-# again, and only a new speaker peers again.
-RESTART_AFTER = 30.0
+# No session this long: the speaker's connect loop is re-armed if it stopped. os-ken
+# retries a lost connection every few seconds, except when its own peer-down handling
+# fails (a dictionary changed size during iteration, seen when a hold time expired in a
+# burst of withdrawals): the loop then waits for an event nothing sets. (Making a new
+# speaker instead would leak os-ken's threads: five per speaker, never stopped.)
+REARM_AFTER = 10.0
 
 
 # -- decisions -----------------------------------------------------------------------
@@ -152,6 +153,11 @@ class Speaker(Protocol):
         """The session's FSM state ("Idle", "Connect", "Active", ..., "Established")."""
         ...
 
+    def rearm(self, address: str) -> bool:
+        """Make the speaker try to connect to the neighbor again if it stopped trying;
+        whether it had."""
+        ...
+
     def end_of_rib(self, address: str) -> None:
         """Tell the neighbor every route is announced (graceful restart's End-of-RIB)."""
         ...
@@ -197,12 +203,12 @@ class BgpSession:
         coalesce: float = 0.02,
         adopted_grace: float = ADOPTED_GRACE,
         repair_after: float = REPAIR_AFTER,
-        restart_after: float = RESTART_AFTER,
+        rearm_after: float = REARM_AFTER,
     ) -> None:
         self.peering = peering
         self.adopted_grace = adopted_grace
         self.repair_after = repair_after
-        self.restart_after = restart_after
+        self.rearm_after = rearm_after
         self._make_speaker = make_speaker
         self._routes = route_table
         self._settle = settle
@@ -220,7 +226,7 @@ class BgpSession:
         self._adopted: set[str] = set()
         self._established_at: float | None = None
         self._down_since: float | None = None  # pass thread only: not Established since
-        self.restarts = 0  # speakers made again after a session stayed down
+        self.rearms = 0  # connect loops re-armed after a session stayed down
         self._eor_sent = False  # pass thread only: End-of-RIB sent in this session
         # pass thread only: since when a prefix has been in the RIB untold (stale) or told
         # and not in it (missing), as the RIB reads saw it
@@ -321,43 +327,24 @@ class BgpSession:
             self._established_at = time.monotonic()
         self._end_of_rib(speaker, state, settled=again is None)
         self._sync_kernel(learned)
-        if self._stuck(state):
-            self._restart_speaker()
-            again = self._settle
+        if self._down_too_long(state) and speaker.rearm(self.peering.neighbor):
+            log.warning(
+                "bgp: no session with %s for %.0f s and the speaker had stopped trying; "
+                "it connects again",
+                self.peering.neighbor,
+                time.monotonic() - (self._down_since or 0.0),
+            )
+            self.rearms += 1
         return again
 
-    def _stuck(self, state: str) -> bool:
-        """Whether the session has been down for ``restart_after``."""
+    def _down_too_long(self, state: str) -> bool:
+        """Whether the session has been down for ``rearm_after``."""
         now = time.monotonic()
         if state == ESTABLISHED:
             self._down_since = None
         elif self._down_since is None:
             self._down_since = now
-        return self._down_since is not None and now - self._down_since >= self.restart_after
-
-    def _restart_speaker(self) -> None:
-        """A new speaker, told everything again by the next pass (the kernel's routes stay
-        until the new session says otherwise)."""
-        log.warning(
-            "bgp: no session with %s for %.0f s; starting the speaker again",
-            self.peering.neighbor,
-            self.restart_after,
-        )
-        old, self._speaker = self._speaker, None
-        try:
-            if old is not None:
-                old.shutdown()
-        except Exception:
-            log.exception("bgp: speaker shutdown")
-        speaker = self._make_speaker(self.peering, self)
-        speaker.neighbor_add(self.peering.neighbor, self.peering.neighbor_as)
-        self._speaker = speaker
-        self.restarts += 1
-        self._told, self._stale, self._missing = {}, {}, {}
-        self._down_since, self._established_at, self._eor_sent = None, None, False
-        with self._lock:
-            self._learned = {}
-        self._adopted = set(self._installed)  # kept through the grace, as at a start
+        return self._down_since is not None and now - self._down_since >= self.rearm_after
 
     def _end_of_rib(self, speaker: Speaker, state: str, settled: bool) -> None:
         """Once per session, when it is up and everything wanted is told: End-of-RIB (the

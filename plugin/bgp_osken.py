@@ -184,6 +184,21 @@ class OsKenSpeaker:
         for family in (RF_IPv4_UC, *([RF_IPv6_UC] if self._ipv6 else [])):
             peer.enque_end_of_rib(family)
 
+    def rearm(self, address: str) -> bool:
+        # os-ken's peer-down handling re-arms the connect loop last; when an exception
+        # escapes before (its stale-route cleanup iterating a table that changes), the loop
+        # waits forever. Set what it would have set.
+        from os_ken.services.protocols.bgp import constants as const
+        from os_ken.services.protocols.bgp.core_manager import CORE_MANAGER
+
+        peer = CORE_MANAGER.get_core_service().peer_manager.get_by_addr(address)
+        if peer is None or not peer._neigh_conf.enabled or peer._connect_retry_event.is_set():
+            return False
+        if peer.state.bgp_state not in (const.BGP_FSM_IDLE, const.BGP_FSM_ACTIVE):
+            return False
+        peer._connect_retry_event.set()
+        return True
+
     def neighbor_del(self, address: str) -> None:
         try:
             self._speaker.neighbor_del(address)

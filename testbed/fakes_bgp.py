@@ -28,6 +28,7 @@ class FakeSpeaker:
         self.lost: list[str] = []  # withdrawals lost
         self.neighbors: dict[str, int] = {}
         self.state = "Established"
+        self.stuck = False  # its connect loop stopped (rearm() starts it)
         self.shut = False
         self.handler_threads: set[str] = set()
         self._lock = threading.Lock()
@@ -95,6 +96,14 @@ class FakeSpeaker:
     def neighbor_state(self, address: str) -> str:
         self._check()
         return self.state if address in self.neighbors else "Idle"
+
+    def rearm(self, address: str) -> bool:
+        """A speaker whose connect loop stopped (``stuck``) peers again."""
+        self._check()
+        if not self.stuck:
+            return False
+        self.stuck, self.state = False, "Established"
+        return True
 
     def end_of_rib(self, address: str) -> None:
         self._check()
