@@ -323,6 +323,14 @@ def remote_flows(remote: RemotePort, to_host: tuple[Action, ...], mode: ArpMode)
     yield from _forward_remote(remote, to_host)
 
 
+def own_group(
+    groups: Mapping[str, GroupState], group_id: str, net: NetworkState
+) -> GroupState | None:
+    """An endpoint's group, if it is known and of the endpoint's network ``net``."""
+    group = groups.get(group_id) if group_id else None
+    return group if group is not None and group.network_id == net.id else None
+
+
 def endpoint_tags(
     net: NetworkState,
     mac: str,
@@ -333,17 +341,16 @@ def endpoint_tags(
 ) -> list[Flow]:
     """An endpoint's group tag flows: none unless its network is tracked here and its group
     is known, tagged and of that network."""
-    group = groups.get(group_id) if group_id else None
-    zone = ct_zone(net, mode)
-    if zone is None or group is None or group.network_id != net.id:
+    group = own_group(groups, group_id, net)
+    if ct_zone(net, mode) is None or group is None:
         return []
     return tag_flows(segment_of(net, mode), mac, group.tag, local)
 
 
 def fabric_tags(remote: RemotePort, groups: Mapping[str, GroupState], mode: FwdMode) -> list[Flow]:
     """A fabric-routed remote endpoint's group tag, by its addresses (policy's)."""
-    group = groups.get(remote.group) if remote.group else None
-    if group is None or group.network_id != remote.network.id:
+    group = own_group(groups, remote.group, remote.network)
+    if group is None:
         return []
     addresses = [a for a in (remote.ipv4, remote.ipv6) if a]
     return policy.address_tag_flows(segment_of(remote.network, mode), addresses, group.tag)
@@ -353,8 +360,8 @@ def endpoint_qos(
     port: SegmentPort, net: NetworkState, groups: Mapping[str, GroupState]
 ) -> QosState | None:
     """The netprofile of a local endpoint's group, if the group is known and of its network."""
-    group = groups.get(port.group) if port.group else None
-    return group.qos if group is not None and group.network_id == net.id else None
+    group = own_group(groups, port.group, net)
+    return group.qos if group is not None else None
 
 
 def network_services(

@@ -120,6 +120,9 @@ class HostBgp(Reconciler):
         mode = self.view.fwd_mode()
         bgp = self.view.bgps.values().get(self.host)
         peering = host_peering(mode, bgp)
+        if mode != "routing" and self.session is None and self._fabric == ((), {}):
+            self._put_report(None)  # bridge mode, nothing to undo: no work per view change
+            return None
         records = list(self.view.networks.values().values())
         if peering != (self.session.peering if self.session else None):
             self._end_session(forget=True)

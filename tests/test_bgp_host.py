@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from common import keys
 from common.models import Bgp, Endpoint, GlobalSettings, Network, Tenant
 from common.records import (
@@ -153,12 +155,16 @@ def test_the_host_peers_announces_reports_and_ends(tmp_path: Path) -> None:
         wait_until(lambda: not view.endpoints.values().get("blue/vl/e1"))
         loop._pass()
         wait_until(lambda: speaker.rib == {})
-        # A changed Bgp object: a new session (the old speaker shut down first).
-        store.put(keys.bgp("h1"), encode_config(BGP.model_copy(update={"neighbor_as": "65100"})))
+        # A changed Bgp object: a new session (the old speaker shut down first); an IPv6
+        # router IP goes on the port too, and is the next hop of the /128s.
+        changed = {"neighbor_as": "65100", "routeripv6": "fd00:200::1/64"}
+        store.put(keys.bgp("h1"), encode_config(BGP.model_copy(update=changed)))
         wait_until(lambda: view.bgps.values()["h1"].neighbor_as == "65100")
         loop._pass()
         assert speaker.shut and len(speakers) == 2
         assert speakers[1].neighbors == {"10.200.0.254": 65100}
+        assert speakers[1].peering.next_hop6 == "fd00:200::1"
+        assert agent.fabric_addresses() == ("10.200.0.1/24", "fd00:200::1/64")
         # The Bgp object deleted: the session ends, its learned routes and the port go.
         store.delete(keys.bgp("h1"))
         wait_until(lambda: "h1" not in view.bgps.values())
@@ -166,6 +172,14 @@ def test_the_host_peers_announces_reports_and_ends(tmp_path: Path) -> None:
         assert speakers[1].shut and loop.session is None
         assert routes.routes == {} and FABRIC_PORT not in ovs.ports
         assert reports[keys.bgp_session("h1")] is None
+        # Back in bridge mode (an emptied cluster), a pass has nothing to do.
+        store.put(keys.GLOBAL, encode_config(GlobalSettings(fwdMode="bridge")))
+        wait_until(lambda: view.fwd_mode() == "bridge")
+        loop._pass()
+        told = agent.set_fabric
+        agent.set_fabric = lambda *a: pytest.fail("set_fabric in bridge mode")  # type: ignore[method-assign]
+        assert loop._pass() is None
+        agent.set_fabric = told  # type: ignore[method-assign]
     finally:
         loop.stop()
         if loop.session is not None:

@@ -56,37 +56,47 @@ def _unusable(ip: ipaddress.IPv4Address) -> str:
     return ""
 
 
+def _with_prefix(
+    obj: str, field: str, value: str, version: int, example: str
+) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
+    """An address of IP ``version`` with its prefix length, each failure naming ``field``."""
+    address, slash, prefix = value.strip().partition("/")
+    if not slash:
+        raise BadRequest(
+            obj,
+            f"{field}: {value!r} has no prefix length; give the address with its subnet's "
+            f"prefix length, e.g. {example}",
+        )
+    try:
+        ip = ipaddress.ip_address(address)
+        if ip.version != version:
+            raise ValueError(address)
+    except ValueError:
+        raise BadRequest(
+            obj,
+            f"{field}: {value!r} is not an IPv{version} address with a prefix length "
+            f"(e.g. {example})",
+        ) from None
+    bits = ip.max_prefixlen
+    if not (prefix.isascii() and prefix.isdigit()) or not 1 <= int(prefix) <= bits:
+        raise BadRequest(obj, f"{field}: prefix length {prefix!r} is not in 1-{bits}")
+    return ipaddress.ip_interface(f"{ip}/{int(prefix)}")
+
+
 def parse_router_ip(obj: str, value: str) -> ipaddress.IPv4Interface:
     """``routerip``: an IPv4 address with its prefix length, the host's own on the link."""
     field = "field 'routerip'"
-    text = value.strip()
-    if not text:
+    if not value.strip():
         raise BadRequest(
             obj,
             f"{field} is required: this host's address on its router's link, with its "
             f"prefix length (e.g. {ROUTER_IP_EXAMPLE})",
         )
-    address, slash, prefix = text.partition("/")
-    if not slash:
-        raise BadRequest(
-            obj,
-            f"{field}: {value!r} has no prefix length; give the address with its subnet's "
-            f"prefix length, e.g. {ROUTER_IP_EXAMPLE}",
-        )
-    try:
-        ip = ipaddress.IPv4Address(address)
-    except ValueError:
-        raise BadRequest(
-            obj,
-            f"{field}: {value!r} is not an IPv4 address with a prefix length "
-            f"(e.g. {ROUTER_IP_EXAMPLE})",
-        ) from None
-    if not (prefix.isascii() and prefix.isdigit()) or not 1 <= int(prefix) <= 32:
-        raise BadRequest(obj, f"{field}: prefix length {prefix!r} is not in 1-32")
-    iface = ipaddress.IPv4Interface(f"{ip}/{int(prefix)}")
+    iface = _with_prefix(obj, field, value, 4, ROUTER_IP_EXAMPLE)
+    assert isinstance(iface, ipaddress.IPv4Interface)
+    ip, net = iface.ip, iface.network
     if why := _unusable(ip):
         raise BadRequest(obj, f"{field}: {ip} {why}")
-    net = iface.network
     if net.prefixlen <= 30 and ip in (net.network_address, net.broadcast_address):
         which = "network" if ip == net.network_address else "broadcast"
         raise BadRequest(
@@ -98,26 +108,11 @@ def parse_router_ip(obj: str, value: str) -> ipaddress.IPv4Interface:
 def parse_router_ipv6(obj: str, value: str) -> ipaddress.IPv6Interface | None:
     """``routeripv6``: an IPv6 address with its prefix length, or nothing."""
     field = "field 'routeripv6'"
-    text = value.strip()
-    if not text:
+    if not value.strip():
         return None
-    address, slash, prefix = text.partition("/")
-    if not slash:
-        raise BadRequest(
-            obj,
-            f"{field}: {value!r} has no prefix length; give the address with its subnet's "
-            f"prefix length, e.g. {ROUTER_IPV6_EXAMPLE}",
-        )
-    try:
-        ip = ipaddress.IPv6Address(address)
-    except ValueError:
-        raise BadRequest(
-            obj,
-            f"{field}: {value!r} is not an IPv6 address with a prefix length "
-            f"(e.g. {ROUTER_IPV6_EXAMPLE})",
-        ) from None
-    if not (prefix.isascii() and prefix.isdigit()) or not 1 <= int(prefix) <= 128:
-        raise BadRequest(obj, f"{field}: prefix length {prefix!r} is not in 1-128")
+    iface = _with_prefix(obj, field, value, 6, ROUTER_IPV6_EXAMPLE)
+    assert isinstance(iface, ipaddress.IPv6Interface)
+    ip = iface.ip
     why = (
         "is the unspecified address" if ip.is_unspecified
         else "is the loopback address" if ip.is_loopback
@@ -128,7 +123,7 @@ def parse_router_ipv6(obj: str, value: str) -> ipaddress.IPv6Interface | None:
     )  # fmt: skip
     if why:
         raise BadRequest(obj, f"{field}: {ip} {why}")
-    return ipaddress.IPv6Interface(f"{ip}/{int(prefix)}")
+    return iface
 
 
 def parse_as(obj: str, field: str, value: str) -> int:
