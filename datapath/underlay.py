@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pyroute2 import IPRoute
@@ -71,9 +72,14 @@ def discover(vtep_ip: str) -> Underlay:
 
 
 def ensure_userspace_tunneling(
-    ovs: Ovs, vtep_ip: str, bridge: str = DEFAULT_UNDERLAY_BRIDGE
+    ovs: Ovs,
+    vtep_ip: str,
+    bridge: str = DEFAULT_UNDERLAY_BRIDGE,
+    proc_sys: str | Path = "/proc/sys",
 ) -> Underlay:
-    """Move the VTEP address onto an OVS bridge that owns its interface (idempotent)."""
+    """Move the VTEP address onto an OVS bridge that owns its interface (idempotent).
+    ``proc_sys``: where the host's sysctls are (a managed plugin's /proc/sys is read-only;
+    it sees the host's as /host/proc/sys)."""
     with IPRoute() as ip:
         addr = _find_address(ip, vtep_ip)
         if addr.device == bridge:
@@ -97,7 +103,7 @@ def ensure_userspace_tunneling(
         )
         ovs.ensure_bridge(bridge, datapath_type="netdev", fail_mode=None, controller=[], hwaddr=mac)
         ovs.add_port(bridge, nic)
-        isolate_host_end(nic)  # frames on it are OVS's now, not the host stack's
+        isolate_host_end(nic, proc_sys)  # frames on it are OVS's now, not the host stack's
         idx = wait_link(ip, bridge)
         ip.link("set", index=idx, mtu=mtu, state="up")
         ip.addr("replace", index=idx, address=vtep_ip, prefixlen=addr.prefixlen)

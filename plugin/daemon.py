@@ -208,7 +208,7 @@ def _underlay(args: Any, ovs: Ovs, datapath_type: str) -> Underlay | None:
     if not args.vtep_ip:
         return None
     if datapath_type == "netdev":
-        return ensure_userspace_tunneling(ovs, args.vtep_ip, args.underlay_bridge)
+        return ensure_userspace_tunneling(ovs, args.vtep_ip, args.underlay_bridge, args.proc_sys)
     return discover(args.vtep_ip)
 
 

@@ -191,3 +191,19 @@ def test_every_agent_flag_an_operator_sets_is_a_settable_plugin_variable() -> No
         "NETPLUGIN_AUTH_TOKEN",
     }
     assert {e["name"] for e in manifest["env"]} <= known
+
+
+def test_the_userspace_underlay_writes_sysctls_where_the_plugin_sees_the_hosts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A managed plugin's /proc/sys is read-only: with --vtep-ip on the userspace datapath
+    # the agent died at start writing eth1's arp_ignore there (seen in a simulated host).
+    from types import SimpleNamespace
+
+    import plugin.daemon as daemon
+
+    seen: list[object] = []
+    monkeypatch.setattr(daemon, "ensure_userspace_tunneling", lambda *a: seen.append(a[-1]))
+    args = SimpleNamespace(vtep_ip="192.0.2.1", underlay_bridge="br-ul", proc_sys="/host/proc/sys")
+    daemon._underlay(args, object(), "netdev")  # type: ignore[arg-type]
+    assert seen == ["/host/proc/sys"]
