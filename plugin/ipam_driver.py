@@ -177,7 +177,11 @@ class IpamDriver:
             )
         if group:
             pool_id = GROUP_POOL.format(pool=pool_id, group=group)
-        return self._grant({"PoolID": pool_id, "Pool": subnet, "Data": {}})
+        # No grant: this pool id books in the network (or group) already, nothing is left
+        # to bind, and a grant would take the place of another RequestPool's for the same
+        # subnet whose CreateNetwork has yet to come (a docker network the user makes for
+        # this cluster network while the agent makes its docker copy).
+        return {"PoolID": pool_id, "Pool": subnet, "Data": {}}
 
     def release_pool(self, req: s.ReleasePool) -> dict[str, Any]:
         try:

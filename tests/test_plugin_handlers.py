@@ -752,3 +752,23 @@ def test_delete_endpoint_with_the_master_away_removes_the_port_and_a_retry_finis
     master.down = False
     assert call(client, "NetworkDriver.DeleteEndpoint", ids).status_code == 200
     assert EID not in master.endpoints
+
+
+def test_a_mirrored_networks_pool_request_does_not_take_a_concurrent_creates_pool(
+    client: FlaskClient, master: FakeMaster
+) -> None:
+    # `netctl net create` then at once `docker network create -o network=...`: the agent's
+    # docker copy of the new network asks its pool (--ipam-opt network=) between the user's
+    # RequestPool and CreateNetwork, for the same subnet. The user's docker pool must still
+    # be the one bound to the cluster network (seen in CI: the container got an address of
+    # an unbound pool, outside its group's range).
+    master.create_network(
+        Network.model_validate(
+            {"tenantName": "t1", "networkName": "pn", "subnet": "10.5.0.0/24", "encap": "vxlan"}
+        )
+    )
+    mine = call(client, "IpamDriver.RequestPool", {"Pool": "10.5.0.0/24", "Options": {}})
+    mirror = {"Pool": "10.5.0.0/24", "Options": {"tenant": "t1", "network": "pn"}}
+    assert call(client, "IpamDriver.RequestPool", mirror).get_json()["PoolID"] == "t1:10.5.0.0/24"
+    create_network(client, tenant="t1", network="pn")
+    assert [b.poolID for b in master.bindings] == [mine.get_json()["PoolID"]]
