@@ -23,6 +23,8 @@ from common.models import EndpointGroup, docker_name
 from common.records import NetworkRecord, decode_config
 from store import Store
 
+from .options import MIRROR_OPTION
+
 log = logging.getLogger(__name__)
 
 DRIVER = "netplugin"
@@ -192,7 +194,7 @@ def create_args(net: ClusterNetwork, driver: str = DRIVER) -> dict[str, Any]:
         "name": net.docker_name,
         "driver": driver,
         "options": opts,
-        "ipam": IPAMConfig(driver=driver, pool_configs=pools, options=opts),
+        "ipam": IPAMConfig(driver=driver, pool_configs=pools, options={**opts, MIRROR_OPTION: "1"}),
         "enable_ipv6": bool(net.ipv6_subnet),
         "internal": net.internal,
         "labels": {MANAGED_LABEL: "true"},

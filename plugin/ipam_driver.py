@@ -35,6 +35,7 @@ from .master_client import MasterClient, MasterError
 from .options import (
     GATEWAY_REQUEST,
     MAC_OPTION,
+    MIRROR_OPTION,
     DriverError,
     NetworkRef,
     request_model,
@@ -177,11 +178,14 @@ class IpamDriver:
             )
         if group:
             pool_id = GROUP_POOL.format(pool=pool_id, group=group)
-        # No grant: this pool id books in the network (or group) already, nothing is left
-        # to bind, and a grant would take the place of another RequestPool's for the same
-        # subnet whose CreateNetwork has yet to come (a docker network the user makes for
-        # this cluster network while the agent makes its docker copy).
-        return {"PoolID": pool_id, "Pool": subnet, "Data": {}}
+        got = {"PoolID": pool_id, "Pool": subnet, "Data": {}}
+        if (req.Options or {}).get(MIRROR_OPTION):
+            # The agent's docker copy of the network: its pool id books there already, and a
+            # grant would take the place of another RequestPool's for the same subnet whose
+            # CreateNetwork has yet to come (a user's docker network for this cluster
+            # network, made while the agent makes its copy).
+            return got
+        return self._grant(got)  # its CreateNetwork checks -o against --ipam-opt by binding
 
     def release_pool(self, req: s.ReleasePool) -> dict[str, Any]:
         try:

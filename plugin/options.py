@@ -18,6 +18,9 @@ MAC_OPTION = "com.docker.network.endpoint.macaddress"
 GENERIC = "com.docker.network.generic"
 INTERNAL = "com.docker.network.internal"
 PORTMAP = "com.docker.network.portmap"
+# In the --ipam-opt options of the docker networks the agent makes for cluster networks
+# (docker_sync): their pool requests name a pool that books in the network already.
+MIRROR_OPTION = "netplugin.mirror"
 
 
 class DriverError(Exception):

@@ -30,6 +30,7 @@ from plugin.docker_sync import (
     destroyed_network_of,
     plan,
 )
+from plugin.options import MIRROR_OPTION
 from store.embedded import EmbeddedStore
 from testbed.wait import wait_for
 
@@ -143,7 +144,7 @@ def test_create_args_of_a_group() -> None:
     args = create_args(BACK)
     opts = {"tenant": "blue", "network": "db", "group": "back"}
     assert args["name"] == "back/blue" and args["options"] == opts
-    assert args["ipam"]["Options"] == opts
+    assert args["ipam"]["Options"] == {**opts, MIRROR_OPTION: "1"}  # its pool: no grant
     assert [(c["Subnet"], c["Gateway"]) for c in args["ipam"]["Config"]] == [
         ("10.2.0.0/24", "10.2.0.1")
     ]
@@ -154,7 +155,8 @@ def test_create_args_name_the_cluster_network_to_the_driver_and_the_ipam() -> No
     assert args["name"] == "db/blue" and args["driver"] == "netplugin"
     assert args["options"] == {"tenant": "blue", "network": "db"}
     ipam = args["ipam"]
-    assert ipam["Driver"] == "netplugin" and ipam["Options"] == {"tenant": "blue", "network": "db"}
+    assert ipam["Driver"] == "netplugin"
+    assert ipam["Options"] == {"tenant": "blue", "network": "db", MIRROR_OPTION: "1"}
     assert [(c["Subnet"], c["Gateway"]) for c in ipam["Config"]] == [
         ("10.2.0.0/24", "10.2.0.1"),
         ("fd00:2::/64", "fd00:2::1"),

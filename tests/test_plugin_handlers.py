@@ -754,6 +754,14 @@ def test_delete_endpoint_with_the_master_away_removes_the_port_and_a_retry_finis
     assert EID not in master.endpoints
 
 
+def create_args_ipam_options(tenant: str, network: str) -> dict[str, str]:
+    """The --ipam-opt options of the agent's docker copy of a cluster network."""
+    from plugin.docker_sync import ClusterNetwork, create_args
+
+    net = ClusterNetwork(tenant=tenant, name=network, subnet="10.5.0.0/24")
+    return dict(create_args(net)["ipam"]["Options"])
+
+
 def test_a_mirrored_networks_pool_request_does_not_take_a_concurrent_creates_pool(
     client: FlaskClient, master: FakeMaster
 ) -> None:
@@ -768,7 +776,7 @@ def test_a_mirrored_networks_pool_request_does_not_take_a_concurrent_creates_poo
         )
     )
     mine = call(client, "IpamDriver.RequestPool", {"Pool": "10.5.0.0/24", "Options": {}})
-    mirror = {"Pool": "10.5.0.0/24", "Options": {"tenant": "t1", "network": "pn"}}
+    mirror = {"Pool": "10.5.0.0/24", "Options": create_args_ipam_options("t1", "pn")}
     assert call(client, "IpamDriver.RequestPool", mirror).get_json()["PoolID"] == "t1:10.5.0.0/24"
     create_network(client, tenant="t1", network="pn")
     assert [b.poolID for b in master.bindings] == [mine.get_json()["PoolID"]]
