@@ -304,6 +304,9 @@ class EndpointRequest(_Model):
     # Docker asks for the address (RequestAddress) before creating the endpoint: with this
     # set, a static address held by a plain IPAM owner is handed over to the endpoint.
     adoptAddress: bool = False
+    # Swarm mode: the address was booked by the swarm manager's allocator; the endpoint
+    # uses that booking and is refused without one.
+    swarmTask: bool = False
 
     @field_validator("endpointID")
     @classmethod
@@ -335,7 +338,9 @@ class AddressRequest(_Model):
     poolID: str
     address: str = ""  # static request, or empty for the next free address
     owner: str  # idempotency key: a retried request with the same owner gets the same address
-    kind: Literal["", "gateway", "aux"] = ""
+    # "swarm": the swarm allocator's (books, or finds its booking of ``address`` again);
+    # owner must then be common.owners.SWARM.
+    kind: Literal["", "gateway", "aux", "swarm"] = ""
 
 
 class AddressRelease(_Model):

@@ -1,12 +1,15 @@
 """Who holds an address: the owner names written in AllocRecord.owner and keys.owner().
 
-Four kinds of holder, one spelling each:
+Five kinds of holder, one spelling each:
 - the network's own gateway address, held for as long as the network exists;
 - a service LB's VIP, held for as long as the service exists;
 - an endpoint, which holds its addresses until it is deleted;
 - a plain address request (Docker's RequestAddress), idempotent by its owner name: the
   driver derives the name from what identifies the request, so a retry gets the same
-  address. Such an address may be adopted by the endpoint Docker creates next.
+  address. Such an address may be adopted by the endpoint Docker creates next;
+- the swarm managers' allocator (swarm mode): a task's or a service VIP's address, booked
+  by the leader and used, not owned, by the endpoint a node creates for the task
+  (AllocRecord.user). The allocator's release frees it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import uuid
 
 NETWORK_GATEWAY = "gateway"
+SWARM = "swarm"
 _ENDPOINT = "ep:"
 _SERVICE = "svc:"
 
@@ -43,6 +47,7 @@ def is_request(owner: str) -> bool:
     return (
         bool(owner)
         and owner != NETWORK_GATEWAY
+        and owner != SWARM
         and endpoint_of(owner) is None
         and service_of(owner) is None
     )

@@ -282,6 +282,8 @@ class AllocRecord(_Record):
     # "", "gateway" or "aux": what Docker asked the address for.
     kind: str = Field("", exclude_if=operator.not_)
     network: str = Field("", exclude_if=operator.not_)  # an endpoint address's: its network id
+    # A swarm booking (owner common.owners.SWARM): the endpoint of the task using it.
+    user: str = Field("", exclude_if=operator.not_)
 
 
 class OwnerRecord(_Record):

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.managed_hosts import PLUGIN, ManagedAgents
+from testbed.managed_hosts import PLUGIN, managed_cluster
 from testbed.multihost import Cluster
 from testbed.require import require_etcd
 from testbed.wait import wait_for
@@ -24,18 +24,8 @@ pytestmark = pytest.mark.usefixtures("root")
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     require_etcd()  # the plugin's Debian base is built (debootstrap) if build/ has none
-    workdir = tmp_path_factory.mktemp("managedhosts")
-    c = Cluster(workdir, hosts=2, masters=1).start(agents=False)
-    agents = None
-    try:
-        agents = ManagedAgents(c, workdir / "plugin").install()
-        for h in c.hosts:
-            h.load_image()
+    with managed_cluster(tmp_path_factory.mktemp("managedhosts"), 2) as c:
         yield c
-    finally:
-        if agents is not None:
-            agents.remove()
-        c.stop()
 
 
 def test_containers_on_two_hosts_talk_through_the_managed_plugin(cluster: Cluster) -> None:

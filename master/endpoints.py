@@ -34,6 +34,8 @@ from .decisions.endpoints import (
     group_range,
     holds,
     new_endpoint,
+    swarm_unused,
+    swarm_use,
     wants,
 )
 from .errors import NotFound
@@ -108,6 +110,12 @@ class Endpoints:
                     check_subnet(req, w, net)
                     if not w.pool_id:
                         continue
+                    if req.swarmTask and w.static:
+                        addr = parse_address(w.static, "address")
+                        ops.append(self._swarm_use(req, w.pool_id, str(addr), net, compares))
+                        result[w.field] = str(addr)
+                        result[w.pool_field] = w.pool_id
+                        continue
                     adopted = self._adoptable(w.pool_id, w.static) if req.adoptAddress else None
                     if adopted is not None:
                         akv, prev_owner = adopted
@@ -136,6 +144,23 @@ class Endpoints:
             raise Retry
 
         return retrying_hot(obj, attempt)
+
+    def _swarm_use(
+        self, req: EndpointRequest, pool_id: str, address: str, net: NetworkRecord,
+        compares: list[Compare],
+    ) -> Op:  # fmt: skip
+        """The write that makes the swarm's booking of ``address`` this endpoint's to use;
+        its compares (the booking, and the endpoint it named being gone) join ``compares``."""
+        akv = self.txn.get(keys.alloc(pool_id, address))
+        held = AllocRecord.decode(akv.value) if akv is not None else None
+        used = False
+        if held is not None and held.user and held.user != req.endpointID:
+            used = self.txn.get(keys.endpoint_index(held.user)) is not None
+            compares.append(absent(keys.endpoint_index(held.user)))
+        use = swarm_use(req, address, net, held, used)
+        assert akv is not None  # swarm_use refuses an address with no booking
+        compares.append(unchanged(akv))
+        return Put(keys.alloc(pool_id, address), use.encode())
 
     def _adoptable(self, pool_id: str, address: str) -> tuple[KV, str] | None:
         """The alloc record of ``address`` and its owner, if a plain address request holds
@@ -207,10 +232,16 @@ class Endpoints:
             released: list[tuple[str, IPAddr]] = []
             for pid, addr in addresses_of(ep):
                 akv = self.txn.get(keys.alloc(pid, addr))
-                if akv is not None and holds(ep, AllocRecord.decode(akv.value)):
+                if akv is None:
+                    continue
+                held = AllocRecord.decode(akv.value)
+                if holds(ep, held):
                     compares.append(unchanged(akv))
                     ops.append(Delete(akv.key))
                     released.append((pid, ipaddress.ip_address(addr)))
+                elif (given_back := swarm_unused(ep, held)) is not None:
+                    compares.append(unchanged(akv))
+                    ops.append(Put(akv.key, given_back.encode()))
             self.txn.commit(compares, ops, grouped=True)
             for pid, addr in released:
                 self.pools.released(pid, addr)

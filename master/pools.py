@@ -28,6 +28,7 @@ from .decisions.pools import (
     address_obj,
     address_space,
     check_pool_request,
+    check_swarm_request,
     granted_before,
     group_pool_range,
     network_gateway,
@@ -38,6 +39,8 @@ from .decisions.pools import (
     request_owners,
     should_release,
     split_group_pool,
+    swarm_rebooked,
+    swarm_release,
 )
 from .errors import BadRequest, NotFound
 from .txn import (
@@ -207,12 +210,17 @@ class Pools:
         is an alias books in the pool it stands for (the alias unchanged, compared too).
         """
         obj = address_obj(req)
+        check_swarm_request(req)
+        # The swarm's bookings share one owner and have no owner record: a request naming
+        # its address finds its booking by the address.
+        swarm = req.kind == "swarm"
+        static = self._canonical(obj, req.address) if swarm and req.address else ""
 
         def attempt(fresh: bool) -> str:
-            okv = self.txn.get(keys.owner(req.owner)) if fresh else None
+            okv = self.txn.get(keys.owner(req.owner)) if fresh and not swarm else None
             pool_id, group = split_group_pool(req.poolID)
             hit = self.hot.get(keys.pool(pool_id), fresh, pool_record)
-            compares: list[Compare] = [absent(keys.owner(req.owner))]
+            compares: list[Compare] = [] if swarm else [absent(keys.owner(req.owner))]
             if hit is not None and hit[1].alias and not group:
                 compares.append(unchanged(hit[0]))
                 pool_id, group = split_group_pool(hit[1].alias)
@@ -224,6 +232,10 @@ class Pools:
             prefixlen = pool_spec(pool_id, pool).network.prefixlen
             if okv is not None:
                 return granted_before(booked, OwnerRecord.decode(okv.value), prefixlen)
+            if static:
+                akv = self.txn.get(keys.alloc(pool_id, static))
+                if swarm_rebooked(obj, static, AllocRecord.decode(akv.value) if akv else None):
+                    return f"{static}/{prefixlen}"
             if (gateway := network_gateway(booked, pool, prefixlen)) is not None:
                 if not fresh:
                     raise Retry  # answered without a txn: only on fresh reads
@@ -240,12 +252,11 @@ class Pools:
             claims = Claims(self.txn, self.hot, self.pools, obj, req.owner)
             try:
                 addr = claims.claim(pool_id, req.address, within, compares, fresh)
-                held = AllocRecord(owner=req.owner, kind=req.kind)
+                held = AllocRecord(owner=req.owner, kind="" if swarm else req.kind)
                 owned = OwnerRecord(pool=pool_id, address=str(addr))
-                ops: list[Op] = [
-                    Put(keys.alloc(pool_id, str(addr)), held.encode()),
-                    Put(keys.owner(req.owner), owned.encode()),
-                ]
+                ops: list[Op] = [Put(keys.alloc(pool_id, str(addr)), held.encode())]
+                if not swarm:
+                    ops.append(Put(keys.owner(req.owner), owned.encode()))
                 res = self.txn.txn(compares, ops)
             except BaseException:
                 claims.undo()
@@ -257,12 +268,16 @@ class Pools:
 
         return retrying_hot(obj, attempt)
 
-    def release_address(self, req: AddressRelease) -> bool:
-        obj = f"address {req.address} in pool {req.poolID}"
+    @staticmethod
+    def _canonical(obj: str, address: str) -> str:
         try:
-            addr = parse_address(req.address, "address")
+            return str(parse_address(address, "address"))
         except IpamError as e:
             raise BadRequest(obj, str(e)) from None
+
+    def release_address(self, req: AddressRelease) -> bool:
+        obj = f"address {req.address} in pool {req.poolID}"
+        addr = parse_address(self._canonical(obj, req.address), "address")
 
         def attempt() -> bool:
             pool_id, group = split_group_pool(req.poolID)
@@ -278,8 +293,11 @@ class Pools:
             held = AllocRecord.decode(akv.value)
             if not should_release(obj, held):
                 return False
+            if held.owner == owners.SWARM and (kept := swarm_release(held)) is not None:
+                self.txn.commit([unchanged(akv), *guard], [Put(akv.key, kept.encode())])
+                return True  # the swarm let go; the task's endpoint holds it until deleted
             ops: list[Op] = [Delete(akv.key)]
-            if self.txn.get(keys.owner(held.owner)) is not None:
+            if held.owner != owners.SWARM and self.txn.get(keys.owner(held.owner)) is not None:
                 ops.append(Delete(keys.owner(held.owner)))
             self.txn.commit([unchanged(akv), *guard], ops, grouped=True)
             self.pools.released(pool_id, addr)

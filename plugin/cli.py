@@ -86,6 +86,13 @@ def parser() -> EnvArgumentParser:
         help="the host's /proc/sys, writable (a managed plugin's is read-only: /host/proc/sys)",
     )
     p.add_argument(
+        "--swarm",
+        action="store_true",
+        help="serve Docker swarm mode (a managed plugin on every manager and worker): "
+        "networks are made with `docker network create --scope swarm` on a manager and "
+        "used by services; netctl's networks are not copied into docker",
+    )
+    p.add_argument(
         "--managed",
         action="store_true",
         help="running as a Docker managed (v2) plugin (set by its config.json)",

@@ -52,6 +52,7 @@ from .metrics import AgentMetrics
 from .options import DriverError
 from .plugin_name import DriverName
 from .server import make_socket_server
+from .swarm import SwarmSweep
 
 log = logging.getLogger("netplugin")
 
@@ -189,6 +190,13 @@ class LocalDocker:
         net = self._network(network_id)
         return None if net is None else str(net.name)
 
+    def swarm_networks(self) -> set[str] | None:
+        """The swarm's network ids, if this dockerd is a swarm manager (None otherwise)."""
+        api = self.client().api
+        if not (api.info().get("Swarm") or {}).get("ControlAvailable"):
+            return None
+        return {n["Id"] for n in api.networks() if n.get("Scope") == "swarm"}
+
     def options(self, network_id: str) -> dict[str, str] | None:
         """A docker network's -o options (None while dockerd does not know it)."""
         net = self._network(network_id)
@@ -320,7 +328,9 @@ def run(args: Any) -> None:
         on_resync=resynced,
         store_flags=f"--data-dir {args.data_dir}, --etcd-endpoints {args.etcd_endpoints!r}",
     )
-    woken += [cluster_sync, reporter, docker_sync]
+    # In swarm mode docker's networks are the swarm's: none is copied from the cluster (a
+    # manager's docker would make each a swarm network, a worker's refuses).
+    woken += [cluster_sync, reporter] if args.swarm else [cluster_sync, reporter, docker_sync]
     registration = HostRegistration(
         store,
         HostRecord(
@@ -345,6 +355,7 @@ def run(args: Any) -> None:
         docker_name=docker.name,
         docker_options=docker.options,
         local_network=lambda tenant, name: _mirrored_network(view, tenant, name),
+        swarm=args.swarm,
     )
     # dockerd's `network create` event names a network the moment `docker network create`
     # is answered (the driver's own lookup only polls, from inside CreateNetwork).
@@ -370,7 +381,13 @@ def run(args: Any) -> None:
         inspect = make_socket_server(args.api_socket, inspect_app, error_body=inspect_parse_error)
         api_servers.append(inspect)
         threading.Thread(target=inspect.serve_forever, name="inspect", daemon=True).start()
-    loops: list[Reconciler] = [*view.mirrors(), registration, cluster_sync, docker_sync]
+    loops: list[Reconciler] = [*view.mirrors(), registration, cluster_sync]
+    if args.swarm:
+        sweep = SwarmSweep(master, docker.swarm_networks)
+        # dockerd or the master away: the next pass.
+        loops.append(Reconciler("swarm-sweep", sweep.sweep, interval=10.0, expected=(Exception,)))
+    else:
+        loops.append(docker_sync)
     loops.append(peering)
     loops += [reporter, docker_events]
     if args.audit_interval > 0:

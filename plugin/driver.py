@@ -14,7 +14,6 @@ from common.models import NAME_RE, EndpointRequest, Network
 
 from . import schemas as s
 from .attach import Datapath, DatapathFailure, attach, detach
-from .ipam_driver import IpamDriver
 from .master_client import MasterClient, MasterError
 from .options import (
     GENERIC,
@@ -31,6 +30,7 @@ from .options import (
     strip_len,
     truthy,
 )
+from .swarm import SwarmNetworks
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class PluggedEndpoint:
     network: Network | None = None  # as it was at CreateEndpoint: Join answers from it
 
 
-class Driver(IpamDriver):
+class Driver(SwarmNetworks):
     """Docker's NetworkDriver calls; the IpamDriver calls come with it (one plugin serves
     both)."""
 
@@ -60,6 +60,7 @@ class Driver(IpamDriver):
         docker_name: Callable[[str], str | None] | None = None,
         docker_options: Callable[[str], dict[str, str] | None] | None = None,
         local_network: Callable[[str, str], Network | None] | None = None,
+        swarm: bool = False,
     ) -> None:
         # The agent's mirror of the cluster's networks (tenant, name) -> Network: read there
         # first, the master asked only for what the mirror does not have yet.
@@ -70,7 +71,7 @@ class Driver(IpamDriver):
         # network a docker network on this host stands for.
         self.docker_options = docker_options
         self._naming = threading.Lock()
-        super().__init__(master)
+        super().__init__(master, swarm)
         self.datapath = datapath
         self.host = host
         self.mtu = mtu
@@ -115,6 +116,33 @@ class Driver(IpamDriver):
         generic = opts.get(GENERIC) or {}
         if not isinstance(generic, dict):
             raise DriverError(f"option {GENERIC} must be a map of -o options")
+        if self.swarm:
+            if truthy(opts.get(INTERNAL)):
+                raise DriverError(
+                    f"swarm network {req.NetworkID}: --internal is not supported on "
+                    "netplugin's swarm networks; create it without --internal"
+                )
+            # A node plugging a network the manager allocated: its generic options are
+            # AllocateNetwork's answer, naming the cluster network.
+            self._networks[req.NetworkID] = self._swarm_network(req.NetworkID, generic)
+            return {}
+        ref = self._make_network(req, generic, truthy(opts.get(INTERNAL)))
+        self._networks[req.NetworkID] = ref
+        if self.docker_name is not None and ref.name == req.NetworkID[:12]:
+            # dockerd knows the name only once CreateNetwork has returned: learn it soon after.
+            threading.Thread(
+                target=self._learn_name,
+                args=(req.NetworkID, 10.0),
+                name=f"naming-{ref.name}",
+                daemon=True,
+            ).start()
+        return {}
+
+    def _make_network(
+        self, req: s.CreateNetwork, generic: dict[str, Any], internal: bool
+    ) -> NetworkRef:
+        """The cluster network a docker network stands for: the existing one its options
+        name (-o network=), or one made now; the pools Docker got book in it."""
         tenant = str(generic.get("tenant") or "default")
         ref = option_ref(generic)
         if ref is not None:
@@ -124,8 +152,7 @@ class Driver(IpamDriver):
             if ref.group:
                 self._cluster_group(ref.tenant, ref.group, ref.name, "-o")
             self.bind_docker_pools(req, ref)  # Docker books in its pool (or group's) too
-            self._networks[req.NetworkID] = ref
-            return {}
+            return ref
         if generic.get("group"):
             self._group_without_network(tenant, str(generic["group"]), "-o")
         # Docker does not pass the network name in CreateNetwork.
@@ -135,7 +162,7 @@ class Driver(IpamDriver):
             "networkName": name,
             "encap": str(generic.get("encap") or "vxlan"),
             "dockerNetworkID": req.NetworkID,
-            "internal": truthy(opts.get(INTERNAL)),
+            "internal": internal,
         }
         if generic.get("pkt-tag") not in (None, ""):
             try:
@@ -156,16 +183,7 @@ class Driver(IpamDriver):
         except Exception:
             self.master.delete_network(tenant, name)  # refused: leave nothing behind
             raise
-        self._networks[req.NetworkID] = NetworkRef(tenant, name)
-        if self.docker_name is not None and name == req.NetworkID[:12]:
-            # dockerd knows the name only once CreateNetwork has returned: learn it soon after.
-            threading.Thread(
-                target=self._learn_name,
-                args=(req.NetworkID, 10.0),
-                name=f"naming-{name}",
-                daemon=True,
-            ).start()
-        return {}
+        return NetworkRef(tenant, name)
 
     def docker_network_created(self, network_id: str, name: str) -> None:
         """dockerd announced one of its networks (its `network create` event, sent as it
@@ -232,6 +250,11 @@ class Driver(IpamDriver):
             return ref, True
 
     def delete_network(self, req: s.DeleteNetwork) -> dict[str, Any]:
+        if self.swarm:
+            # A node's last task of the network left: the network is the swarm's until the
+            # manager frees it (FreeNetwork).
+            self._networks.pop(req.NetworkID, None)
+            return {}
         try:
             ref = self._ref(req.NetworkID)
         except DriverError:
@@ -281,9 +304,11 @@ class Driver(IpamDriver):
 
     # --- endpoints ---
     def create_endpoint(self, req: s.CreateEndpoint) -> dict[str, Any]:
-        # `docker network create x && docker run --net x` can beat the background rename;
-        # the network surely exists in dockerd now, and must be named before it has endpoints.
-        self._take_name(req.NetworkID, self._ask_docker, "asked dockerd")
+        if not self.swarm:  # a swarm network is named at AllocateNetwork
+            # `docker network create x && docker run --net x` can beat the background
+            # rename; the network surely exists in dockerd now, and must be named before it
+            # has endpoints.
+            self._take_name(req.NetworkID, self._ask_docker, "asked dockerd")
         ref, net = self._network(req.NetworkID)
         iface = req.Interface or s.EndpointInterface()
         ipv4, ipv6 = strip_len(iface.Address), strip_len(iface.AddressIPv6)
@@ -302,6 +327,8 @@ class Driver(IpamDriver):
                 # Docker's RequestAddress came first: the endpoint takes that address over
                 # atomically.
                 "adoptAddress": bool(ipv4),
+                # In swarm mode the manager's allocator booked the address for the task.
+                "swarmTask": self.swarm and bool(ipv4),
             },
             f"endpoint {req.EndpointID}",
         )
@@ -386,10 +413,4 @@ class Driver(IpamDriver):
         return {}
 
     def discover_delete(self, req: s.DiscoverDelete) -> dict[str, Any]:
-        return {}
-
-    def allocate_network(self, req: s.AllocateNetwork) -> dict[str, Any]:
-        return {}
-
-    def free_network(self, req: s.FreeNetwork) -> dict[str, Any]:
         return {}

@@ -36,8 +36,11 @@ from .options import (
     GATEWAY_REQUEST,
     MAC_OPTION,
     MIRROR_OPTION,
+    SWARM_NODE_POOL,
+    SWARM_SPACE,
     DriverError,
     NetworkRef,
+    prefixlen,
     request_model,
     strip_len,
 )
@@ -53,8 +56,11 @@ def group_create_hint(tenant: str, network: str, group: str) -> str:
 
 
 class IpamDriver:
-    def __init__(self, master: MasterClient) -> None:
+    def __init__(self, master: MasterClient, swarm: bool = False) -> None:
         self.master = master
+        # Swarm mode: the manager's allocator books every address; a node's requests name
+        # what it chose (see request_pool).
+        self.swarm = swarm
         # CIDR -> the pool id RequestPool last handed out for it: the CreateNetwork that
         # follows binds that pool id (it carries only the CIDR).
         self._granted: OrderedDict[str, str] = OrderedDict()
@@ -86,8 +92,14 @@ class IpamDriver:
             }
             self.master.bind_pool(request_model(PoolBinding, binding, f"docker pool {pool_id}"))
 
+    def address_spaces(self) -> dict[str, str]:
+        global_space = SWARM_SPACE if self.swarm else "default"
+        return {"LocalDefaultAddressSpace": "default", "GlobalDefaultAddressSpace": global_space}
+
     def request_pool(self, req: s.RequestPool) -> dict[str, Any]:
         opts = req.Options or {}
+        if self.swarm and req.AddressSpace != SWARM_SPACE:
+            return self._swarm_node_pool(req)
         if req.SubPool and not req.Pool:
             raise DriverError("a sub-pool (--ip-range) needs a pool (--subnet)")
         space = opts.get("tenant") or "default"
@@ -187,7 +199,17 @@ class IpamDriver:
             return got
         return self._grant(got)  # its CreateNetwork checks -o against --ipam-opt by binding
 
+    def _swarm_node_pool(self, req: s.RequestPool) -> dict[str, Any]:
+        """A swarm node's pool for a network the manager allocated: every address in it was
+        booked by the manager's allocator (the endpoint is refused if not), so the node's
+        requests only name them again, and its releases are no-ops (the manager's free)."""
+        if not req.Pool:
+            raise DriverError("a swarm node's pool request names no subnet", 400)
+        return {"PoolID": SWARM_NODE_POOL + req.Pool, "Pool": req.Pool, "Data": {}}
+
     def release_pool(self, req: s.ReleasePool) -> dict[str, Any]:
+        if req.PoolID.startswith(SWARM_NODE_POOL):
+            return {}
         try:
             self.master.release_pool(req.PoolID)
         except MasterError as e:
@@ -198,10 +220,21 @@ class IpamDriver:
     def request_address(self, req: s.RequestAddress) -> dict[str, Any]:
         opts = req.Options or {}
         address = strip_len(req.Address)
+        if req.PoolID.startswith(SWARM_NODE_POOL):
+            if not address:
+                raise DriverError(
+                    f"pool {req.PoolID}: on a swarm node every address comes from the swarm "
+                    "manager, and this request names none"
+                )
+            return {"Address": f"{address}/{prefixlen(req.PoolID[len(SWARM_NODE_POOL) :])}"}
         kind = "gateway" if opts.get("RequestAddressType") == GATEWAY_REQUEST else ""
+        if self.swarm and not kind:
+            kind = "swarm"  # a task's or a VIP's, or an attachable container's (the manager's)
         # The owner makes a retried request get the same address: derive it from what
         # identifies the request, and fall back to a fresh one only when nothing does.
-        if kind:
+        if kind == "swarm":
+            owner = owners.SWARM
+        elif kind:
             owner = owners.docker_gateway(req.PoolID, address)
         elif address:
             owner = owners.docker_static(req.PoolID, address)
@@ -221,6 +254,8 @@ class IpamDriver:
         return {"Address": got, "Data": {}}
 
     def release_address(self, req: s.ReleaseAddress) -> dict[str, Any]:
+        if req.PoolID.startswith(SWARM_NODE_POOL):
+            return {}  # the manager's allocator frees it (its endpoint is gone already)
         try:
             self.master.release_address(
                 request_model(

@@ -18,9 +18,7 @@ def ipam_blueprint(driver: IpamDriver) -> Blueprint:
 
     @bp.post("/IpamDriver.GetDefaultAddressSpaces")
     def default_address_spaces() -> Response:
-        return reply(
-            {"LocalDefaultAddressSpace": "default", "GlobalDefaultAddressSpace": "default"}
-        )
+        return reply(driver.address_spaces())
 
     add_methods(
         bp,

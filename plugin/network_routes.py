@@ -34,8 +34,10 @@ def network_blueprint(driver: Driver) -> Blueprint:
 
     @bp.post("/NetworkDriver.GetCapabilities")
     def capabilities() -> Response:
-        # "global" scope fails unless the node is a swarm manager; multi-host is our job.
-        return reply({"Scope": "local", "ConnectivityScope": "local"})
+        # "global" makes docker hand every network to swarm (refused off a swarm manager):
+        # only in swarm mode. Otherwise the agents make the networks multi-host.
+        scope = "global" if driver.swarm else "local"
+        return reply({"Scope": scope, "ConnectivityScope": scope})
 
     add_methods(
         bp,

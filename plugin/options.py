@@ -21,6 +21,12 @@ PORTMAP = "com.docker.network.portmap"
 # In the --ipam-opt options of the docker networks the agent makes for cluster networks
 # (docker_sync): their pool requests name a pool that books in the network already.
 MIRROR_OPTION = "netplugin.mirror"
+# Swarm mode: the manager's allocator asks for pools in the global address space; a node
+# asks in the local one, and names each address the manager chose. (Only the allocator's
+# address requests carry com.docker.network.ipam.serial; a node's pool request carries
+# it only if the network has --ipam-opt options.)
+SWARM_SPACE = "swarm"
+SWARM_NODE_POOL = "!swarm:"  # + CIDR: a node's pool id (no tenant name starts with "!")
 
 
 class DriverError(Exception):

@@ -4,10 +4,8 @@ settable mounts and env to that host's Open vSwitch, dockerd and the cluster's e
 masters (TLS and token included). Swarm accepts only such a plugin (issue 26), and it is
 what users run on several hosts.
 
-    cluster = Cluster(workdir, hosts=2, masters=1).start(agents=False)
-    agents = ManagedAgents(cluster, workdir / "plugin").install()
-    ... docker -H <host> network create -d netplugin:latest ...
-    agents.remove(); cluster.stop()
+    with managed_cluster(workdir, 2) as cluster:      # swarm=True: in swarm mode, a swarm
+        ... docker -H <host> network create -d netplugin:latest ...
 """
 
 from __future__ import annotations
@@ -15,7 +13,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .managed import ROOT
 from .master import VENV_BIN
@@ -25,10 +26,13 @@ PLUGIN = "netplugin:latest"
 
 
 class ManagedAgents:
-    def __init__(self, cluster: Cluster, build_dir: Path, name: str = PLUGIN) -> None:
+    def __init__(
+        self, cluster: Cluster, build_dir: Path, name: str = PLUGIN, swarm: bool = False
+    ) -> None:
         self.cluster = cluster
         self.build_dir = build_dir
         self.name = name
+        self.swarm = swarm  # NETPLUGIN_SWARM: every host's agent serves swarm mode
 
     def install(self) -> ManagedAgents:
         """Build the plugin (its rootfs from the cached Debian base), create it in every
@@ -77,16 +81,52 @@ class ManagedAgents:
             f"NETPLUGIN_NETMASTER={self.cluster.master_url}",
             f"NETPLUGIN_PLUGIN_NAME={self.name}",
             "NETPLUGIN_AUDIT_INTERVAL=0",
+            f"NETPLUGIN_SWARM={'1' if self.swarm else ''}",
             f"args={args}",
             *secured,
         ]
 
+    def form_swarm(self) -> None:
+        """The hosts' dockerds form a swarm over the underlay: the first host its manager,
+        the others workers."""
+        manager, *workers = self.cluster.hosts
+        addr = manager.vtep_ip
+        manager.docker("swarm", "init", "--advertise-addr", addr, "--listen-addr", f"{addr}:2377")
+        token = manager.docker("swarm", "join-token", "-q", "worker").strip()
+        for h in workers:
+            h.docker("swarm", "join", "--token", token, "--advertise-addr", h.vtep_ip,
+                     f"{addr}:2377", timeout=120)  # fmt: skip
+
     def remove(self) -> None:
         """Disable and remove the plugin everywhere (its networks and containers first)."""
         for h in self.cluster.hosts:
+            if self.swarm:
+                h.docker_res("swarm", "leave", "--force")  # its services and networks go
             for c in h.docker("ps", "-aq", check=False).split():
                 h.docker_res("rm", "-f", c)
             for n in h.docker("network", "ls", "-q", "--filter", f"driver={self.name}").split():
                 h.docker_res("network", "rm", n)
             h.docker_res("plugin", "disable", "-f", self.name)
             h.docker_res("plugin", "rm", "-f", self.name)
+
+
+@contextmanager
+def managed_cluster(
+    workdir: Path, hosts: int, swarm: bool = False, **cluster: Any
+) -> Iterator[Cluster]:
+    """A cluster of ``hosts`` simulated hosts (one master) whose agents are the managed
+    plugin, each with the test image; with ``swarm``, in swarm mode and formed into a swarm.
+    Removed, with the plugin, on exit."""
+    c = Cluster(workdir, hosts=hosts, masters=1, **cluster).start(agents=False)
+    agents = None
+    try:
+        agents = ManagedAgents(c, workdir / "plugin", swarm=swarm).install()
+        for h in c.hosts:
+            h.load_image()
+        if swarm:
+            agents.form_swarm()
+        yield c
+    finally:
+        if agents is not None:
+            agents.remove()
+        c.stop()

@@ -32,7 +32,9 @@ class Master:
     def create_endpoint(self, request: EndpointRequest) -> Endpoint:
         if self.error is not None:
             raise self.error
-        ep = Endpoint(**{**request.model_dump(exclude={"adoptAddress"}), "ipAddress": "10.1.0.2"})
+        ep = Endpoint(
+            **{**request.model_dump(exclude={"adoptAddress", "swarmTask"}), "ipAddress": "10.1.0.2"}
+        )
         self.booked[request.endpointID] = ep
         return ep
 

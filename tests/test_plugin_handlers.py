@@ -149,6 +149,7 @@ class FakeMaster:
         pid = f"{n['tenantName']}:{n['subnet']}"
         used = self.pools[pid]["used"]
         ip = req.pop("ipAddress")
+        req.pop("swarmTask")
         adoptable = req.pop("adoptAddress") and not str(used.get(ip, "ep:")).startswith(
             ("ep:", "gateway")
         )
@@ -432,14 +433,16 @@ def test_discovery(client: FlaskClient, method: str) -> None:
     assert (r.status_code, r.get_json()) == (200, {})
 
 
-def test_allocate_and_free_network(client: FlaskClient) -> None:
+def test_allocate_network_outside_swarm_mode_is_refused(client: FlaskClient) -> None:
     body = {
         "NetworkID": NID,
         "IPv4Data": [{"Pool": "10.5.0.0/24"}],
         "IPv6Data": None,
         "Options": None,
     }
-    assert call(client, "NetworkDriver.AllocateNetwork", body).get_json() == {}
+    # Only swarm calls them, and only a driver of global scope (swarm mode).
+    r = call(client, "NetworkDriver.AllocateNetwork", body)
+    assert r.status_code == 400 and "not in swarm mode" in r.get_json()["Err"]
     assert call(client, "NetworkDriver.FreeNetwork", {"NetworkID": NID}).get_json() == {}
 
 

@@ -209,7 +209,7 @@ def _endpoints(
                 c.bad(key, f"its address {addr} in pool {pid} is not allocated")
             else:
                 rec = c.decoded(keys.alloc(pid, addr), held, AllocRecord.decode)
-                if rec is not None and rec.owner != owners.endpoint(ep.endpointID):
+                if rec is not None and not _holds(rec, ep.endpointID):
                     c.bad(key, f"its address {addr} in pool {pid} is held by {rec.owner}")
     for (pid, addr), ids in given.items():
         if len(ids) > 1:
@@ -288,6 +288,12 @@ def _holder(
             c.bad(key, f"held by endpoint {ep_id}, which does not exist (orphaned)")
         elif (pid, addr) not in addresses_of(found[1]):
             c.bad(key, f"held by endpoint {ep_id}, which does not have it")
+    elif rec.owner == owners.SWARM:
+        found = endpoints.get(rec.user) if rec.user else None
+        if rec.user and found is None:
+            c.bad(key, f"a swarm booking used by endpoint {rec.user}, which does not exist")
+        elif found is not None and (pid, addr) not in addresses_of(found[1]):
+            c.bad(key, f"a swarm booking used by endpoint {rec.user}, which does not have it")
     elif rec.owner == owners.NETWORK_GATEWAY:
         if pool is not None and pool.gateway != addr:
             c.bad(key, f"held as the gateway of pool {pid}, whose gateway is {pool.gateway!r}")
@@ -303,6 +309,13 @@ def _holder(
         c.bad(key, "held by nobody")
     if pool is not None and pool.gateway == addr and rec.owner != owners.NETWORK_GATEWAY:
         c.bad(key, f"the gateway of pool {pid} is held by {rec.owner}")
+
+
+def _holds(rec: AllocRecord, endpoint_id: str) -> bool:
+    """Whether an endpoint holds an address: its own, or the swarm booking it uses."""
+    if rec.owner == owners.SWARM:
+        return rec.user == endpoint_id
+    return rec.owner == owners.endpoint(endpoint_id)
 
 
 def _owner_records(c: _Check, allocs: Mapping[tuple[str, str], AllocRecord]) -> None:

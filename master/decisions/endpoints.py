@@ -78,6 +78,35 @@ def adoptable(held: AllocRecord) -> bool:
     return owners.is_request(held.owner)
 
 
+def swarm_use(
+    req: EndpointRequest, address: str, net: NetworkRecord, held: AllocRecord | None, used: bool
+) -> AllocRecord:
+    """A swarm task's endpoint uses the booking the swarm manager made for its address
+    (``held``; ``used``: whether the endpoint named in it still exists): the booking
+    with the endpoint as its user. No booking, or one another live endpoint uses, is
+    refused."""
+    obj = endpoint_obj(req.endpointID)
+    if held is None or held.owner != owners.SWARM:
+        holder = f"it is held by {held.owner}" if held is not None else "it is not allocated"
+        raise Conflict(
+            obj,
+            f"address {address} of network {net.id} was not allocated by the swarm manager "
+            f"({holder}): a swarm network needs netplugin as its IPAM driver too "
+            "(docker network create --ipam-driver, the same plugin as -d)",
+        )
+    if held.user and held.user != req.endpointID and used:
+        raise Conflict(obj, f"address {address} is in use by endpoint {held.user}")
+    return held.model_copy(update={"user": req.endpointID, "network": net.id})
+
+
+def swarm_unused(ep: Endpoint, held: AllocRecord) -> AllocRecord | None:
+    """Deleting ``ep``: the swarm booking it used, given back (the manager frees it), or
+    None if ``held`` is not such a booking."""
+    if held.owner == owners.SWARM and held.user == ep.endpointID:
+        return held.model_copy(update={"user": ""})
+    return None
+
+
 def new_endpoint(req: EndpointRequest, addresses: Mapping[str, str]) -> Endpoint:
     """The endpoint record, with ``addresses``: ipAddress, ipv6Address and their pools."""
     return Endpoint(

@@ -203,6 +203,35 @@ def network_gateway(req: AddressRequest, pool: PoolRecord, prefixlen: int) -> st
     return None
 
 
+def check_swarm_request(req: AddressRequest) -> None:
+    """The swarm allocator's requests, and only they, are held by common.owners.SWARM."""
+    if (req.kind == "swarm") != (req.owner == owners.SWARM):
+        raise BadRequest(
+            address_obj(req), f"kind {req.kind!r} and owner {req.owner!r} do not go together"
+        )
+
+
+def swarm_rebooked(obj: str, address: str, held: AllocRecord | None) -> bool:
+    """The swarm allocator asks for an address it names (a new leader replays each one,
+    and `--ip` on an attachable network names one): True if the swarm holds it already
+    (the same booking answers), False if it is free (booked now). An address anything
+    else holds is refused."""
+    if held is None:
+        return False
+    if held.owner == owners.SWARM:
+        return True
+    raise Conflict(obj, f"address {address} is already in use (by {held.owner})")
+
+
+def swarm_release(held: AllocRecord) -> AllocRecord | None:
+    """What the swarm allocator's ReleaseAddress leaves of its booking: nothing, unless a
+    task's endpoint still uses it (its node has not deleted it yet); then that endpoint
+    holds the address from now on, and deleting it frees the address."""
+    if not held.user:
+        return None
+    return AllocRecord(owner=owners.endpoint(held.user), network=held.network)
+
+
 def should_release(obj: str, held: AllocRecord) -> bool:
     """Whether ReleaseAddress frees an allocated address.
 
