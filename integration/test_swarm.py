@@ -10,6 +10,7 @@ and removal, which frees every address netplugin booked."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -293,7 +294,10 @@ def test_a_network_netplugin_refuses_shows_why_on_each_task(cluster: Cluster) ->
 def test_without_netplugins_ipam_or_with_internal_each_task_says_what_to_change(
     cluster: Cluster,
 ) -> None:
-    manager = cluster.hosts[0]
+    manager, h2, _ = cluster.hosts
+    res = h2.docker_res("network", "create", "-d", PLUGIN, "--ipam-driver", PLUGIN, "onworker")
+    assert res.returncode != 0
+    assert "Cannot create a multi-host network from a worker node" in res.stderr
     for opts, reason in (
         ((), "a swarm network needs netplugin as its IPAM driver too"),
         (("--ipam-driver", PLUGIN, "--internal"), "--internal is not supported"),
@@ -313,11 +317,14 @@ def test_without_netplugins_ipam_or_with_internal_each_task_says_what_to_change(
                  f"{dnet} gone from the cluster")  # fmt: skip
 
 
-def test_a_tenants_swarm_network_and_what_vip_mode_gets(cluster: Cluster) -> None:
+def test_a_tenants_vlan_swarm_network_and_what_vip_mode_gets(cluster: Cluster) -> None:
     manager = cluster.hosts[0]
     tenant = unique("t")
     cluster.netctl("tenant", "create", tenant)
-    net = swarm_network(manager, "10.86.0.0/24", "-o", f"tenant={tenant}")
+    opts = ("-o", f"tenant={tenant}", "-o", "encap=vlan", "-o", "pkt-tag=320")
+    net = swarm_network(manager, "10.86.0.0/24", *opts)
+    shown = json.loads(cluster.netctl("--json", "net", "inspect", "-t", tenant, net).stdout)
+    assert (shown["Config"]["encap"], shown["Config"]["pktTag"]) == ("vlan", 320)
     # The default endpoint mode: swarm takes a VIP from netplugin, and its DNS answers the
     # service's name with it; Docker load-balances VIPs only on its overlay driver.
     svc = service(manager, net, 2, "--endpoint-mode", "vip")
@@ -354,3 +361,44 @@ def test_removing_a_service_and_its_network_mid_deployment_leaks_nothing(
     for h in cluster.hosts:  # no task's port left on any host's switch
         ports = h.ovs_ports()
         assert not [p for p in ports if p.startswith("vp")], (h.name, ports)
+
+
+def ping_through(src: SimHost, container: str, ip: str, count: int) -> subprocess.Popen[str]:
+    """A ping every 50 ms from a container, in the background."""
+    cmd = ["exec", container, "ping", "-q", "-i", "0.05", "-c", str(count), ip]
+    return subprocess.Popen(
+        ["docker", "-H", f"unix://{src.docker_sock}", *cmd], stdout=subprocess.PIPE, text=True
+    )
+
+
+def received(pinger: subprocess.Popen[str]) -> tuple[int, int]:
+    out, _ = pinger.communicate(timeout=90)
+    summary = next(line for line in out.splitlines() if "packets transmitted" in line)
+    sent, got = (int(part.split()[0]) for part in summary.split(",")[:2])
+    return sent, got
+
+
+def test_plugin_restarts_on_a_worker_and_the_manager_keep_tasks_talking_and_booked(
+    cluster: Cluster,
+) -> None:
+    manager, h2, h3 = cluster.hosts
+    net = swarm_network(manager, "10.85.0.0/24")
+    svc = service(manager, net, 2, "--constraint", f"node.id!={node_id(manager)}")
+    wait_for(lambda: len(task_hosts(cluster, net, svc)) == 2, SETTLE, "2 tasks plugged")
+    on = {h: ip for ip, h in task_hosts(cluster, net, svc).items()}
+    assert sorted(on) == ["h2", "h3"]
+    booked = sorted(allocated(cluster, net))
+    c2 = task_container(h2, svc)
+    assert pings(h2, c2, on["h3"])
+    for restarted in (h3, manager):  # a worker's plugin, then the leader's
+        pinger = ping_through(h2, c2, on["h3"], 200)
+        restarted.docker("plugin", "disable", "-f", PLUGIN)
+        restarted.docker("plugin", "enable", PLUGIN, timeout=120)
+        assert received(pinger) == (200, 200), restarted.name
+        assert sorted(allocated(cluster, net)) == booked
+    # Both agents are back: new tasks get addresses and plug, on the restarted worker too.
+    manager.docker("service", "scale", "--detach", f"{svc}=4")
+    wait_for(lambda: len(task_hosts(cluster, net, svc)) == 4, SETTLE, "scaled to 4")
+    assert sorted(task_hosts(cluster, net, svc).values()) == ["h2", "h2", "h3", "h3"]
+    manager.docker("service", "rm", svc)
+    wait_for(lambda: allocated(cluster, net) == ["10.85.0.1"], SETTLE, "every task freed")
