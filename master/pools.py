@@ -22,7 +22,7 @@ from ipam import parse_address, parse_network
 from ipam.errors import IpamError
 from store import KV, Compare, Delete, Op, Put
 
-from .addresses import Claims, PoolCache, pool_record
+from .addresses import Claims, IPAddr, PoolCache, pool_record
 from .decisions.bindings import Target, plan_binding
 from .decisions.pools import (
     address_obj,
@@ -214,7 +214,7 @@ class Pools:
         # The swarm's bookings share one owner and have no owner record: a request naming
         # its address finds its booking by the address.
         swarm = req.kind == "swarm"
-        static = self._canonical(obj, req.address) if swarm and req.address else ""
+        static = str(self._parsed(obj, req.address)) if swarm and req.address else ""
 
         def attempt(fresh: bool) -> str:
             okv = self.txn.get(keys.owner(req.owner)) if fresh and not swarm else None
@@ -269,15 +269,15 @@ class Pools:
         return retrying_hot(obj, attempt)
 
     @staticmethod
-    def _canonical(obj: str, address: str) -> str:
+    def _parsed(obj: str, address: str) -> IPAddr:
         try:
-            return str(parse_address(address, "address"))
+            return parse_address(address, "address")
         except IpamError as e:
             raise BadRequest(obj, str(e)) from None
 
     def release_address(self, req: AddressRelease) -> bool:
         obj = f"address {req.address} in pool {req.poolID}"
-        addr = parse_address(self._canonical(obj, req.address), "address")
+        addr = self._parsed(obj, req.address)
 
         def attempt() -> bool:
             pool_id, group = split_group_pool(req.poolID)

@@ -91,16 +91,11 @@ class Driver(SwarmNetworks):
                 opts = self.docker_options(network_id)
             except Exception as e:  # dockerd busy: the master scan below still works
                 log.debug("network %s: docker options lookup failed: %s", network_id, e)
-        ref = option_ref(opts or {})
-        if ref is not None:
-            self._networks[network_id] = ref
-            return ref
-        for n in self.master.list_networks():
-            if n.dockerNetworkID == network_id:
-                ref = NetworkRef(n.tenantName, n.networkName)
-                self._networks[network_id] = ref
-                return ref
-        raise DriverError(f"network {network_id} is not known to netmaster", 404)
+        ref = option_ref(opts or {}) or self._made_for(network_id)
+        if ref is None:
+            raise DriverError(f"network {network_id} is not known to netmaster", 404)
+        self._networks[network_id] = ref
+        return ref
 
     def _network(self, network_id: str) -> tuple[NetworkRef, Network]:
         ref = self._ref(network_id)

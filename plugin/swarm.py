@@ -15,7 +15,7 @@ from common.models import NAME_RE, Network
 from . import schemas as s
 from .ipam_driver import IpamDriver
 from .master_client import MasterClient, MasterError
-from .options import GENERIC, DriverError, NetworkRef, option_ref
+from .options import DriverError, NetworkRef, option_ref
 
 log = logging.getLogger(__name__)
 
@@ -64,20 +64,13 @@ class SwarmNetworks(IpamDriver):
 
     def _allocate(self, req: s.AllocateNetwork, generic: dict[str, str]) -> NetworkRef:
         ref = option_ref(generic) or self._made_for(req.NetworkID)
+        as_created = s.CreateNetwork(
+            NetworkID=req.NetworkID, IPv4Data=req.IPv4Data, IPv6Data=req.IPv6Data
+        )
         if ref is None:
             name = generic.get("name") or self._swarm_name(req.NetworkID)
-            as_created = s.CreateNetwork(
-                NetworkID=req.NetworkID,
-                Options={GENERIC: {**generic, "name": name}},
-                IPv4Data=req.IPv4Data,
-                IPv6Data=req.IPv6Data,
-            )
-            ref = self._make_network(as_created, {**generic, "name": name}, False)
-        else:
-            as_bound = s.CreateNetwork(
-                NetworkID=req.NetworkID, IPv4Data=req.IPv4Data, IPv6Data=req.IPv6Data
-            )
-            self._make_network(as_bound, {**generic, **_ref_options(ref)}, False)
+            return self._make_network(as_created, {**generic, "name": name}, False)
+        self._make_network(as_created, {**generic, **_ref_options(ref)}, False)
         return ref
 
     def _swarm_name(self, network_id: str) -> str:
