@@ -16,6 +16,7 @@ address is still booked once, in the network's pool. The binding lives in the st
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -40,7 +41,6 @@ from .options import (
     SWARM_SPACE,
     DriverError,
     NetworkRef,
-    prefixlen,
     request_model,
     strip_len,
 )
@@ -53,6 +53,27 @@ def group_create_hint(tenant: str, network: str, group: str) -> str:
     """The netctl command that creates the group."""
     flag = "" if tenant == "default" else f" -t {tenant}"
     return f"netctl group create{flag} {network or 'NETWORK'} {group}"
+
+
+def _named_in_node_pool(pool_id: str, address: str) -> str:
+    """A swarm node's request in its pool (SWARM_NODE_POOL): the address it names, as
+    "a.b.c.d/len", if it is in the pool's subnet; anything else is refused."""
+    try:
+        subnet = ipaddress.ip_network(pool_id[len(SWARM_NODE_POOL) :])
+    except ValueError:
+        raise DriverError(f"pool {pool_id} is not a swarm node's pool", 404) from None
+    if not address:
+        raise DriverError(
+            f"pool {pool_id}: on a swarm node every address comes from the swarm manager, "
+            "and this request names none"
+        )
+    try:
+        inside = ipaddress.ip_address(address) in subnet
+    except ValueError:
+        inside = False
+    if not inside:
+        raise DriverError(f"pool {pool_id}: address {address!r} is not in {subnet}")
+    return f"{address}/{subnet.prefixlen}"
 
 
 class IpamDriver:
@@ -221,12 +242,7 @@ class IpamDriver:
         opts = req.Options or {}
         address = strip_len(req.Address)
         if req.PoolID.startswith(SWARM_NODE_POOL):
-            if not address:
-                raise DriverError(
-                    f"pool {req.PoolID}: on a swarm node every address comes from the swarm "
-                    "manager, and this request names none"
-                )
-            return {"Address": f"{address}/{prefixlen(req.PoolID[len(SWARM_NODE_POOL) :])}"}
+            return {"Address": _named_in_node_pool(req.PoolID, address)}
         kind = "gateway" if opts.get("RequestAddressType") == GATEWAY_REQUEST else ""
         if self.swarm and not kind:
             kind = "swarm"  # a task's or a VIP's, or an attachable container's (the manager's)

@@ -398,3 +398,16 @@ def test_the_sweep_judges_only_networks_made_for_swarm_networks_it_lists() -> No
     netctl = Network(networkName="d", subnet=X)
     gone = freed_networks([made, alive, docker, netctl], {"b" * 25})
     assert gone == [NetworkRef("default", "a")]
+
+
+def test_a_bad_request_in_a_node_pool_is_refused_naming_the_pool(
+    hosts: tuple[Manager, Node, Node],
+) -> None:
+    _, h2, _ = hosts
+    for pool, address, words in (
+        ("!swarm:garbage", "10.99.0.5", "is not a swarm node's pool"),
+        (f"!swarm:{X}", "10.98.0.5", "address '10.98.0.5' is not in 10.99.0.0/24"),
+        (f"!swarm:{X}", "nonsense", "address 'nonsense' is not in"),
+    ):
+        err = h2.refused("IpamDriver.RequestAddress", {"PoolID": pool, "Address": address})
+        assert words in err and pool in err
