@@ -106,3 +106,23 @@ def remove_unowned(
             links.delete_link(name)
             removed += 1
     return removed
+
+
+def plug_endpoint(
+    ovs: Ovsdb, links: Links, bridge: str, endpoint_id: str, network_id: str, mac: str, mtu: int
+) -> tuple[int, str, str]:
+    """The endpoint's veth pair, its host end a port of the bridge: (ofport, host end,
+    container end). A failure removes what it made."""
+    host, container = links.create_veth(endpoint_id, mac, mtu)
+    try:
+        ext = {EXT_ENDPOINT: endpoint_id, EXT_NETWORK: network_id}
+        return ovs.add_port(bridge, host, external_ids=ext), host, container
+    except BaseException:
+        unplug_endpoint(ovs, links, bridge, endpoint_id)
+        raise
+
+
+def unplug_endpoint(ovs: Ovsdb, links: Links, bridge: str, endpoint_id: str) -> None:
+    """Remove the endpoint's port and veth pair, whichever are there."""
+    ovs.del_port(bridge, veth_names(endpoint_id)[0])
+    links.delete_veth(endpoint_id)

@@ -20,26 +20,12 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .bridgeports import (
-    EXT_ENDPOINT,
-    EXT_NETWORK,
-    EXT_UPLINK,
-    adopt_endpoints,
-    adopt_fabric,
-    by_tag,
-    ensure_fabric,
-    remove_unowned,
-)
+from . import bridgeports as bp
 from .effects import HostNat, Links, OpenFlow, Ovsdb
 from .flowmodel import Change, FlowModel, changes
 from .flows import Flow
 from .hoststate import HostState
-from .local import (
-    EndpointState,
-    HostConfig,
-    NetworkState,
-    gateway_addresses,
-)
+from .local import EndpointState, HostConfig, NetworkState, gateway_addresses
 from .natsync import HostPortProbe, NatSync
 from .offloads import keeps_offloads, read_switch_tso
 from .ovs import PortInfo
@@ -47,6 +33,7 @@ from .pipeline import DesiredState, FwdMode, compile_flows
 from .policy import GroupState
 from .ports import PublishedPort
 from .services import ServiceState
+from .teardown import Teardown
 from .tunnels import ensure_tunnels, present_tunnels
 from .veth import NetlinkLinks, veth_names
 
@@ -79,6 +66,7 @@ class HostDatapath:
         self._plugged: dict[str, tuple[int, str]] = {}  # endpoint -> (ofport, container if)
         self._held_since: dict[str, float] = {}  # network -> when this host took it
         self._nat = NatSync(iptables, ports)
+        self.teardown = Teardown()  # ports and veths removed after the answer
         # Until the first resync the local state is partial: pushing it would delete the
         # flows of endpoints we have not re-read yet.
         self._ready = threading.Event()
@@ -107,7 +95,7 @@ class HostDatapath:
                 # A switch port now, not an interface of the host.
                 self.links.isolate_host_end(uplink)
             self._state.uplink_ofport = self.ovs.add_port(
-                self.config.bridge, uplink, external_ids={EXT_UPLINK: uplink}
+                self.config.bridge, uplink, external_ids={bp.EXT_UPLINK: uplink}
             )
 
     def resync(
@@ -134,11 +122,11 @@ class HostDatapath:
             uplink = self._state.uplink_ofport
             self._state = HostState(uplink_ofport=uplink, arp_mode=arp_mode, fwd_mode=fwd_mode)
             # The router port outlives a restart: adopted, with the fabric's subnets by tag.
-            self._state.fabric_ofport, self._state.fabric_ips = adopt_fabric(ports)
-            self._state.fabric_subnets = by_tag(fabric_subnets)
+            self._state.fabric_ofport, self._state.fabric_ips = bp.adopt_fabric(ports)
+            self._state.fabric_subnets = bp.by_tag(fabric_subnets)
             for net in networks:
                 self._ensure_network(net)
-            wanted, missing = adopt_endpoints(ports, endpoints, self.links)
+            wanted, missing = bp.adopt_endpoints(ports, endpoints, self.links)
             wanted = self._nat.adopt_published(wanted)  # their ports live only in iptables
             # Ports plug() made for endpoints not created yet stay; the others are read back.
             self._plugged = {
@@ -156,7 +144,7 @@ class HostDatapath:
             keep = {veth_names(e)[0] for e in [*wanted, *self._plugged]} | {
                 n.gateway_port for n in self._state.networks.values()
             }
-            removed = remove_unowned(self.ovs, self.links, self.config.bridge, ports, keep)
+            removed = bp.remove_unowned(self.ovs, self.links, self.config.bridge, ports, keep)
             self._push()
             return {
                 "endpoints": len(wanted),
@@ -228,8 +216,8 @@ class HostDatapath:
                 raise ValueError(f"router IP {addresses[0]}: no VLAN uplink here (--vlan-if)")
             have, mtu = (s.fabric_ofport, s.fabric_ips), self.config.mtu_for("vlan")
             ports = self.ovs, self.links, self.config.bridge
-            s.fabric_ofport, s.fabric_ips = ensure_fabric(*ports, mtu, have, tuple(addresses))
-            s.fabric_subnets = by_tag(subnets)
+            s.fabric_ofport, s.fabric_ips = bp.ensure_fabric(*ports, mtu, have, tuple(addresses))
+            s.fabric_subnets = bp.by_tag(subnets)
             self._apply(self._cluster_change())
             self._sync_nat()
 
@@ -277,7 +265,7 @@ class HostDatapath:
             net.gateway_port,
             type="internal",
             mac=net.gateway_mac,
-            external_ids={EXT_NETWORK: net.id},
+            external_ids={bp.EXT_NETWORK: net.id},
         )
         self._address_gateway(net)
         self._state.networks[net.id] = replace(net, gateway_ofport=ofport)
@@ -316,9 +304,18 @@ class HostDatapath:
             return gone
 
     def remove_network(self, network_id: str) -> None:
+        """Drop the network, and wait for its endpoints' ports and veths to be removed."""
         self._wait_ready()
         with self._lock:
             self._drop_network(network_id)
+        self.teardown.settle(self.ready_timeout)
+
+    def settle(self, timeout: float | None = None, endpoint_id: str | None = None) -> int:
+        """Wait for the ports and veths of deleted endpoints (or of this one) to be removed;
+        how many are still pending after ``timeout``."""
+        if endpoint_id is not None:
+            return int(not self.teardown.wait(endpoint_id, timeout))
+        return self.teardown.settle(timeout)
 
     def _drop_network(self, network_id: str) -> None:
         self._held_since.pop(network_id, None)
@@ -348,19 +345,17 @@ class HostDatapath:
         net = self._state.networks.get(network_id)
         if net is None:
             raise ValueError(f"endpoint {endpoint_id}: network {network_id} is not on this host")
-        host, container = self.links.create_veth(endpoint_id, mac, self.config.mtu_for(net.encap))
+        if not self.teardown.wait(endpoint_id, self.ready_timeout):  # a retry: same names
+            raise RuntimeError(f"endpoint {endpoint_id}: its old port is still being removed")
+        ports = self.ovs, self.links, self.config.bridge
+        mtu = self.config.mtu_for(net.encap)
+        ofport, _, container = bp.plug_endpoint(*ports, endpoint_id, network_id, mac, mtu)
         try:
-            ofport = self.ovs.add_port(
-                self.config.bridge,
-                host,
-                external_ids={EXT_ENDPOINT: endpoint_id, EXT_NETWORK: network_id},
-            )
             dp, tso, tunnels = self.datapath_type, self.switch_tso, self.config.tunnels
             if not keeps_offloads(dp, tso, net.encap, tunnels):
                 self.links.disable_tx_offload(container)
         except BaseException:
-            self.ovs.del_port(self.config.bridge, host)
-            self.links.delete_veth(endpoint_id)
+            bp.unplug_endpoint(*ports, endpoint_id)
             raise
         self._plugged[endpoint_id] = (ofport, container)
         return ofport, container
@@ -403,11 +398,12 @@ class HostDatapath:
             self._sync_nat_if(gone is not None and bool(gone.port_mappings))
 
     def _remove_endpoint(self, endpoint_id: str) -> EndpointState | None:
+        """Forget the endpoint; its port and veth go in the background (datapath.teardown),
+        once the caller has removed its flows."""
         gone = self._state.endpoints.pop(endpoint_id, None)
         self._plugged.pop(endpoint_id, None)
-        host, _ = veth_names(endpoint_id)
-        self.ovs.del_port(self.config.bridge, host)
-        self.links.delete_veth(endpoint_id)
+        ports = self.ovs, self.links, self.config.bridge
+        self.teardown.submit(endpoint_id, lambda: bp.unplug_endpoint(*ports, endpoint_id))
         return gone
 
     def publish(

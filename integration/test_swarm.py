@@ -358,9 +358,10 @@ def test_removing_a_service_and_its_network_mid_deployment_leaks_nothing(
              f"{net} removed")  # fmt: skip
     wait_for(lambda: net not in cluster.netctl("net", "ls").stdout, SETTLE, "cluster network gone")
     assert not endpoints(cluster, net)
-    for h in cluster.hosts:  # no task's port left on any host's switch
-        ports = h.ovs_ports()
-        assert not [p for p in ports if p.startswith("vp")], (h.name, ports)
+    for h in cluster.hosts:  # no task's port left on any host's switch (removed after the
+        # answer to DeleteEndpoint, within moments)
+        wait_for(lambda h=h: not [p for p in h.ovs_ports() if p.startswith("vp")], 10,
+                 f"no task's port left on {h.name}: {h.ovs_ports()}")  # fmt: skip
 
 
 def ping_through(src: SimHost, container: str, ip: str, count: int) -> subprocess.Popen[str]:

@@ -45,7 +45,13 @@ class Datapath(Protocol):
         follow in create_endpoint_port); the container-side ifname."""
         ...
 
-    def delete_endpoint_port(self, endpoint_id: str) -> None: ...
+    def delete_endpoint_port(self, endpoint_id: str) -> None:
+        """Remove the endpoint's flows; its port and veth follow in the background."""
+        ...
+
+    def settle(self, endpoint_id: str) -> None:
+        """Wait until the deleted endpoint's port and veth are gone."""
+        ...
 
     def has_endpoint(self, endpoint_id: str) -> bool: ...
 
@@ -134,6 +140,7 @@ def _undo(master: Master, datapath: Datapath, endpoint_id: str, unplug: bool, fr
     try:
         if unplug:
             datapath.delete_endpoint_port(endpoint_id)
+            datapath.settle(endpoint_id)  # a refused call answers with nothing left
     except Exception:
         log.exception("endpoint %s: removing its port failed", endpoint_id[:12])
     try:

@@ -324,6 +324,8 @@ class CniService:
         """Remove the attachment, whatever of it exists (each step is idempotent)."""
         try:
             detach(self.master, self.datapath, eid)
+            # DEL answers once the port and veth are gone (the runtime may reuse the names).
+            self.datapath.settle(eid)
         except MasterError as e:
             raise cni.CniError(cni.TRY_AGAIN_LATER, f"endpoint {eid}: {e.message}") from None
         except Exception:

@@ -110,6 +110,9 @@ class AgentDatapath:
     def delete_endpoint_port(self, endpoint_id: str) -> None:
         self.agent.delete_endpoint_port(endpoint_id)
 
+    def settle(self, endpoint_id: str) -> None:
+        self.agent.settle(self.agent.ready_timeout, endpoint_id)
+
     def remove_network(self, network_id: str) -> None:
         self.agent.remove_network(network_id)
 
@@ -398,7 +401,10 @@ def run(args: Any) -> None:
         every = args.audit_interval
         loops.append(Reconciler("audit", audit, interval=every, backoff=Backoff(every, every)))
     metrics.watch_state(
-        lambda: counts(agent), lambda: [(m.prefix, m.restarts) for m in view.mirrors()], loops
+        lambda: counts(agent),
+        lambda: [(m.prefix, m.restarts) for m in view.mirrors()],
+        loops,
+        agent.teardown,
     )
     for loop in loops:
         loop.start()
@@ -431,6 +437,8 @@ def run(args: Any) -> None:
                 os.unlink(path)
         for loop in reversed(loops):
             loop.stop()
+        if left := agent.teardown.stop(10.0):
+            log.warning("%d deleted endpoints' ports are left; the next start removes them", left)
         controller.stop()
         ovs.close()
         store.close()

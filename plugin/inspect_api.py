@@ -6,6 +6,8 @@ netplugin served the same on :9090), and the agent's Prometheus metrics.
     GET /inspect/tunnels    this host's VTEP, its peers' tunnel ports, the VLAN uplink
     GET /inspect/cluster    the mirror of the cluster store: revision, lag, resync, watches
     GET /inspect/flows      expected flows vs the switch's, per table, and the difference
+    GET /inspect/teardown   deleted endpoints whose port and veth are still being removed
+                            (?wait=SECONDS: once they are, or that long)
     GET /metrics            Prometheus text format (plugin.metrics)
 
 Served on a unix socket (mode 0600: root's) and, with --api-listen, on TCP too; the TCP
@@ -149,6 +151,14 @@ class Window:
             **flow_report(desired, actual, cap),
         }
 
+    def teardown(self, wait: float = 0.0) -> dict[str, Any]:
+        """The ports and veths of deleted endpoints not removed yet (after waiting up to
+        ``wait`` seconds for them), and the removals done and failed since start."""
+        t = self.agent.teardown
+        if wait > 0:
+            t.settle(wait)
+        return {"pending": t.pending(), "done": t.done, "failed": t.failed}
+
     def driver(self) -> dict[str, Any]:
         return driver_view(
             version=_version(),
@@ -196,15 +206,24 @@ def create_inspect_app(
                 reason = "cap must be a number of flows from 0 to 10000"
                 return _json({"error": reason, "object": "cap", "reason": reason}, 400)
             return _json(window.flows(cap))
+        if section == "teardown":
+            try:
+                wait = float(request.args.get("wait", 0))
+            except ValueError:
+                wait = -1.0
+            if not 0 <= wait <= 60:
+                reason = "wait must be a number of seconds from 0 to 60"
+                return _json({"error": reason, "object": "wait", "reason": reason}, 400)
+            return _json(window.teardown(wait))
         if section not in sections:
-            known = ", ".join([*sections, "flows"])
+            known = ", ".join([*sections, "flows", "teardown"])
             reason = f"no section {section!r}; the sections are {known}"
             return _json({"error": reason, "object": request.path, "reason": reason}, 404)
         return _json(sections[section]())
 
     @app.get("/inspect")
     def index() -> Response:
-        return _json({"sections": [*sections, "flows"], "metrics": "/metrics"})
+        return _json({"sections": [*sections, "flows", "teardown"], "metrics": "/metrics"})
 
     @app.get("/metrics")
     def prometheus() -> Response:

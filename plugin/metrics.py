@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from common.loop import Reconciler
 from datapath.ofstate import ReconcileStats
+from datapath.teardown import Teardown
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST  # what generate_latest writes
 # Docker calls take from well under a millisecond (Activate) to seconds (a CreateEndpoint
@@ -38,6 +39,7 @@ class _StateCollector(Collector):
         self.counts: Callable[[], tuple[int, int]] | None = None  # (endpoints, peers)
         self.restarts: Callable[[], Iterable[tuple[str, int]]] | None = None  # (prefix, n)
         self.loops: Iterable[Reconciler] = ()
+        self.teardown: Teardown | None = None
 
     def collect(self) -> Iterator[Metric]:
         if self.counts is not None:
@@ -58,6 +60,18 @@ class _StateCollector(Collector):
             for prefix, n in self.restarts():
                 family.add_metric([prefix], n)
             yield family
+        if self.teardown is not None:
+            yield GaugeMetricFamily(
+                "netplugin_teardown_pending",
+                "Deleted endpoints whose switch port and veth are still being removed",
+                value=len(self.teardown.pending()),
+            )
+            yield CounterMetricFamily(
+                "netplugin_teardown_failures",
+                "Removals of a deleted endpoint's port and veth that failed (the next resync "
+                "removes what they left)",
+                value=self.teardown.failed,
+            )
         passes = CounterMetricFamily(
             "netplugin_loop_passes", "Passes a background loop finished", labels=["loop"]
         )
@@ -157,12 +171,14 @@ class AgentMetrics:
         counts: Callable[[], tuple[int, int]],
         restarts: Callable[[], Iterable[tuple[str, int]]],
         loops: Iterable[Reconciler] = (),
+        teardown: Teardown | None = None,
     ) -> None:
-        """Read (local endpoints, peers), each mirror's watch restarts and each loop's passes
-        and failures when scraped."""
+        """Read (local endpoints, peers), each mirror's watch restarts, each loop's passes
+        and failures, and the teardowns pending and failed when scraped."""
         self._state.counts = counts
         self._state.restarts = restarts
         self._state.loops = loops
+        self._state.teardown = teardown
 
     def exposition(self) -> bytes:
         """The metrics in Prometheus' text format."""

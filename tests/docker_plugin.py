@@ -26,6 +26,7 @@ def call(client: FlaskClient, method: str, body: Any = None, raw: bytes | None =
 class FakeDatapath:
     def __init__(self) -> None:
         self.ports: dict[str, dict[str, Any]] = {}
+        self.settled: list[str] = []  # endpoints whose teardown CNI DEL waited for
         self.fail = False
         self.removed_networks: list[str] = []
         self.published: dict[str, list[Any]] = {}
@@ -57,6 +58,9 @@ class FakeDatapath:
 
     def delete_endpoint_port(self, endpoint_id: str) -> None:
         self.ports.pop(endpoint_id, None)
+
+    def settle(self, endpoint_id: str) -> None:
+        self.settled.append(endpoint_id)
 
     def has_endpoint(self, endpoint_id: str) -> bool:
         return endpoint_id in self.ports

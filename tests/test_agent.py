@@ -89,9 +89,11 @@ def test_endpoint_lifecycle_pushes_flows_and_nat(world: dict[str, Any]) -> None:
     agent.publish(EP.id, [PublishedPort("tcp", "", 8080, 80, host_port_end=8080)])
     assert ipt.synced[-1][1] == [PublishedPort("tcp", "", 8080, 80, EP.ipv4)]
     agent.delete_endpoint_port(EP.id)
-    assert set(ovs.ports) == {"npgw7"} and world["links"] == set()
+    # Its flows are gone when the call returns; its port and veth once the teardown settles.
     assert ipt.synced[-1][1] == []
     assert walk(ctl.pushed[-1], out).outputs == [] and walk(ctl.pushed[-1], back).outputs == []
+    assert agent.settle(5) == 0
+    assert set(ovs.ports) == {"npgw7"} and world["links"] == set()
     agent.remove_network(NET.id)
     assert ovs.ports == {}
     assert walk(ctl.pushed[-1], {**back, "eth_dst": "ff:ff:ff:ff:ff:ff"}).outputs == []
@@ -349,6 +351,7 @@ def test_a_port_plugged_ahead_is_the_one_the_endpoint_gets(world: dict[str, Any]
     agent.delete_endpoint_port(EP.id)
     agent.plug(EP.id, NET.id, EP.mac)
     agent.delete_endpoint_port(EP.id)  # the master refused the endpoint
+    assert agent.settle(5) == 0
     assert host not in ovs.ports and world["links"] == set()
     with pytest.raises(ValueError, match="not on this host"):
         agent.plug(EP.id, "default:nope", EP.mac)

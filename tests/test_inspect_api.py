@@ -3,6 +3,7 @@ real ClusterView on an embedded store, and a controller fake that reads back a s
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -251,3 +252,19 @@ def test_parse_listen(value: str, ok: bool) -> None:
     else:
         with pytest.raises(ValueError, match="HOST:PORT"):
             parse_listen(value)
+
+
+def test_teardown_lists_pending_removals_and_waits_for_them(world: dict[str, Any]) -> None:
+    agent, metrics = world["agent"], world["metrics"]
+    gate = threading.Event()
+    agent.teardown.submit("e1" * 32, lambda: gate.wait(5))
+    assert get(world, "/inspect/teardown") == {"pending": ["e1" * 32], "done": 0, "failed": 0}
+    metrics.watch_state(lambda: (0, 0), lambda: [], (), agent.teardown)
+    text = world["client"].get("/metrics").get_data(as_text=True)
+    assert "netplugin_teardown_pending 1.0" in text
+    assert "netplugin_teardown_failures_total 0.0" in text
+    threading.Timer(0.05, gate.set).start()
+    assert get(world, "/inspect/teardown?wait=5") == {"pending": [], "done": 1, "failed": 0}
+    for bad in ("-1", "61", "soon"):
+        e = get(world, f"/inspect/teardown?wait={bad}", 400)
+        assert e["object"] == "wait" and "0 to 60" in e["reason"]
