@@ -124,5 +124,20 @@ def plug_endpoint(
 
 def unplug_endpoint(ovs: Ovsdb, links: Links, bridge: str, endpoint_id: str) -> None:
     """Remove the endpoint's port and veth pair, whichever are there."""
-    ovs.del_port(bridge, veth_names(endpoint_id)[0])
-    links.delete_veth(endpoint_id)
+    unplug_endpoints(ovs, links, bridge, [endpoint_id])
+
+
+def unplug_endpoints(ovs: Ovsdb, links: Links, bridge: str, endpoint_ids: list[str]) -> None:
+    """Remove these endpoints' ports (in one OVSDB transaction: one reconfiguration of
+    ovs-vswitchd) and veth pairs, whichever are there; raises the first failure once every
+    veth was tried."""
+    ovs.del_ports(bridge, [veth_names(e)[0] for e in endpoint_ids])
+    failure: OSError | None = None
+    for endpoint_id in endpoint_ids:
+        try:
+            links.delete_veth(endpoint_id)
+        except OSError as e:
+            log.error("endpoint %s: cannot delete its veth: %s", endpoint_id[:12], e)
+            failure = failure or e
+    if failure is not None:
+        raise failure

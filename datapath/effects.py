@@ -85,6 +85,10 @@ class Ovsdb(Protocol):
         """Remove the port; False if it was not there."""
         ...
 
+    def del_ports(self, bridge: str, names: list[str]) -> int:
+        """Remove whichever of these ports are there, in one transaction; how many were."""
+        ...
+
     def list_ports(self, bridge: str) -> dict[str, PortInfo]:
         """The bridge's ports by name."""
         ...

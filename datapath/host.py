@@ -2,14 +2,11 @@
 
 It keeps the desired local state (networks and endpoints on this host) and makes the
 switch, the kernel and iptables match it. Every operation is idempotent, nothing that is
-already right is recreated, and a failure part-way removes what it made.
-
-Flows: resync compiles every flow (pipeline.compile_flows) and the controller reads the
-switch back and diffs; every later change goes through the incremental model
-(datapath.flowmodel), which recompiles only what the change touches, and the controller
-sends only that delta. iptables is synced only when its inputs (the gateway networks and
-the published ports) changed.
-"""
+already right is recreated, and a failure part-way removes what it made. Flows: resync
+compiles every flow and the controller diffs the switch's; later changes go through the
+incremental model (datapath.flowmodel), which sends only the delta. iptables is synced
+only when its inputs changed. Deleted endpoints' ports go in the background
+(datapath.teardown); the audit removes what a failed removal left."""
 
 from __future__ import annotations
 
@@ -66,7 +63,10 @@ class HostDatapath:
         self._plugged: dict[str, tuple[int, str]] = {}  # endpoint -> (ofport, container if)
         self._held_since: dict[str, float] = {}  # network -> when this host took it
         self._nat = NatSync(iptables, ports)
-        self.teardown = Teardown()  # ports and veths removed after the answer
+        # Deleted endpoints' ports and veths, removed after the answer, in batches.
+        self.teardown = Teardown(
+            lambda ids: bp.unplug_endpoints(ovs, self.links, config.bridge, ids)
+        )
         # Until the first resync the local state is partial: pushing it would delete the
         # flows of endpoints we have not re-read yet.
         self._ready = threading.Event()
@@ -141,10 +141,7 @@ class HostDatapath:
             else:  # adopt what is there, so the flows keep using it
                 self._state.tunnels = present_tunnels(ports)
             self._ready.set()
-            keep = {veth_names(e)[0] for e in [*wanted, *self._plugged]} | {
-                n.gateway_port for n in self._state.networks.values()
-            }
-            removed = bp.remove_unowned(self.ovs, self.links, self.config.bridge, ports, keep)
+            removed = self._remove_unowned(ports)
             self._push()
             return {
                 "endpoints": len(wanted),
@@ -240,10 +237,8 @@ class HostDatapath:
 
     def _wait_ready(self) -> None:
         if not self._ready.wait(self.ready_timeout):
-            raise RuntimeError(
-                "the datapath has not read the cluster state yet since netplugin started "
-                "(is the cluster store reachable?); retry"
-            )
+            why = "since netplugin started (is the cluster store reachable?); retry"
+            raise RuntimeError(f"the datapath has not read the cluster state yet {why}")
 
     def ensure_network(self, net: NetworkState) -> None:
         self._wait_ready()
@@ -373,6 +368,7 @@ class HostDatapath:
             except BaseException:
                 self._remove_endpoint(endpoint.id)
                 self._apply(Change(endpoints={endpoint.id: None}))  # nothing if never added
+                self.teardown.wait(endpoint.id, self.ready_timeout)  # a failure leaves nothing
                 raise
         # Outside the lock: the container starts once this returns, and its first packets
         # need its flows on the switch, not just sent.
@@ -402,8 +398,7 @@ class HostDatapath:
         once the caller has removed its flows."""
         gone = self._state.endpoints.pop(endpoint_id, None)
         self._plugged.pop(endpoint_id, None)
-        ports = self.ovs, self.links, self.config.bridge
-        self.teardown.submit(endpoint_id, lambda: bp.unplug_endpoint(*ports, endpoint_id))
+        self.teardown.submit(endpoint_id)
         return gone
 
     def publish(
@@ -427,7 +422,7 @@ class HostDatapath:
         ep = self._state.endpoints.get(endpoint_id)
         if ep is None:
             return {}
-        host, _ = veth_names(endpoint_id)
+        host = veth_names(endpoint_id)[0]
         return {"hostInterface": host, "ofport": ep.ofport, "mac": ep.mac, "network": ep.network_id}
 
     # --- desired state -> switch and kernel ---
@@ -462,7 +457,16 @@ class HostDatapath:
         with self._lock:
             generation = self.controller.resync()
             self._sync_nat(force=True)
+            # What a failed teardown left (none while one runs: its ports are not owned).
+            if not self.teardown.pending() and (
+                n := self._remove_unowned(self.ovs.list_ports(self.config.bridge))
+            ):
+                log.warning("audit: removed %d ports and veths no endpoint owns", n)
             return generation
+
+    def _remove_unowned(self, ports: Mapping[str, PortInfo]) -> int:
+        owned = self._state.owned_ports(self._plugged)
+        return bp.remove_unowned(self.ovs, self.links, self.config.bridge, ports, owned)
 
     def _cluster_change(self, **change: Any) -> Change:
         """A Change that also brings the tunnels, other hosts' endpoints, the groups, the

@@ -11,6 +11,7 @@ from .local import EndpointState, NetworkState
 from .pipeline import ArpMode, DesiredState, FwdMode, TunnelState
 from .policy import GroupState
 from .services import ServiceState
+from .veth import veth_names
 
 
 @dataclass
@@ -84,6 +85,12 @@ class HostState:
             for n in self.networks
             if n not in live and n not in used and held_since.get(n, before) <= before
         ]
+
+    def owned_ports(self, plugged: Collection[str]) -> set[str]:
+        """The names of the ports and host veths this host's endpoints (and those plugged
+        ahead of their flows) and networks own."""
+        ports = {veth_names(e)[0] for e in [*self.endpoints, *plugged]}
+        return ports | {n.gateway_port for n in self.networks.values()}
 
     def arp(self) -> ArpMode:
         return "flood" if self.arp_mode == "flood" else "proxy"

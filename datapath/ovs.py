@@ -256,10 +256,11 @@ class Ovs:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _commit(self, cmd: command.BaseCommand) -> Any:
+    def _commit(self, cmd: command.BaseCommand, *more: command.BaseCommand) -> Any:
         try:
             with self.api.transaction(check_error=True) as txn:
-                txn.add(cmd)
+                for c in (cmd, *more):
+                    txn.add(c)
         except ovsdb_exceptions.TimeoutException:
             # ovsdbapp waits for ovs-vswitchd to apply the change, not only for ovsdb-server.
             what = getattr(cmd, "what", cmd)
@@ -367,6 +368,15 @@ class Ovs:
     def del_port(self, bridge: str, name: str, if_exists: bool = True) -> bool:
         """Delete a port from the bridge; False if it was not there."""
         return bool(self._commit(_DelPort(self.api, bridge, name, if_exists)))
+
+    def del_ports(self, bridge: str, names: list[str]) -> int:
+        """Delete whichever of these ports are on the bridge, in one transaction (one
+        reconfiguration of ovs-vswitchd); how many were."""
+        if not names:
+            return 0
+        commands = [_DelPort(self.api, bridge, n, if_exists=True) for n in names]
+        self._commit(*commands)
+        return sum(bool(c.result) for c in commands)
 
     def list_ports(self, bridge: str) -> dict[str, PortInfo]:
         """The bridge's ports (without its own internal port) by name."""

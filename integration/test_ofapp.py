@@ -249,6 +249,15 @@ def test_bridge_and_ports_are_never_recreated(lab: Lab) -> None:
         assert "np-tmp" not in lab.db.list_ports(BRIDGE)
     finally:
         lab.db.del_port(BRIDGE, "np-tmp")  # if_exists: a no-op unless an assertion failed
+    names = ["np-tmp1", "np-tmp2", "np-tmp3"]
+    try:  # the teardown's batch: one transaction, the missing ones skipped
+        for n in names:
+            lab.db.add_port(BRIDGE, n, type="internal")
+        assert lab.db.del_ports(BRIDGE, ["np-tmp1", "np-missing", "np-tmp3"]) == 2
+        assert {n for n in names if n in lab.db.list_ports(BRIDGE)} == {"np-tmp2"}
+        assert lab.db.del_ports(BRIDGE, []) == 0
+    finally:
+        lab.db.del_ports(BRIDGE, names)
     with pytest.raises(RuntimeError, match="np-nodev: could not open network device"):
         lab.db.add_port(BRIDGE, "np-nodev", timeout=5)
     assert "np-nodev" not in lab.db.list_ports(BRIDGE)  # a failed add leaves nothing behind

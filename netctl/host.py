@@ -25,7 +25,7 @@ from .args import Commands
 from .client import MasterClient
 from .output import cell, emit_json, json_wanted, render_table
 
-SECTIONS = ("driver", "endpoints", "tunnels", "cluster", "flows")
+SECTIONS = ("driver", "endpoints", "tunnels", "cluster", "flows", "teardown")
 TIMEOUT = 30.0
 
 
@@ -184,6 +184,17 @@ def render_flows(f: dict[str, Any]) -> str:
     return out
 
 
+def render_teardown(t: dict[str, Any]) -> str:
+    pending = t.get("pending") or []
+    return _labelled(
+        [
+            ("Removals pending", len(pending)),
+            ("Removed since start", t.get("done")),
+            ("Failed since start", t.get("failed")),
+        ]
+    ) + "".join(f"  {eid}\n" for eid in pending)
+
+
 def render_driver(d: dict[str, Any]) -> str:
     sw, cl, fl = d.get("switch") or {}, d.get("cluster") or {}, d.get("flows") or {}
     flows = (
@@ -221,6 +232,7 @@ RENDER: dict[str, Callable[[Any], str]] = {
     "tunnels": render_tunnels,
     "cluster": render_cluster,
     "flows": render_flows,
+    "teardown": render_teardown,
 }
 
 

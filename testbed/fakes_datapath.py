@@ -52,6 +52,9 @@ class FakeOvs:
     def del_port(self, bridge: str, name: str, if_exists: bool = True) -> bool:
         return self.ports.pop(name, None) is not None
 
+    def del_ports(self, bridge: str, names: list[str]) -> int:
+        return sum(self.del_port(bridge, n) for n in names)
+
     def list_ports(self, bridge: str) -> dict[str, PortInfo]:
         return dict(self.ports)
 
@@ -137,6 +140,7 @@ class FakeLinks:
         self.addressed: list[str] = []  # gateway ports, in the order they were addressed
         self.gateways: dict[str, tuple[int, tuple[str, ...]]] = {}  # name -> (MTU, addresses)
         self.isolate_error: OSError | None = None
+        self.delete_error: OSError | None = None  # what deleting a link raises
         self.tso = False  # what switch_tso reports: ovs-vswitchd's userspace TSO
         self.ipv6_forwarding = False
 
@@ -149,6 +153,8 @@ class FakeLinks:
         return self.delete_link(veth_names(endpoint_id)[0])
 
     def delete_link(self, ifname: str) -> bool:
+        if self.delete_error is not None:
+            raise self.delete_error
         found = ifname in self.links
         self.links.discard(ifname)
         if ifname.startswith(HOST_PREFIX):

@@ -221,13 +221,16 @@ class Stack:
     links: FakeLinks
     iptables: FakeIptables
     controller: FakeController
+    agent: HostDatapath
 
     def call(self, method: str, payload: Any = None, raw: bytes | None = None) -> Any:
         data = raw if raw is not None else json.dumps(payload).encode()
         return self.client.post(f"/{method}", data=data, headers=ACCEPT)
 
     def datapath(self) -> Any:
-        """What the host holds: OVS ports, veths, NAT rules, flows; the driver's memory."""
+        """What the host holds: OVS ports, veths, NAT rules, flows; the driver's memory
+        (once deleted endpoints' ports and veths are removed: that follows the answer)."""
+        assert self.agent.settle(5) == 0, "a deleted endpoint's port is still being removed"
         flows = frozenset(self.controller.pushed[-1]) if self.controller.pushed else None
         memory = (dict(self.driver._networks), dict(self.driver._endpoints))
         nat = {chain: list(rules) for chain, rules in self.iptables.chains.items()}
@@ -246,7 +249,7 @@ def plugin_stack(directory: Path) -> Iterator[Stack]:
         agent.start()
         agent.resync([], [])
         driver = Driver(client, AgentDatapath(agent, client), host="host1")
-        yield Stack(m, create_app(driver).test_client(), driver, ovs, links, ipt, ctl)
+        yield Stack(m, create_app(driver).test_client(), driver, ovs, links, ipt, ctl, agent)
 
 
 def seed(stack: Stack) -> None:

@@ -17,6 +17,7 @@ from datapath.flows import flow
 from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
 from datapath.local import tunnel_port_name
 from datapath.report import flow_report
+from datapath.teardown import Teardown
 from datapath.veth import veth_names
 from plugin.cluster import ClusterView
 from plugin.inspect_api import AgentStatus, Window, create_inspect_app, parse_listen
@@ -257,7 +258,8 @@ def test_parse_listen(value: str, ok: bool) -> None:
 def test_teardown_lists_pending_removals_and_waits_for_them(world: dict[str, Any]) -> None:
     agent, metrics = world["agent"], world["metrics"]
     gate = threading.Event()
-    agent.teardown.submit("e1" * 32, lambda: gate.wait(5))
+    agent.teardown = Teardown(lambda keys: [gate.wait(5)])
+    agent.teardown.submit("e1" * 32)
     assert get(world, "/inspect/teardown") == {"pending": ["e1" * 32], "done": 0, "failed": 0}
     metrics.watch_state(lambda: (0, 0), lambda: [], (), agent.teardown)
     text = world["client"].get("/metrics").get_data(as_text=True)

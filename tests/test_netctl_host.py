@@ -103,6 +103,7 @@ ANSWERS = {
     "tunnels": TUNNELS,
     "cluster": CLUSTER,
     "flows": FLOWS,
+    "teardown": {"pending": ["ef" * 32], "done": 7, "failed": 1},
 }
 
 
@@ -163,6 +164,10 @@ def test_tables_for_endpoints_tunnels_cluster_and_flows(
     assert "/netplugin/hosts/" in out
     _, out, _ = run(capsys, "--socket", agent_socket, "flows")
     assert "classify" in out and "Missing (first 20):" in out
+    _, out, _ = run(capsys, "--socket", agent_socket, "teardown")
+    lines = out.splitlines()
+    assert [line.split(":")[1].strip() for line in lines[:3]] == ["1", "7", "1"]
+    assert lines[3].strip() == "ef" * 32
 
 
 def test_the_endpoints_table_shows_each_endpoints_published_ports(

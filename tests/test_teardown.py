@@ -17,43 +17,60 @@ NET = NetworkState(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0
 EP = EndpointState("ab" * 32, "default:n1", "02:42:0a:01:00:02", "10.1.0.2")
 
 
-def test_removals_of_one_key_run_in_order_and_settle_waits_for_all() -> None:
-    gate, order = threading.Event(), []
-    t = Teardown(workers=4)
-    t.submit("a", lambda: (gate.wait(5), order.append("a1")))
-    t.submit("a", lambda: order.append("a2"))  # after a1, although a worker is free
-    t.submit("b", lambda: order.append("b"))
-    assert t.wait("b", 5)
-    assert order == ["b"] and t.pending() == ["a"]
-    assert not t.wait("a", 0.05) and t.settle(0.05) == 1  # still held: reported, not hidden
-    gate.set()
+class Remover:
+    """A remove(keys) that records its batches, held while ``gate`` is closed."""
+
+    def __init__(self, fail: str = "") -> None:
+        self.gate = threading.Event()
+        self.batches: list[list[str]] = []
+        self.fail = fail
+
+    def __call__(self, keys: list[str]) -> None:
+        assert self.gate.wait(5), "never released"
+        self.batches.append(keys)
+        if self.fail in keys:
+            raise OSError("ovsdb-server is not running")
+
+
+def test_removals_asked_for_meanwhile_go_in_one_batch_and_settle_waits() -> None:
+    remover = Remover()
+    t = Teardown(remover, max_batch=3)
+    t.submit("a")  # taken at once, held by the gate
+    time.sleep(0.05)
+    for key in ("b", "c", "b", "d"):
+        t.submit(key)
+    assert t.pending() == ["a", "b", "c", "d"]
+    assert not t.wait("c", 0.05) and t.settle(0.05) == 4  # still held: reported
+    remover.gate.set()
     assert t.settle(5) == 0
-    assert order == ["b", "a1", "a2"] and t.pending() == [] and t.done == 3
+    assert remover.batches == [["a"], ["b", "c"], ["d"]]  # each batch once per key
+    assert t.pending() == [] and (t.done, t.failed, t.batches) == (5, 0, 3)
     assert t.wait("never-asked", 0)
 
 
-def test_a_failed_removal_is_logged_counted_and_does_not_block_the_next(
+def test_a_failed_batch_is_logged_counted_and_does_not_block_the_next(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    t = Teardown()
-
-    def fails() -> None:
-        raise OSError("ovsdb-server is not running")
-
-    ran = []
+    remover = Remover(fail="ep1")
+    t = Teardown(remover, max_batch=1)
+    remover.gate.set()
     with caplog.at_level(logging.ERROR):
-        t.submit("ep1", fails)
-        t.submit("ep1", lambda: ran.append(1))
+        t.submit("ep1")
+        t.submit("ep2")
         assert t.settle(5) == 0
-    assert ran == [1] and t.failed == 1 and t.done == 2
-    assert "ep1: removing its port and veth failed" in caplog.text
+    assert remover.batches == [["ep1"], ["ep2"]] and t.failed == 1 and t.done == 2
+    assert "['ep1']: removing their ports and veths failed" in caplog.text
     assert "ovsdb-server is not running" in caplog.text
 
 
-def test_stop_finishes_what_is_pending() -> None:
-    t, ran = Teardown(), []
-    t.submit("x", lambda: (time.sleep(0.05), ran.append("x")))
-    assert t.stop(5) == 0 and ran == ["x"]
+def test_stop_finishes_what_is_pending_and_refuses_more() -> None:
+    remover = Remover()
+    t = Teardown(remover)
+    t.submit("x")
+    threading.Timer(0.05, remover.gate.set).start()
+    assert t.stop(5) == 0 and remover.batches == [["x"]]
+    with pytest.raises(RuntimeError, match="y: the agent is stopping"):
+        t.submit("y")
 
 
 class SlowOvs(FakeOvs):
@@ -64,7 +81,7 @@ class SlowOvs(FakeOvs):
         self.release = threading.Event()
 
     def del_port(self, bridge: str, name: str, if_exists: bool = True) -> bool:
-        if name.startswith("vp"):
+        if name.startswith("vp"):  # del_ports (the teardown's) comes here per port
             assert self.release.wait(5), "del_port was never released"
         return super().del_port(bridge, name, if_exists)
 
@@ -136,3 +153,19 @@ def test_removing_the_network_waits_for_its_endpoints_ports(
     threading.Timer(0.1, ovs.release.set).start()
     agent.remove_network(NET.id)
     assert ovs.ports == {} and links.links == set()
+
+
+def test_the_audit_removes_what_a_failed_teardown_left(
+    agent_and_ovs: tuple[HostDatapath, SlowOvs, FakeLinks, FakeController],
+) -> None:
+    agent, ovs, links, _ = agent_and_ovs
+    ovs.release.set()
+    agent.create_endpoint_port(EP)
+    host = veth_names(EP.id)[0]
+    links.delete_error = OSError("Device or resource busy")  # the veth deletion fails
+    agent.delete_endpoint_port(EP.id)
+    assert agent.settle(5) == 0 and agent.teardown.failed == 1
+    assert host not in ovs.ports and host in links.links  # the port went, the veth stayed
+    links.delete_error = None
+    agent.audit()
+    assert host not in links.links and ovs.ports.keys() == {NET.gateway_port}
