@@ -18,6 +18,7 @@ from bench import (
     multihost,
     policy,
     routing,
+    scale,
     sections,
     services,
 )
@@ -437,6 +438,7 @@ def main() -> int:
         kv = kvxlan.run_designs(work)
         kn = measured_or_none("the kernel datapath", kernel.run, work)
         rt = measured_or_none("routing mode", routing.run, work)
+        sc = measured_or_none("the simulated hosts", scale.run, work)
     lines = [
         "# Benchmarks",
         "",
@@ -456,6 +458,7 @@ def main() -> int:
         *cni.section(dp["cni"]),
         *designs_section(kv, dp, mh),
         *goals_section(cp, dp, mh),
+        *([scale.marked(sc), ""] if sc else []),  # else write_report keeps the last run's
         *([routing.marked(rt), ""] if rt else []),  # else write_report keeps the last run's
         *([kernel.marked(kn), ""] if kn else []),
     ]

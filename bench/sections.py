@@ -11,11 +11,13 @@ from pathlib import Path
 FUZZ = "fuzz"
 KERNEL = "kernel"
 ROUTING = "routing"
+SCALE = "scale"
 # The sections make bench keeps when it did not write them itself.
-KEPT = (ROUTING, KERNEL, FUZZ)
+KEPT = (SCALE, ROUTING, KERNEL, FUZZ)
 WRITERS = {
     KERNEL: "make bench, or alone by python -m bench.kernel",
     ROUTING: "make bench, or alone by python -m bench.routing",
+    SCALE: "make bench, or alone by python -m bench.scale --write",
 }
 
 

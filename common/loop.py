@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 from collections.abc import Callable
 from typing import Self
@@ -21,19 +22,39 @@ log = logging.getLogger("netplugin")
 
 
 class Backoff:
-    """Delays that double from ``first`` to ``cap`` while failures go on; reset() on success."""
+    """Delays that double from ``first`` to ``cap`` while failures go on; reset() on success.
 
-    def __init__(self, first: float = 0.5, cap: float = 10.0) -> None:
-        self.first, self.cap = first, cap
+    With ``jitter`` (0..1) each delay is cut by a random fraction up to ``jitter`` of it, so
+    that many clients failing together (an etcd restart, a thousand agents' watches) do not
+    come back together either. ``rand`` draws from [0, 1): tests pass their own.
+    """
+
+    def __init__(
+        self,
+        first: float = 0.5,
+        cap: float = 10.0,
+        *,
+        jitter: float = 0.0,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        if not 0.0 <= jitter <= 1.0:
+            raise ValueError(f"jitter {jitter} is not between 0 and 1")
+        self.first, self.cap, self.jitter = first, cap, jitter
+        self._rand = rand
         self._next = first
 
     def next(self) -> float:
         delay = self._next
         self._next = min(delay * 2, self.cap)
-        return delay
+        return jittered(delay, self.jitter, self._rand)
 
     def reset(self) -> None:
         self._next = self.first
+
+
+def jittered(delay: float, jitter: float, rand: Callable[[], float] = random.random) -> float:
+    """``delay`` less a random fraction of it, up to ``jitter`` (0: exactly ``delay``)."""
+    return delay * (1.0 - jitter * rand()) if jitter else delay
 
 
 class Reconciler:

@@ -4,13 +4,16 @@ watches.
 
 Every read is a mirror of one key prefix: a range at some revision, then a watch from the
 next one. The store's watch rides out backend outages and resumes where it stopped, so no
-event is lost or seen twice; history compacted away makes the mirror range again. What the
+event is lost or seen twice; history compacted away makes the mirror range again (after a
+random pause, so a thousand agents do not read at once). A ClusterView's mirrors share one
+watch of the store (store.hub): one etcd stream per agent, not one per prefix. What the
 agent derives from the mirrors (peers, other hosts' endpoints) is computed by pure functions.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -32,10 +35,21 @@ from common.records import (
 from datapath.desired import FwdMode
 from datapath.local import EndpointState
 from store import KV, Compacted, Lease, Store, StoreError
+from store.hub import Missed, WatchHub, WatchSource
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
+
+# The longest pause before a mirror reads its prefix again after etcd compacted the history
+# its watch needed: every agent's mirrors meet the compaction at once.
+COMPACTED_PAUSE = 2.0
+
+
+def reread_pause(e: Compacted, rand: Callable[[], float] = random.random) -> float:
+    """Seconds to wait before reading again after ``e``: none when only a shared watch's own
+    history fell short (Missed), else a random part of COMPACTED_PAUSE."""
+    return 0.0 if isinstance(e, Missed) else COMPACTED_PAUSE * rand()
 
 
 def decode_rule(value: bytes) -> Rule:
@@ -58,7 +72,8 @@ class PrefixMirror(Reconciler, Generic[R]):
     """The keys under one prefix, kept current in a thread; ``on_change`` after each change.
 
     Values are kept as ``decode`` reads them (a record of common.records; plain JSON by
-    default). A value that does not decode is logged and left out.
+    default). A value that does not decode is logged and left out. ``watches`` gives the
+    watch (a WatchHub shared with other mirrors; the store itself by default).
     """
 
     def __init__(
@@ -67,8 +82,10 @@ class PrefixMirror(Reconciler, Generic[R]):
         prefix: str,
         on_change: Callable[[], object],
         decoder: Callable[[bytes], R] = decode,
+        watches: WatchSource | None = None,
     ) -> None:
         self.store = store
+        self.watches: WatchSource = watches if watches is not None else store
         self.prefix = prefix
         self.on_change = on_change
         self.decoder = decoder
@@ -132,7 +149,7 @@ class PrefixMirror(Reconciler, Generic[R]):
             self.synced.set()
             self.on_change()
             self.backoff.reset()
-            self._watch = self.store.watch(self.prefix, rr.revision + 1)
+            self._watch = self.watches.watch(self.prefix, rr.revision + 1)
             watching = True
             for ev in self._watch:
                 with self._lock:
@@ -144,7 +161,9 @@ class PrefixMirror(Reconciler, Generic[R]):
                 self.on_change()
         except Compacted as e:
             self.restarts += watching
-            log.info("cluster state %s: %s; reading it again", self.prefix, e)
+            pause = reread_pause(e)
+            log.info("cluster state %s: %s; reading it again in %.1fs", self.prefix, e, pause)
+            return pause
         except Exception:
             self.restarts += watching
             raise
@@ -209,25 +228,40 @@ class HostRegistration(Reconciler):
 
 
 class ClusterView:
-    """The mirrors one agent needs, with a single change callback."""
+    """The mirrors one agent needs, with a single change callback.
 
-    def __init__(self, store: Store, on_change: Callable[[], object]) -> None:
+    Their watches share one (``watches``): by default a WatchHub of the view's own over
+    keys.ROOT, one etcd stream; the store itself gives each mirror a stream of its own.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        on_change: Callable[[], object],
+        watches: WatchSource | None = None,
+    ) -> None:
         self.store = store
-        self.hosts = PrefixMirror(store, keys.HOSTS, on_change, HostRecord.decode)
-        self.vteps = PrefixMirror(store, keys.VTEPS, on_change, HostRecord.decode)
-        self.networks = PrefixMirror(store, keys.NETWORKS, on_change, NetworkRecord.decode)
-        self.endpoints = PrefixMirror(store, keys.ENDPOINTS, on_change, decode_endpoint)
-        self.globals = PrefixMirror(store, keys.GLOBAL, on_change, decode_global)
+        self._hub = WatchHub(store, keys.ROOT) if watches is None else None
+        src = watches if watches is not None else self._hub
+
+        def mirror(prefix: str, decoder: Callable[[bytes], R]) -> PrefixMirror[R]:
+            return PrefixMirror(store, prefix, on_change, decoder, src)
+
+        self.hosts = mirror(keys.HOSTS, HostRecord.decode)
+        self.vteps = mirror(keys.VTEPS, HostRecord.decode)
+        self.networks = mirror(keys.NETWORKS, NetworkRecord.decode)
+        self.endpoints = mirror(keys.ENDPOINTS, decode_endpoint)
+        self.globals = mirror(keys.GLOBAL, decode_global)
         # Tenants with their tags (a tenant's VRF in routing mode).
-        self.tenants = PrefixMirror(store, keys.TENANTS, on_change, TenantRecord.decode)
+        self.tenants = mirror(keys.TENANTS, TenantRecord.decode)
         # Policy: groups (with their tags) and the rules of every policy.
-        self.groups = PrefixMirror(store, keys.GROUPS, on_change, GroupRecord.decode)
-        self.rules = PrefixMirror(store, keys.RULES, on_change, decode_rule)
+        self.groups = mirror(keys.GROUPS, GroupRecord.decode)
+        self.rules = mirror(keys.RULES, decode_rule)
         # Netprofiles (what a group's endpoints may send) and service LBs.
-        self.netprofiles = PrefixMirror(store, keys.NETPROFILES, on_change, decode_profile)
-        self.services = PrefixMirror(store, keys.SERVICES, on_change, ServiceRecord.decode)
+        self.netprofiles = mirror(keys.NETPROFILES, decode_profile)
+        self.services = mirror(keys.SERVICES, ServiceRecord.decode)
         # Routing mode's BGP peerings, by host name.
-        self.bgps = PrefixMirror(store, keys.BGPS, on_change, decode_bgp)
+        self.bgps = mirror(keys.BGPS, decode_bgp)
         self._mirrors: tuple[PrefixMirror[Any], ...] = tuple(
             m for m in vars(self).values() if isinstance(m, PrefixMirror)
         )
@@ -240,6 +274,8 @@ class ClusterView:
     def stop(self) -> None:
         for m in self._mirrors:
             m.stop()
+        if self._hub is not None:
+            self._hub.close()
 
     def mirrors(self) -> tuple[PrefixMirror[Any], ...]:
         return self._mirrors

@@ -236,12 +236,14 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def watch(self, prefix: str, start_revision: int) -> Watch:
+    def watch(self, prefix: str, start_revision: int, *, prev_kv: bool = True) -> Watch:
         """Events for keys under ``prefix`` with revision >= ``start_revision``, in order.
 
         Backend outages are ridden out inside the watch: it resumes from the last
         delivered revision + 1, so no event is lost or duplicated. Raises ``Compacted``
         from iteration if ``start_revision`` (or the resume point) is compacted.
+        ``prev_kv=False``: the caller never reads ``Event.prev_value``, which etcd then
+        leaves out (it costs etcd a read per event and watcher); it may be None.
         """
 
     @abc.abstractmethod

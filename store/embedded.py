@@ -365,7 +365,8 @@ class EmbeddedStore(Store):
 
     # Watches.
 
-    def watch(self, prefix: str, start_revision: int) -> Watch:
+    def watch(self, prefix: str, start_revision: int, *, prev_kv: bool = True) -> Watch:
+        # prev_kv=False saves nothing here: the events table holds the previous value.
         if start_revision <= 0:
             start_revision = self.revision() + 1
         clause, params = _range_sql(prefix)

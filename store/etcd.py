@@ -149,10 +149,10 @@ class EtcdStore(Store):
 
     # Watches.
 
-    def watch(self, prefix: str, start_revision: int) -> Watch:
+    def watch(self, prefix: str, start_revision: int, *, prev_kv: bool = True) -> Watch:
         if start_revision <= 0:
             start_revision = self.revision() + 1
-        w = _EtcdWatch(self._gateway, prefix, start_revision, self._watch_timeout)
+        w = _EtcdWatch(self._gateway, prefix, start_revision, self._watch_timeout, prev_kv)
         with self._watches_lock:
             self._watches.add(w)
         return w
@@ -212,11 +212,17 @@ class _EtcdWatch(Watch):
     """
 
     def __init__(
-        self, gateway: Gateway, prefix: str, start_revision: int, read_timeout: float
+        self,
+        gateway: Gateway,
+        prefix: str,
+        start_revision: int,
+        read_timeout: float,
+        prev_kv: bool = True,
     ) -> None:
         self._gateway = gateway
         self._prefix = prefix
         self._read_timeout = read_timeout
+        self._prev_kv = prev_kv
         key, end = range_keys(prefix)
         self._key, self._end = b64(key), b64(end)
         self._next = start_revision  # the first revision not yet handed to the queue
@@ -270,7 +276,9 @@ class _EtcdWatch(Watch):
     def _run(self) -> None:
         endpoints = self._gateway.endpoints
         idx = self._gateway.current
-        backoff = Backoff(0.05, 1.0)  # between reconnects, from the first after a stream worked
+        # Between reconnects, from the first after a stream worked; jittered, so that the
+        # watches of every agent do not all come back in the same instant after an outage.
+        backoff = Backoff(0.05, 1.0, jitter=0.5)
         failures = 0
         while not self._cancelled.is_set():
             self._accepted = False
@@ -308,10 +316,11 @@ class _EtcdWatch(Watch):
                 "key": self._key,
                 "range_end": self._end,
                 "start_revision": self._next,
-                "prev_kv": True,
                 "progress_notify": True,
             }
         }
+        if self._prev_kv:  # etcd reads each event's previous value for it: a Range per event
+            body["create_request"]["prev_kv"] = True
         resp = self._gateway.stream(idx, "/watch", body, self._read_timeout)
         with self._lock:
             self._resp = resp
@@ -336,6 +345,11 @@ class _EtcdWatch(Watch):
             raise _Stop from None
         if decoded.created:
             self._accepted = True
+            return
+        if decoded.progress:
+            # etcd has sent everything up to it: an idle prefix resumes from there, not from
+            # its last event (whose history a compaction may have taken since).
+            self._next = max(self._next, decoded.progress + 1)
             return
         last = 0
         for ev in decoded.events:

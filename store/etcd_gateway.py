@@ -147,6 +147,9 @@ def batch_outcomes(resp: dict[str, Any], members: int) -> tuple[bool, ...]:
 class WatchMessage:
     created: bool  # etcd accepted the watch (the first message of a stream)
     events: list[Event]
+    # A progress notification's revision (0 for any other message): the watch has been
+    # sent every event up to it, so a resumed watch may start after it.
+    progress: int = 0
 
 
 def decode_watch(msg: dict[str, Any]) -> WatchMessage:
@@ -170,7 +173,10 @@ def decode_watch(msg: dict[str, Any]) -> WatchMessage:
         prev_value = unb64(prev.get("value", "")) if prev is not None else None
         kind = "delete" if ev.get("type") == "DELETE" else "put"
         events.append(Event(kind, decode_kv(ev["kv"]), prev_value))
-    return WatchMessage(bool(res.get("created")), events)
+    created = bool(res.get("created"))
+    # As clientv3's IsProgressNotify: no events, not created, canceled or compacted.
+    progress = 0 if events or created else header_revision(res)
+    return WatchMessage(created, events, progress)
 
 
 def error_from(resp: requests.Response, revision: int = 0) -> StoreError:

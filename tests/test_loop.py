@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from common.loop import Backoff, Reconciler
+import pytest
+
+from common.loop import Backoff, Reconciler, jittered
 
 WAIT = 10.0  # only a bound on a hung test: nothing here depends on timing
 
@@ -74,3 +76,16 @@ def test_stop_cuts_a_blocking_pass_short_through_on_stop() -> None:
     loop.stop()
     loop.join(WAIT)
     assert not loop._thread.is_alive() and loop.passes == 1
+
+
+def test_backoff_jitter_cuts_each_delay_by_a_random_part_of_it() -> None:
+    draws = iter([0.0, 1.0, 0.5])
+    b = Backoff(1.0, 8.0, jitter=0.5, rand=lambda: next(draws))
+    # 1 uncut, 2 cut by half, 4 cut by a quarter: the doubling itself is not jittered
+    assert [b.next() for _ in range(3)] == [1.0, 1.0, 3.0]
+    assert jittered(2.0, 0.0, lambda: 1.0) == 2.0
+
+
+def test_backoff_jitter_must_be_a_fraction() -> None:
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        Backoff(jitter=1.5)

@@ -1,0 +1,145 @@
+"""The simulated agents of bench/scale.py: one worker process runs many, each with the real
+registration (HostRegistration: a host key under a kept-alive lease) and the real
+ClusterView with its watches, and nothing else (no OVS, no docker).
+
+The driver talks to a worker over a pipe: ("start", ...), then ("arm", mirror, key) before
+it creates something through the master and ("collect", timeout) for when each agent's view
+first held it, then ("stats",) and ("stop",).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+# Watches: "legacy": each of a view's mirrors watches on its own (11 streams, prev_kv, as
+# before issue 27); "hub": the view's mirrors share one watch (the agent's default now);
+# "shared": every view of the worker process shares one watch (a relay in front of etcd).
+MODES = ("legacy", "hub", "shared")
+
+
+@dataclass
+class Probe:
+    """When each agent's view first held ``key`` in mirror ``mirror``."""
+
+    mirror: str = ""
+    key: str = ""
+    seen: dict[int, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    all_seen: threading.Event = field(default_factory=threading.Event)
+    agents: int = 0
+
+    def arm(self, mirror: str, key: str, agents: int) -> None:
+        with self.lock:
+            self.mirror, self.key, self.agents = mirror, key, agents
+            self.seen = {}
+            self.all_seen.clear()
+
+    def check(self, i: int, view: Any) -> None:
+        if not self.key or i in self.seen:
+            return
+        if getattr(view, self.mirror).get(self.key) is not None:
+            now = time.monotonic()
+            with self.lock:
+                self.seen.setdefault(i, now)
+                if len(self.seen) == self.agents:
+                    self.all_seen.set()
+
+
+def rss_bytes(pid: int | str = "self") -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, wave: int) -> None:
+    """One worker process: its agents, started ``wave`` at a time (each wave synced before
+    the next: hundreds of agents reading every endpoint at once in one process starve
+    each other of the GIL past the store's read timeout, and read again), until ("stop",)."""
+    threading.stack_size(256 * 1024)  # thousands of threads: keep their stacks small
+    logging.disable(logging.WARNING)  # retries are counted (failures), not logged
+    from common.records import HostRecord
+    from plugin.cluster import ClusterView, HostRegistration
+    from store.etcd import EtcdStore
+    from store.hub import WatchHub
+
+    probe = Probe()
+    stores: list[EtcdStore] = []
+    views: list[ClusterView] = []
+    regs: list[HostRegistration] = []
+    shared_store = EtcdStore([etcd]) if mode == "shared" else None
+    hub = WatchHub(shared_store, "/netplugin/") if shared_store is not None else None
+    rss0 = rss_bytes()
+    t0 = time.monotonic()
+    for i, host in enumerate(hosts):
+        store = EtcdStore([etcd])
+        stores.append(store)
+        watches = store if mode == "legacy" else hub
+
+        def changed(i: int = i) -> None:
+            probe.check(i, views[i])
+
+        views.append(ClusterView(store, changed, watches=watches))
+        info = HostRecord(host=host, vtep_ip=f"10.{200 + i // 65536}.{i // 256 % 256}.{i % 256}")
+        regs.append(HostRegistration(store, info, ttl))
+    synced = True
+    for first in range(0, len(views), wave):
+        for view, reg in zip(views[first : first + wave], regs[first : first + wave], strict=True):
+            reg.start()
+            view.start()
+        synced &= all(v.wait_synced(600) for v in views[first : first + wave])
+    synced &= all(r.registered.wait(60) for r in regs)
+    conn.send(
+        {
+            "synced": synced,
+            "sync_s": time.monotonic() - t0,
+            "rss_growth": rss_bytes() - rss0,
+            "threads": threading.active_count(),
+            "pid": os.getpid(),
+        }
+    )
+    while True:
+        cmd = conn.recv()
+        if cmd[0] == "arm":
+            probe.arm(cmd[1], cmd[2], len(views))
+            for i, v in enumerate(views):
+                probe.check(i, v)
+            conn.send("armed")
+        elif cmd[0] == "collect":
+            probe.all_seen.wait(cmd[1])
+            with probe.lock:
+                conn.send([probe.seen.get(i) for i in range(len(views))])
+        elif cmd[0] == "stats":
+            restarts = sum(m.restarts for v in views for m in v.mirrors())
+            hubs = [hub] if hub is not None else [v._hub for v in views if v._hub is not None]
+            failures = sum(m.failures for v in views for m in v.mirrors())
+            conn.send(
+                {
+                    "rss": rss_bytes(),
+                    "restarts": restarts,
+                    "failures": failures,
+                    "threads": threading.active_count(),
+                    "hub_received": sum(h.received for h in hubs),
+                    "hub_delivered": sum(h.delivered for h in hubs),
+                }
+            )
+        elif cmd[0] == "stop":
+            for v in views:
+                v.stop()
+            for r in regs:
+                r.stop()
+            for s in stores:
+                s.close()
+            if hub is not None:
+                hub.close()
+            if shared_store is not None:
+                shared_store.close()
+            conn.send("stopped")
+            return
