@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import (
+    churn,
     cni,
     control_plane,
     datapath,
@@ -439,6 +440,7 @@ def main() -> int:
         kn = measured_or_none("the kernel datapath", kernel.run, work)
         rt = measured_or_none("routing mode", routing.run, work)
         sc = measured_or_none("the simulated hosts", scale.run, work)
+        ch = measured_or_none("the churn burst", churn.run, work)
     lines = [
         "# Benchmarks",
         "",
@@ -458,6 +460,7 @@ def main() -> int:
         *cni.section(dp["cni"]),
         *designs_section(kv, dp, mh),
         *goals_section(cp, dp, mh),
+        *(churn.section(ch) if ch else []),
         *([scale.marked(sc), ""] if sc else []),  # else write_report keeps the last run's
         *([routing.marked(rt), ""] if rt else []),  # else write_report keeps the last run's
         *([kernel.marked(kn), ""] if kn else []),
