@@ -331,10 +331,11 @@ GOALS = {"endpoint": 2.0, "network": 1.0}  # issue 27: p99 seconds to every view
 
 
 def knee(rows: list[dict[str, Any]], mode: str) -> int | None:
-    """The fewest hosts at which ``mode`` missed a propagation goal, failed or was not run."""
+    """The fewest hosts at which ``mode`` missed a propagation goal (a size not run says
+    nothing either way: see not_run)."""
     for row in sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["hosts"]):
         if "refused" in row:
-            return int(row["hosts"])
+            continue
         prop = row["propagation"]
         if any(prop[k]["missing"] or not prop[k]["p99"] <= g for k, g in GOALS.items()):
             return int(row["hosts"])
@@ -374,6 +375,11 @@ def goal_lines(r: dict[str, Any]) -> list[str]:
         met = all(not prop[k]["missing"] and prop[k]["p99"] <= g for k, g in GOALS.items())
         k = knee(r["rows"], mode)
         knee_text = f"goals first missed at {k} hosts" if k else "no knee up to the largest run"
+        skipped = [
+            str(row["hosts"]) for row in r["rows"] if row["mode"] == mode and "refused" in row
+        ]
+        if skipped:
+            knee_text += f" (not run at {', '.join(skipped)} hosts: see the table)"
         out.append(
             f"- `{mode}`, {top['hosts']} hosts: endpoint p99 {_ms(prop['endpoint']['p99'])} ms "
             f"(goal ≤ 2,000), network p99 {_ms(prop['network']['p99'])} ms (goal ≤ 1,000): "

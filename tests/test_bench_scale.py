@@ -82,7 +82,11 @@ def test_cpu_ticks_read_past_a_name_with_spaces() -> None:
     assert scale.cpu_ticks(stat) == 12
 
 
-def test_the_knee_is_the_first_size_that_misses_a_goal_or_is_not_run() -> None:
+def test_the_knee_is_the_first_size_that_misses_a_goal_and_not_a_size_not_run() -> None:
+    refused = {"mode": "hub", "hosts": 300, "refused": "needs ~4,500 threads"}
+    assert scale.knee([row("hub", 10, 0.1), refused], "hub") is None
+    lines = scale.goal_lines({"rows": [row("hub", 10, 0.1), refused]})
+    assert "no knee up to the largest run (not run at 300 hosts" in lines[0]
     assert scale.knee(RUN["rows"], "legacy") == 100  # endpoint p99 2.5 s > 2 s
     assert scale.knee(RUN["rows"], "hub") == 1000  # network p99 1.2 s > 1 s
     assert scale.knee([row("hub", 10, 0.1)], "hub") is None
