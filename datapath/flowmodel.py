@@ -3,9 +3,10 @@
 Flows are pure functions of the desired state (datapath.pipeline), partitioned by what they
 depend on. Each *unit* owns a set of flows:
 
-    ("net", id)       what arrives for the network from other hosts, the segment's floods,
-                      its gateway port's flows and its conntrack: the network, its local
-                      ports, the hosts with endpoints in it and their tunnels (or uplink)
+    ("net", id)       what arrives for the network from other hosts, the segment's floods
+                      and flood group, its gateway port's flows and its conntrack: the
+                      network, its local ports, the hosts with endpoints in it and their
+                      tunnels (or uplink)
     ("ep", id)        a local endpoint's port flows and group tags: the endpoint, its
                       network, the ARP mode, its group's tag and network
     ("remote", id)    another host's endpoint: it, its network, the way to its host, the
@@ -23,16 +24,18 @@ are empty), so it is exactly the full compile, and a change costs a full compile
 per VRF (its floods and conntrack span every network of a tenant) are left for when the
 agent feeds routing mode.
 
-A unit's "flows" are entries: flows, and the meters (an endpoint's, in its unit) and select
-groups (a network's services', in its unit) they name.
+A unit's "flows" are entries: flows, and the meters (an endpoint's, in its unit) and groups
+(a network's services' select groups in its "svc" unit, its segment's flood group in its
+"net" unit) they name.
 
 The host's flows are the union of the units' sets. A Change (datapath.change: objects put
 or removed) marks the units that depend on what changed, recompiles them, and the
 difference between their old and new sets is the delta, a FlowDiff with
 datapath.flows.diff's meaning: what to add (new or changed) and what to delete (identity no
-longer wanted). One more endpoint touches its own unit and its network's, so it costs
-O(ports of that segment), not O(host); a group's rules touch its unit alone, whatever its
-endpoints (only a new tag, or a group going, touches its members).
+longer wanted). One more endpoint touches its own unit and its network's, and changes its
+own flows and its segment's flood group (whose buckets are the segment's endpoints): not
+O(host), and no flood flow. A group's rules touch its unit alone, whatever its endpoints
+(only a new tag, or a group going, touches its members).
 
 Validation is incremental too: each object claims the keys it uses (datapath.desired), and
 a change withdraws and re-adds only the claims of what it touches. A change that would

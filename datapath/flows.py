@@ -5,8 +5,9 @@ No I/O here: conversion to and from os-ken parser objects lives in datapath.ofco
 A Flow is canonical by construction (sorted match, normalised addresses and masks, a fixed
 instruction order), so a flow read back from OVS compares equal to the flow we wrote.
 
-Match fields use os-ken's OFPMatch names; a masked field is (value, mask), a full mask is
-dropped (as OVS reports it): reg0..reg15 are 32-bit fields like any other. Actions:
+Match fields use os-ken's OFPMatch names, their values made canonical by datapath.fields;
+a masked field is (value, mask), a full mask is dropped (as OVS reports it): reg0..reg15
+are 32-bit fields like any other. Actions:
     ("meter", meter_id)                the meter (an OpenFlow 1.5 action): always first
     ("output", port)                   ("set_field", field, value)  vlan_vid incl. 0x1000
     ("push_vlan", ethertype=0x8100)    ("pop_vlan",)
@@ -20,7 +21,8 @@ No actions means drop; ("drop",) is accepted and dropped from the tuple.
 
 Meters and groups. A flow names a meter (netprofiles: one per endpoint, on its classify
 flow, limiting what it sends) or a group (services: one select group per service port,
-whose buckets ct(commit, nat) to a provider). They are entries like Flow: values with an
+whose buckets ct(commit, nat) to a provider; floods: one all group per segment, a bucket
+per local endpoint, datapath.flood). They are entries like Flow: values with an
 identity (("meter", id), ("group", id)), compiled beside the flows and reconciled by the
 same diff: read back (meter config and group desc stats), ADD what is missing, MODIFY what
 changed in place (a group keeps its established connections), DELETE what is stale. They
@@ -32,9 +34,19 @@ the flows that use it. An Entry is any of the three.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from datapath.fields import (
+    OFPVID_PRESENT,
+    REG_FIELDS,
+    Match,
+    canonical_match,
+    canonical_value,
+)
+
+__all__ = ["OFPVID_PRESENT", "REG_FIELDS", "Match", "canonical_match", "canonical_value"]
 
 # Every flow netplugin writes carries this cookie in its top 16 bits ("NP"), so reconcile
 # reads and deletes only its own flows and leaves anything else on the bridge alone.
@@ -49,25 +61,8 @@ ETH_TYPE_ARP = 0x0806
 ETH_TYPE_IPV6 = 0x86DD
 ETH_TYPE_VLAN = 0x8100
 
-Match = tuple[tuple[str, Any], ...]
 Action = tuple[Any, ...]
 
-REG_FIELDS = tuple(f"reg{n}" for n in range(16))
-_MAC_FIELDS = frozenset({"eth_src", "eth_dst", "arp_sha", "arp_tha", "ipv6_nd_sll", "ipv6_nd_tll"})
-_IPV4_FIELDS = frozenset({"ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa"})
-_IPV6_FIELDS = frozenset({"ipv6_src", "ipv6_dst", "ipv6_nd_target"})
-_INT_FIELD_BITS = {
-    **dict.fromkeys(("in_port", "ct_state", "ct_mark", "conj_id", *REG_FIELDS), 32),
-    **dict.fromkeys(("metadata", "tunnel_id"), 64),
-    **dict.fromkeys(("eth_type", "arp_op", "tcp_src", "tcp_dst", "udp_src", "udp_dst"), 16),
-    **dict.fromkeys(("ip_proto", "icmpv4_type", "icmpv4_code", "icmpv6_type", "icmpv6_code"), 8),
-    "vlan_vid": 13,
-    "vlan_pcp": 3,
-    "ip_dscp": 6,
-    "ct_zone": 16,
-    "ct_label": 128,
-}
-OFPVID_PRESENT = 0x1000
 
 # Apply-actions keep their order; the meter comes first, these come last.
 _TRAILING = ("write_metadata", "goto")
@@ -106,84 +101,6 @@ def _fmt(value: Any) -> str:
     if isinstance(value, int) and value > 0xFFFF:
         return hex(value)
     return str(value)
-
-
-def _mac(value: Any) -> str:
-    text = str(value).strip().lower().replace("-", ":")
-    parts = text.split(":")
-    if len(parts) != 6 or not all(len(p) in (1, 2) for p in parts):
-        raise ValueError(f"{value!r} is not a MAC address (expected aa:bb:cc:dd:ee:ff)")
-    return ":".join(f"{int(p, 16):02x}" for p in parts)
-
-
-def _mac_int(mac: str) -> int:
-    return int(mac.replace(":", ""), 16)
-
-
-def _ip_field(field: str, value: Any, version: int) -> Any:
-    cls = ipaddress.IPv4Address if version == 4 else ipaddress.IPv6Address
-    full = (1 << (32 if version == 4 else 128)) - 1
-    if isinstance(value, tuple):
-        addr, mask = str(value[0]), str(value[1])
-    elif "/" in str(value):
-        addr, mask = str(value).split("/", 1)
-    else:
-        addr, mask = str(value), ""
-    try:
-        addr_int = int(cls(addr))
-        if not mask:
-            mask_int = full
-        elif mask.isdigit():
-            mask_int = full ^ (full >> int(mask))
-        else:
-            mask_int = int(cls(mask))
-    except ValueError as e:
-        raise ValueError(f"{field}: {value!r} is not an IPv{version} address or prefix") from e
-    if mask_int == full:
-        return str(cls(addr_int))
-    return (str(cls(addr_int & mask_int)), str(cls(mask_int)))
-
-
-def _int_field(field: str, value: Any) -> Any:
-    bits = _INT_FIELD_BITS.get(field, 64)
-    full = (1 << bits) - 1
-    if isinstance(value, tuple):
-        val, mask = (int(v) for v in value)
-        if mask & full == full:
-            return val & full
-        return (val & mask, mask)
-    number = int(value)
-    if not 0 <= number <= full:
-        raise ValueError(f"{field}: {number:#x} does not fit in {bits} bits")
-    return number
-
-
-def canonical_value(field: str, value: Any) -> Any:
-    """Normalise one match or set_field value the way OVS reports it back."""
-    if field in _MAC_FIELDS:
-        if isinstance(value, tuple):
-            mac, mask = _mac(value[0]), _mac(value[1])
-            if mask == "ff:ff:ff:ff:ff:ff":
-                return mac
-            masked = _mac_int(mac) & _mac_int(mask)
-            return (_mac(":".join(f"{b:02x}" for b in masked.to_bytes(6, "big"))), mask)
-        return _mac(value)
-    if field in _IPV4_FIELDS:
-        return _ip_field(field, value, 4)
-    if field in _IPV6_FIELDS:
-        return _ip_field(field, value, 6)
-    return _int_field(field, value)
-
-
-def canonical_match(match: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Match:
-    """A match as a tuple of (field, value) sorted by field name, values normalised."""
-    items = match.items() if isinstance(match, Mapping) else match
-    result = {}
-    for field, value in items:
-        if field in result:
-            raise ValueError(f"match field {field} given twice")
-        result[field] = canonical_value(field, value)
-    return tuple(sorted(result.items()))
 
 
 def canonical_actions(actions: Iterable[Action]) -> tuple[Action, ...]:
@@ -405,16 +322,22 @@ def meter(meter_id: int, rate_kbps: int, burst_kbit: int) -> Meter:
 SELECTION: tuple[str, int] = ("dp_hash", 0)
 
 
+GroupKind = str  # "select" (a service's load balancer) or "all" (a segment's flood)
+GROUP_KINDS = frozenset({"select", "all"})
+
+
 @dataclass(frozen=True)
 class Group:
-    """An OpenFlow 1.5 select group: each new flow of packets takes one bucket (equal
-    weights, picked by ``selection``), whose apply-actions act on it. ``unsupported`` as
-    for Meter."""
+    """An OpenFlow 1.5 group. ``kind`` "select": each new flow of packets takes one bucket
+    (equal weights, picked by ``selection``); "all": every bucket acts on its own copy of
+    the packet (an output to the packet's in_port is skipped), and its buckets are kept
+    sorted. A bucket's apply-actions act on the packet. ``unsupported`` as for Meter."""
 
     id: int
     buckets: tuple[tuple[Action, ...], ...]
     unsupported: str = ""
     selection: tuple[str, int] = SELECTION
+    kind: GroupKind = "select"
 
     @property
     def identity(self) -> tuple[str, int]:
@@ -426,17 +349,30 @@ class Group:
             for b in self.buckets
         )
         extra = f" ({self.unsupported})" if self.unsupported else ""
+        if self.kind != "select":
+            return f"group_id={self.id},type={self.kind},{buckets}{extra}"
         method = f"selection_method={self.selection[0]}," if self.selection[0] else ""
         return f"group_id={self.id},type=select,{method}{buckets}{extra}"
 
 
-BUCKET_WEIGHT = 100  # every bucket's: providers share a service evenly
+BUCKET_WEIGHT = 100  # every select bucket's: providers share a service evenly
 
 
-def group(group_id: int, buckets: Iterable[Iterable[Action]]) -> Group:
-    """A canonical select Group; a bucket holds apply-actions only (no meter, goto or
-    write_metadata: those are instructions of flows)."""
+def _bucket_key(bucket: tuple[Action, ...]) -> tuple[Any, ...]:
+    """Orders buckets by their actions, numbers as numbers (output:2 before output:10)."""
+    return tuple(
+        tuple((0, p, "") if isinstance(p, int) else (1, 0, repr(p)) for p in a) for a in bucket
+    )
+
+
+def group(group_id: int, buckets: Iterable[Iterable[Action]], kind: GroupKind = "select") -> Group:
+    """A canonical Group (select unless ``kind`` says "all"); a bucket holds apply-actions
+    only (no meter, goto or write_metadata: those are instructions of flows). An all
+    group's buckets are sorted: their order means nothing, and so one membership is one
+    value."""
     gid = _entry_id("group", group_id)
+    if kind not in GROUP_KINDS:
+        raise ValueError(f"group {gid}: kind {kind!r} is not select or all")
     out = []
     for b in buckets:
         actions = canonical_actions(b)
@@ -444,6 +380,9 @@ def group(group_id: int, buckets: Iterable[Iterable[Action]]) -> Group:
         if bad:
             raise ValueError(f"group {gid}: a bucket cannot {', '.join(bad)}")
         out.append(actions)
+    if kind == "all":
+        out.sort(key=_bucket_key)
+        return Group(gid, tuple(out), selection=("", 0), kind="all")
     return Group(gid, tuple(out))
 
 

@@ -7,7 +7,8 @@ reconcile replaces it. ct reads back whole (a register zone, nested nat and set_
 ct_mark/ct_label); only ALG, force or other nested actions are unsupported.
 
 OpenFlow 1.5 rather than 1.3 for one reason: only 1.5's group mod carries OVS's selection
-method property, which services need (datapath.flows.SELECTION). The rest is the same but
+method property, which services' select groups need (datapath.flows.SELECTION); floods'
+all groups need nothing but their buckets. The rest is the same but
 for the meter, an apply-action in 1.5 instead of an instruction.
 """
 
@@ -28,6 +29,7 @@ from datapath.flows import (
     Meter,
     canonical_actions,
     canonical_match,
+    group,
 )
 
 _ALL_BITS = (1 << 64) - 1
@@ -371,25 +373,39 @@ def _selection_of(properties: Any) -> tuple[str, int] | str:
     return found
 
 
+_GROUP_TYPES = {"select": ofp.OFPGT_SELECT, "all": ofp.OFPGT_ALL}
+
+
+def _bucket_ids(g: Group) -> list[int]:
+    """Bucket ids: an all group's bucket that is one output or one group is known by that
+    port or group (stable as its neighbours come and go, so a bucket could be inserted or
+    removed by id), any other bucket by its position."""
+    if g.kind == "all" and all(len(b) == 1 and b[0][0] in ("output", "group") for b in g.buckets):
+        ids = [b[0][1] for b in g.buckets]
+        if len(set(ids)) == len(ids) and max(ids, default=0) <= ofp.OFPG_BUCKET_MAX:
+            return ids
+    return list(range(len(g.buckets)))
+
+
 def group_mod(datapath: Any, g: Group, command: int = ofp.OFPGC_ADD) -> parser.OFPGroupMod:
-    """An OFPGroupMod that adds, modifies or (OFPGC_DELETE) deletes select group ``g``."""
+    """An OFPGroupMod that adds, modifies or (OFPGC_DELETE) deletes group ``g``: a select
+    group's buckets carry equal weights and the group its selection method; an all
+    group's carry nothing but their actions."""
+    kind = _GROUP_TYPES[g.kind]
     if command == ofp.OFPGC_DELETE:
-        return parser.OFPGroupMod(datapath, command, ofp.OFPGT_SELECT, g.id)
+        return parser.OFPGroupMod(datapath, command, kind, g.id)
+    weight = [parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=BUCKET_WEIGHT)]
     buckets = [
         parser.OFPBucket(
-            bucket_id=i,
+            bucket_id=bucket_id,
             actions=[_ofp_action(a) for a in bucket],
-            properties=[
-                parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=BUCKET_WEIGHT)
-            ],
+            properties=weight if g.kind == "select" else [],
         )
-        for i, bucket in enumerate(g.buckets)
+        for bucket_id, bucket in zip(_bucket_ids(g), g.buckets, strict=True)
     ]
     method, param = g.selection
-    properties = [_selection_property(method, param)] if method else []
-    return parser.OFPGroupMod(
-        datapath, command, ofp.OFPGT_SELECT, g.id, buckets=buckets, properties=properties
-    )
+    properties = [_selection_property(method, param)] if method and g.kind == "select" else []
+    return parser.OFPGroupMod(datapath, command, kind, g.id, buckets=buckets, properties=properties)
 
 
 def _weight(bucket: Any) -> int | None:
@@ -401,6 +417,8 @@ def _weight(bucket: Any) -> int | None:
 
 def from_ofp_group(stat: Any) -> Group:
     """A Group from an OFPGroupDescStats; one netplugin would not write is unsupported."""
+    if stat.type == ofp.OFPGT_ALL:
+        return _from_ofp_all_group(stat)
     if stat.type != ofp.OFPGT_SELECT:
         return Group(stat.group_id, (), unsupported=f"type {stat.type}")
     selection = _selection_of(stat.properties)
@@ -412,3 +430,20 @@ def from_ofp_group(stat: Any) -> Group:
             return Group(stat.group_id, (), unsupported=f"bucket weight {_weight(b)}")
         buckets.append(canonical_actions(_from_ofp_action(a) for a in b.actions))
     return Group(stat.group_id, tuple(buckets), selection=selection)
+
+
+def _from_ofp_all_group(stat: Any) -> Group:
+    """An all group as group() builds it (buckets sorted); with properties, or buckets
+    carrying any, it is unsupported."""
+    odd = [type(p).__name__ for p in stat.properties]
+    odd += [type(p).__name__ for b in stat.buckets for p in b.properties]
+    if odd:
+        return Group(stat.group_id, (), unsupported=f"all group with {', '.join(odd)}")
+    try:
+        return group(
+            stat.group_id,
+            (canonical_actions(_from_ofp_action(a) for a in b.actions) for b in stat.buckets),
+            "all",
+        )
+    except ValueError as e:
+        return Group(stat.group_id, (), unsupported=str(e))

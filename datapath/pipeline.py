@@ -41,6 +41,7 @@ from datapath.desired import (
     segment_of,
     validate,
 )
+from datapath.flood import flood_action, flood_groups
 from datapath.flows import (
     ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
@@ -279,20 +280,20 @@ def _forward_remote(remote: RemotePort, to_host: tuple[Action, ...]) -> Iterable
     )
 
 
-def _flood(segment: int, ports: list[SegmentPort], out: tuple[Action, ...]) -> Iterable[Flow]:
-    """Broadcast, multicast and unknown unicast, one flow per origin. The switch never
-    sends a packet back out of its in_port, so listing every port is safe."""
-    endpoints = [("output", p.ofport) for p in ports if not p.is_gateway]
+def _flood(segment: int, ports: list[SegmentPort], out: tuple[Action, ...]) -> Iterable[Entry]:
+    """Broadcast, multicast and unknown unicast, one flow per origin, through the segment's
+    flood group (datapath.flood): its endpoints are the group's buckets, so these flows do
+    not change as endpoints come and go. The gateway hears only what this host's
+    endpoints send."""
+    yield from flood_groups(segment, (p.ofport for p in ports if not p.is_gateway))
+    group = flood_action(segment)
     gateways = [("output", p.ofport) for p in ports if p.is_gateway]
     for origin, actions in (
-        (0, [*endpoints, *gateways, *out]),
-        (FROM_GATEWAY, endpoints),
-        (FROM_REMOTE, endpoints),
+        (0, [group, *gateways, *out]),
+        (FROM_GATEWAY, [group]),
+        (FROM_REMOTE, [group]),
     ):
-        if actions:
-            yield flow(
-                FORWARD.id, PRIO_FLOOD, actions, metadata=(segment | origin, SEGMENT_AND_ORIGIN)
-            )
+        yield flow(FORWARD.id, PRIO_FLOOD, actions, metadata=(segment | origin, SEGMENT_AND_ORIGIN))
 
 
 def port_flows(port: SegmentPort, mode: ArpMode, qos: QosState | None = None) -> Iterable[Entry]:
@@ -306,9 +307,10 @@ def port_flows(port: SegmentPort, mode: ArpMode, qos: QosState | None = None) ->
 
 def network_flows(
     net: NetworkState, ports: list[SegmentPort], out: tuple[Action, ...], uplink: int | None
-) -> Iterable[Flow]:
-    """What arrives from other hosts, and the floods of the segment (``ports``: its local
-    ports by ofport, ``out``: flood_out), and its conntrack and default allow if tracked."""
+) -> Iterable[Entry]:
+    """What arrives from other hosts, the segment's floods and flood group (``ports``: its
+    local ports by ofport, ``out``: flood_out), and its conntrack and default allow if
+    tracked."""
     yield from _classify_remote(net, uplink)
     yield from _flood(net.segment, ports, out)
     zone = ct_zone(net)

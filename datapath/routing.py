@@ -25,9 +25,10 @@ carries its destination's MAC and skips route. The sender's MAC stays on the pac
 the last hop, so group tags (set by source MAC) and policies work as in bridge mode.
 
 Floods: nothing floods across hosts (ARP is answered here, and remote MACs are known).
-Broadcast and multicast from a local endpoint reach the VRF's local ports (its endpoints
-and gateway ports: gratuitous ARP, IPv6 neighbour discovery on this host), from a gateway
-port its local endpoints, from another host nothing; unknown unicast is dropped.
+Broadcast and multicast from a local endpoint reach the VRF's local ports (its endpoints,
+through the VRF's flood group as in bridge mode, and its gateway ports: gratuitous ARP,
+IPv6 neighbour discovery on this host), from a gateway port its local endpoints, from
+another host nothing; unknown unicast is dropped.
 
 The ARP mode does not apply: there is nothing to flood a request to. IPv6 is routed like
 IPv4, with /128 host routes; its neighbour solicitations for the VRF's addresses go to the
@@ -43,7 +44,16 @@ from collections.abc import Iterable, Mapping
 
 from datapath.arp import ARP_REQUEST, responder
 from datapath.desired import RemotePort, SegmentPort
-from datapath.flows import ETH_TYPE_ARP, ETH_TYPE_IPV4, ETH_TYPE_IPV6, Action, Flow, flow
+from datapath.flood import flood_action, flood_groups
+from datapath.flows import (
+    ETH_TYPE_ARP,
+    ETH_TYPE_IPV4,
+    ETH_TYPE_IPV6,
+    Action,
+    Entry,
+    Flow,
+    flow,
+)
 from datapath.local import NetworkState
 from datapath.tables import (
     ARP,
@@ -267,23 +277,23 @@ def network_flows(net: NetworkState, segment: int, fabric_routed: bool = False) 
     return flows
 
 
-def flood_flows(segment: int, ports: list[SegmentPort]) -> list[Flow]:
+def flood_flows(segment: int, ports: list[SegmentPort]) -> list[Entry]:
     """Broadcast and multicast of a VRF stay on this host: from a local endpoint to its
-    local ports, from a gateway port to its local endpoints; from other hosts, nothing."""
-    endpoints = [("output", p.ofport) for p in ports if not p.is_gateway]
+    local ports, from a gateway port to its local endpoints (the VRF's flood group,
+    datapath.flood); from other hosts, nothing."""
+    group = flood_action(segment)
     gateways = [("output", p.ofport) for p in ports if p.is_gateway]
-    flows = []
-    for origin, actions in ((0, [*endpoints, *gateways]), (FROM_GATEWAY, endpoints)):
-        if actions:
-            flows.append(
-                flow(
-                    FORWARD.id,
-                    PRIO_FLOOD,
-                    actions,
-                    metadata=(segment | origin, SEGMENT_AND_ORIGIN),
-                    eth_dst=MULTICAST,
-                )
+    flows: list[Entry] = [*flood_groups(segment, (p.ofport for p in ports if not p.is_gateway))]
+    for origin, actions in ((0, [group, *gateways]), (FROM_GATEWAY, [group])):
+        flows.append(
+            flow(
+                FORWARD.id,
+                PRIO_FLOOD,
+                actions,
+                metadata=(segment | origin, SEGMENT_AND_ORIGIN),
+                eth_dst=MULTICAST,
             )
+        )
     return flows
 
 

@@ -324,6 +324,7 @@ FORWARD = TableSpec(
     "VIP (hairpin) goes back out of its port, SNATed",
     match=frozenset({"metadata", "eth_dst", "reg7", "eth_type", "ipv4_src", "ipv4_dst"}),
     meters=True,
+    groups=True,  # a segment's flood group (datapath.flood)
 )
 
 PIPELINE = Pipeline(
@@ -374,10 +375,17 @@ class WritePlan:
         return entry.identity in self.present
 
 
-def _entries(items: Iterable[Entry]) -> tuple[Meter | Group, ...]:
-    """The meters and groups among ``items``, in a fixed order (meters first, by id)."""
+def _chains(entry: Meter | Group) -> bool:
+    """Whether a group's buckets name other groups (a flood group split in parts)."""
+    return isinstance(entry, Group) and any(a[0] == "group" for b in entry.buckets for a in b)
+
+
+def _entries(items: Iterable[Entry], deleting: bool = False) -> tuple[Meter | Group, ...]:
+    """The meters and groups among ``items``, in a fixed order: meters first, by id, then
+    groups; a group naming others after them when written and before them when deleted
+    (OVS refuses a bucket naming a missing group)."""
     found = [e for e in items if not isinstance(e, Flow)]
-    return tuple(sorted(found, key=lambda e: (isinstance(e, Group), e.id)))
+    return tuple(sorted(found, key=lambda e: (isinstance(e, Group), _chains(e) != deleting, e.id)))
 
 
 def write_plan(
@@ -398,6 +406,6 @@ def write_plan(
         tuple(install_order(adds)),
         tuple(removal_order(leftover)),
         _entries(flow_diff.to_add),
-        _entries(flow_diff.to_delete),
+        _entries(flow_diff.to_delete, deleting=True),
         frozenset(present),
     )

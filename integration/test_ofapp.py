@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from datapath.flows import diff
+from datapath.flood import flood_group_id
+from datapath.flows import Entry, Flow, diff
 from datapath.local import gateway_mac
 from datapath.ovs import (
     CONTROLLER_BURST_LIMIT,
@@ -204,6 +205,11 @@ def flow_table(ovs: OvsInstance) -> dict[str, tuple[float, int]]:
     }
 
 
+def n_flows(entries: set[Entry]) -> int:
+    """How many of compiled entries are flows (the rest: each segment's flood group)."""
+    return sum(isinstance(e, Flow) for e in entries)
+
+
 def test_same_network_talks_other_network_and_spoofers_cannot(lab: Lab) -> None:
     assert lab.ping("c1", "10.1.0.12")
     assert lab.ping("c2", "10.1.0.11")
@@ -218,6 +224,39 @@ def test_same_network_talks_other_network_and_spoofers_cannot(lab: Lab) -> None:
         assert not lab.ping("c1", "10.1.0.12", source="10.1.0.50")
     finally:
         run("ip", "-n", c1.netns, "addr", "del", "10.1.0.50/32", "dev", "eth0")
+
+
+def echo_requests_received(c: Container) -> int:
+    """How many ICMP echo requests ``c``'s kernel has received (its netns's /proc/net/snmp)."""
+    snmp = run("ip", "netns", "exec", c.netns, "cat", "/proc/net/snmp").splitlines()
+    names, values = (line.split() for line in snmp if line.startswith("Icmp:"))
+    return int(values[names.index("InEchos")])
+
+
+def test_a_broadcast_reaches_its_network_through_the_flood_group_and_no_other(lab: Lab) -> None:
+    """c1's broadcast ping goes out through net A's flood group, whose buckets are c1 and c2:
+    c2 receives it, c3 of net B hears nothing. (c1's own kernel counts its broadcasts too,
+    looped back before the wire, so it tells nothing about OVS skipping its bucket. No
+    reply is expected: conntrack finds an echo reply to a broadcast invalid, and net A is
+    tracked.)"""
+    groups = lab.ovs.ofctl("dump-groups", BRIDGE)
+    c1, c2, c3 = (lab.containers[n] for n in ("c1", "c2", "c3"))
+    net_a = f"group_id={flood_group_id(100)},type=all,"
+    (line,) = [g for g in groups.splitlines() if net_a in g]
+    assert f"actions=output:{c1.ofport}" in line and f"actions=output:{c2.ofport}" in line
+    assert f"output:{c3.ofport}" not in line
+    sysctl = ("sysctl", "-qw", "net.ipv4.icmp_echo_ignore_broadcasts=0")
+    for c in (c2, c3):
+        run("ip", "netns", "exec", c.netns, *sysctl)
+    before = {c.name: echo_requests_received(c) for c in (c2, c3)}
+    subprocess.run(
+        ["ip", "netns", "exec", c1.netns, "ping", "-n", "-b", "-c", "3", "-i", "0.3", "-W", "1",
+         "10.1.0.255"],
+        capture_output=True,
+        timeout=30,
+    )  # fmt: skip
+    got = {c.name: echo_requests_received(c) - before[c.name] for c in (c2, c3)}
+    assert got == {"c2": 3, "c3": 0}
 
 
 def test_bridge_and_ports_are_never_recreated(lab: Lab) -> None:
@@ -272,7 +311,8 @@ def test_controller_crash_and_restart_leave_flows_and_traffic_alone(
     lab: Lab, tmp_path: Path
 ) -> None:
     before = flow_table(lab.ovs)
-    assert len(before) == len(compile_flows(lab.state("c1", "c2", "c3")))
+    entries = compile_flows(lab.state("c1", "c2", "c3"))
+    assert len(before) == n_flows(entries)
     log = tmp_path / "ping.out"
     with open(log, "w") as out:
         pinger = subprocess.Popen(
@@ -303,8 +343,9 @@ def test_controller_crash_and_restart_leave_flows_and_traffic_alone(
     assert sent - received <= max(1, int(downtime)), out
 
     last = st["last"]
+    # The flood groups read back equal to what was written: nothing rewritten either.
     assert (last["found"], last["added"], last["deleted"], last["replaced"]) == (
-        len(before),
+        len(entries),
         0,
         0,
         0,
@@ -361,14 +402,15 @@ def test_removed_endpoint_deletes_exactly_its_flows(lab: Lab) -> None:
     try:
         last = lab.apply("c1", "c3")["last"]
         assert last["deleted"] == len(expected.to_delete) > 0
-        # Flood flows that listed c2 are rewritten in place; nothing else is touched.
-        assert last["added"] == last["replaced"] == len(expected.to_add)
+        # Net A's flood group is modified in place; nothing else is touched.
+        assert last["added"] == last["replaced"] == len(expected.to_add) == 1
         assert last["errors"] == []
 
         c2_port = lab.containers["c2"].ofport
         flows = lab.ovs.dump_flows(BRIDGE)
-        assert len(flows) == len(new)
+        assert len(flows) == n_flows(new)
         assert not [f for f in flows if f"in_port={c2_port}," in f or f"output:{c2_port}" in f]
+        assert f"output:{c2_port}" not in lab.ovs.ofctl("dump-groups", BRIDGE)
         assert not lab.ping("c1", "10.1.0.12")
         assert lab.ping("c1", GW_A[2])
     finally:
@@ -389,14 +431,14 @@ def test_a_change_is_a_delta_and_resync_reads_the_switch_back(lab: Lab) -> None:
             len(expected.to_add),
             len(expected.to_delete),
         )
-        assert len(lab.ovs.dump_flows(BRIDGE)) == len(fewer)
+        assert len(lab.ovs.dump_flows(BRIDGE)) == n_flows(fewer)
         assert not lab.ping("c1", c2.ip) and lab.ping("c1", GW_A[2])
 
         # c1's classify flow goes behind the controller's back; c2 comes back as a delta.
         lab.ovs.ofctl("del-flows", BRIDGE, "--strict", f"table=0,priority=100,in_port={c1.ofport}")
         last = lab.apply(*ALL)["last"]
         assert not last["full"] and last["found"] == len(fewer)  # its model, not a read
-        assert len(lab.ovs.dump_flows(BRIDGE)) == len(every) - 1
+        assert len(lab.ovs.dump_flows(BRIDGE)) == n_flows(every) - 1
         assert not lab.ping("c1", c2.ip)
 
         generation = lab.controller.status()["generation"]
@@ -406,7 +448,7 @@ def test_a_change_is_a_delta_and_resync_reads_the_switch_back(lab: Lab) -> None:
         )
         assert st["last"]["full"] and st["last"]["found"] == len(every) - 1
         assert (st["last"]["added"], st["last"]["deleted"]) == (1, 0)
-        assert len(lab.ovs.dump_flows(BRIDGE)) == len(every)
+        assert len(lab.ovs.dump_flows(BRIDGE)) == n_flows(every)
         assert lab.ping("c1", c2.ip)
     finally:
         lab.controller.resync()
@@ -414,7 +456,8 @@ def test_a_change_is_a_delta_and_resync_reads_the_switch_back(lab: Lab) -> None:
 
 
 def test_switch_restarts_are_resynced_without_leaking_threads(lab: Lab) -> None:
-    desired = len(compile_flows(lab.state("c1", "c3")))
+    entries = compile_flows(lab.state("c1", "c3"))
+    desired = len(entries)
     try:
         lab.apply("c1", "c3")
         first = lab.controller.status()
@@ -431,7 +474,7 @@ def test_switch_restarts_are_resynced_without_leaking_threads(lab: Lab) -> None:
             # The userspace datapath keeps no flows across a vswitchd restart: all come back.
             assert (st["last"]["found"], st["last"]["added"]) == (0, desired)
         assert lab.db.list_ports(BRIDGE) == ports
-        assert len(lab.ovs.dump_flows(BRIDGE)) == desired
+        assert len(lab.ovs.dump_flows(BRIDGE)) == n_flows(entries)
         # On the userspace datapath an internal port is a tap that vswitchd recreates, so
         # its address is gone: the agent has to put it back.
         restore_gateway(lab)

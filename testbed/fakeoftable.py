@@ -22,7 +22,8 @@ The FakeConntrack also does NAT: ct(commit, nat(dst|src=...)) binds a new connec
 a ct() with nat translates the packets of a bound connection (un-NATs its replies), with
 +dnat/+snat set, as OVS does. A group action takes one bucket of a select group (chosen
 as OVS would by the group's selection method, see ovs_select, or by walk's ``choose``) and
-runs it on a copy of the packet.
+runs it on a copy of the packet; an all group runs every bucket, each on its own copy
+(an output to the in_port skipped as anywhere else, a bucket naming a group chained).
 Anything else raises, so a test never passes by silently ignoring an action.
 """
 
@@ -396,8 +397,11 @@ class FakeOFTable:
                 g = self.groups.get(action[1])
                 if g is None:
                     raise NotModelled(f"{hit}: group {action[1]} does not exist")
-                if g.buckets:
-                    bucket = g.buckets[self.choose(g, headers)]
+                if g.kind == "all":
+                    chosen = list(g.buckets)
+                else:
+                    chosen = [g.buckets[self.choose(g, headers)]] if g.buckets else []
+                for bucket in chosen:
                     copy = {**headers}
                     self._actions(
                         hit, bucket, copy, in_port, result, ct_state, conntrack, recirculated

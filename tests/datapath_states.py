@@ -3,8 +3,10 @@ on one host, and a cluster of three hosts with VXLAN and VLAN networks."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from datapath.flows import Entry, Flow
 from datapath.local import gateway_mac
 from datapath.pipeline import (
     ETH_TYPE_ARP,
@@ -16,6 +18,13 @@ from datapath.pipeline import (
 )
 
 BROADCAST = "ff:ff:ff:ff:ff:ff"
+
+
+def flows_only(entries: Iterable[Entry]) -> set[Flow]:
+    """The flows among compiled entries: without the meters and groups they name (every
+    segment has a flood group)."""
+    return {e for e in entries if isinstance(e, Flow)}
+
 
 # ---------------------------------------------------------------- a small world
 

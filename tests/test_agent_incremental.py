@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from datapath.flows import Group
 from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
 from datapath.pipeline import compile_flows
 from datapath.policy import GroupState, RuleState
@@ -104,9 +105,11 @@ def test_an_endpoint_is_a_small_delta_and_no_iptables_run(agent: HostDatapath) -
     added = ctl(agent).deltas[-1]
     agent.delete_endpoint_port(ep(40).id)
     removed = ctl(agent).deltas[-1]
-    # Its own 6 flows and its segment's 3 floods; the floods are rewritten in place.
-    assert (len(added.to_add), len(added.to_delete)) == (9, 0)
-    assert (len(removed.to_add), len(removed.to_delete)) == (3, 6)
+    # Its own 6 flows and its segment's flood group, modified in place; the flood flows
+    # name the group and stay as they are.
+    assert (len(added.to_add), len(added.to_delete)) == (6 + 1, 0)
+    assert (len(removed.to_add), len(removed.to_delete)) == (1, 6)
+    assert [e.kind for e in removed.to_add if isinstance(e, Group)] == ["all"]
     assert nat_syncs(agent) == syncs  # no port mappings: nothing for iptables
 
 

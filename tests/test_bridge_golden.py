@@ -2,8 +2,9 @@
 networks, both ARP modes, groups with rules, a netprofile, a service with a local and a
 remote provider, IPv6) compiles to exactly the flows saved in tests/golden/bridge_flows.txt,
 which were compiled before routing mode existed (issue 25), plus the one flow routing mode
-adds to bridge mode: the route table's miss (nothing goes to that table in bridge mode). A
-change that means to alter
+adds to bridge mode: the route table's miss (nothing goes to that table in bridge mode).
+Since issue 27 each segment's flood flows name its flood group (an all group of its
+endpoints, in the file too) instead of listing the endpoints. A change that means to alter
 bridge mode regenerates the file (``python tests/test_bridge_golden.py --write``) and says
 why in its commit."""
 

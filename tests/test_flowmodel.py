@@ -15,9 +15,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from datapath.flood import flood_group_id
 from datapath.flowmodel import Change, FlowModel
-from datapath.flows import Flow, FlowDiff, diff
+from datapath.flows import Flow, FlowDiff, Group, diff
 from datapath.pipeline import (
+    FORWARD,
+    PRIO_FLOOD,
     DesiredState,
     EndpointState,
     NetworkState,
@@ -456,12 +459,25 @@ def test_one_more_endpoint_touches_a_bounded_number_of_flows_and_units(standing:
     removed = model.apply(Change(endpoints={"new": None}))
     assert model.last_units == 2
     # Its own 6 flows (classify, 2 ingress, ARP, ARP exception, forward) and its segment's
-    # 3 floods (rewritten in place, or added and deleted with the segment's first port).
-    assert len(added.to_add) + len(added.to_delete) == 9 and not added.to_delete
-    assert len(removed.to_add) + len(removed.to_delete) == 9
+    # flood group, modified in place: the segment's flood flows name the group, whatever
+    # its endpoints, so they are not rewritten.
+    flood = flood_group_id(model.networks["n3"].segment)
+    for delta, verb in ((added, "to_add"), (removed, "to_delete")):
+        entries = getattr(delta, verb)
+        flows = [f for f in entries if isinstance(f, Flow)]
+        assert len(flows) == 6 and all(
+            f.table != FORWARD.id or f.priority != PRIO_FLOOD for f in flows
+        )
+        groups = [g for g in delta.to_add if isinstance(g, Group)]
+        assert [g.id for g in groups] == [flood] and len(delta.to_add | delta.to_delete) == 7
+    (grown,) = [g for g in added.to_add if isinstance(g, Group)]
+    (shrunk,) = [g for g in removed.to_add if isinstance(g, Group)]
+    assert (("output", 9999),) in grown.buckets and (("output", 9999),) not in shrunk.buckets
+    assert len(grown.buckets) == len(shrunk.buckets) + 1
     remote = EndpointState("rnew", "n3", "02:00:09:00:00:02", "10.3.9.10", host="h2")
     moved = model.apply(Change(remotes={"rnew": remote}))
-    assert len(moved.to_add) + len(moved.to_delete) <= 2 + 3
+    # Its 2 flows, and the local origin's flood flow if its host is new to the segment.
+    assert len(moved.to_add) + len(moved.to_delete) <= 2 + 1
 
 
 def test_a_tunnel_change_recompiles_only_what_goes_through_it() -> None:
@@ -474,9 +490,11 @@ def test_a_tunnel_change_recompiles_only_what_goes_through_it() -> None:
     # R1 (net A) and R3 (VLAN net C, not through a tunnel) are on h2: net A's units change.
     # R1 (VNI net A) and R3 (VLAN net C) are on h2: their units and their networks'.
     assert model.last_units == 4
-    assert all(("output", 77) in f.actions for f in delta.to_add)
-    assert not {f for f in before if ("output", TUN_H2) in f.actions} & expected
+    assert all(isinstance(f, Flow) and ("output", 77) in f.actions for f in delta.to_add)
+    through_h2 = {f for f in before if isinstance(f, Flow) and ("output", TUN_H2) in f.actions}
+    assert through_h2 and not through_h2 & expected
     assert R1.host == "h2" and len(delta.to_add) == 2  # R1's forward flow, net A's flood
+    assert all(isinstance(f, Flow) for f in delta.to_add)  # no flood group goes to a host
 
 
 # ---------------------------------------------------------------- policy costs (issue 10)
@@ -520,12 +538,12 @@ def test_one_more_grouped_endpoint_costs_its_usual_flows_and_two_tags(
             costs[name, v6 is not None] = _cost(model, Change(endpoints={"new": one}))
             assert model.last_units == 2  # its own, and its network's
             assert _cost(model, Change(endpoints={"new": None})) == costs[name, v6 is not None]
-    assert costs["plain", False] == 9
+    assert costs["plain", False] == 6 + 1  # its flows and its segment's flood group
     # src and dst tag, by MAC: the same for one address family or two
     assert costs["grouped", False] == costs["plain", False] + 2
     assert costs["grouped", True] == costs["plain", True] + 2
     remote = EndpointState("rnew", "n3", "02:00:09:00:00:02", "10.3.9.10", "", "t:n3", host="h2")
-    assert _cost(model, Change(remotes={"rnew": remote})) <= 2 + 3 + 2
+    assert _cost(model, Change(remotes={"rnew": remote})) <= 2 + 1 + 2
 
 
 @pytest.mark.parametrize("standing", [0, 10, 250])

@@ -4,6 +4,7 @@ packets must keep reaching the same ports after every single flow-mod of it."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from datapath_states import (
@@ -27,12 +28,14 @@ from datapath_states import (
     VNI_B,
     arp_request,
     cluster,
+    flows_only,
     from_tunnel,
     ipv4,
 )
 from os_ken.ofproto import ofproto_v1_5 as ofp
+from os_ken.ofproto import ofproto_v1_5_parser as ofp_parser
 
-from datapath.flows import Flow, diff
+from datapath.flows import Entry, Flow, Group, diff
 from datapath.ofapp import FlowController
 from datapath.pipeline import (
     ARP,
@@ -61,10 +64,26 @@ _OLD_TABLE = {CLASSIFY.id: 0, INGRESS.id: 1, ARP.id: 2, POLICY.id: 3, FORWARD.id
 _OLD_GOTO = {INGRESS.id: 1, ARP.id: 2, CONNTRACK.id: 3, POLICY.id: 3, FORWARD.id: 4}
 
 
-def old_layout(flows: set[Flow]) -> set[Flow]:
+def inline_floods(entries: set[Entry]) -> set[Flow]:
+    """The flows an agent before flood groups (issue 27) compiled for the same state: each
+    flood flow listed its segment's endpoints where it now names its flood group."""
+    groups = {e.id: e for e in entries if isinstance(e, Group) and e.kind == "all"}
+    old = set()
+    for f in flows_only(entries):
+        actions: list[Any] = []
+        for a in f.actions:
+            if a[0] == "group" and a[1] in groups:
+                actions += [b for bucket in groups[a[1]].buckets for b in bucket]
+            else:
+                actions.append(a)
+        old.add(Flow(f.table, f.priority, f.match, tuple(actions), f.cookie))
+    return old
+
+
+def old_layout(entries: set[Entry]) -> set[Flow]:
     """The flows an agent before issue 7 compiled for the same state."""
     old = set()
-    for f in flows:
+    for f in inline_floods(entries):
         if f.table not in _OLD_TABLE or (f.table == POLICY.id and f != PIPELINE.miss_flow(POLICY)):
             continue  # policy was a table that passed everything on
         actions = tuple(("goto", _OLD_GOTO[a[1]]) if a[0] == "goto" else a for a in f.actions)
@@ -156,13 +175,14 @@ def test_deleting_first_would_have_dropped_packets_mid_upgrade() -> None:
     new = compile_flows(cluster())
     old = old_layout(new)
     flow_diff = diff(new, old)
-    table = {f.identity: f for f in old}
+    table: dict[Any, Entry] = {f.identity: f for f in old}
+    table.update((g.identity, g) for g in new if isinstance(g, Group))  # written first
     expected = where(new)
     broken = 0
     for f in removal_order(flow_diff.to_delete):
         del table[f.identity]
         broken += where(set(table.values())) != expected
-    for f in install_order(flow_diff.to_add):
+    for f in install_order(flows_only(flow_diff.to_add)):
         table[f.identity] = f
         broken += where(set(table.values())) != expected
     assert set(table.values()) == new and broken > 0
@@ -175,11 +195,26 @@ def test_a_reconcile_within_one_layout_deletes_before_adding() -> None:
     path goes."""
     state = cluster()
     before = compile_flows(state)
-    state.endpoints.remove(E2)
+    state.endpoints = [replace(e, ofport=77) if e == E2 else e for e in state.endpoints]
     after = compile_flows(state)
     plan = write_plan(diff(after, before), PIPELINE)
     assert plan.delete_first and plan.add and plan.delete_last == ()
     assert [f.table for f in plan.delete_first] == sorted(f.table for f in plan.delete_first)
+
+
+def test_an_agent_from_before_flood_groups_keeps_every_packet_on_its_path() -> None:
+    """Its flood flows listed the endpoints: the groups are written first, then each flood
+    flow is replaced in place by one naming its group (nothing is deleted)."""
+    new = compile_flows(cluster())
+    old = inline_floods(new)
+    assert where(old) == where(new) and old != flows_only(new)
+    broken, check = watcher(where(new))
+    switch = FakeSwitch(FlowController(), old, after_flow_mod=check)
+    stats = reconcile(switch, new)
+    assert switch.flows == new and not stats.errors and broken == []
+    groups = [m for m in switch.flow_mods if isinstance(m, ofp_parser.OFPGroupMod)]
+    assert len(groups) == len(new - flows_only(new)) and switch.flow_mods[: len(groups)] == groups
+    assert stats.deleted == 0 and stats.replaced == len(old - new)
 
 
 def test_an_agent_from_before_the_route_table_only_adds_its_miss_flow() -> None:

@@ -58,8 +58,28 @@ def test_codec_round_trips_and_marks_what_netplugin_would_not_write() -> None:
     assert from_ofp_group(group_mod(None, G1)) == G1
     pkts = parser.OFPMeterDescStats(flags=ofp.OFPMF_PKTPS | ofp.OFPMF_BURST, meter_id=3, bands=[])
     assert from_ofp_meter(pkts).unsupported
-    all_type = parser.OFPGroupDescStats(type_=ofp.OFPGT_ALL, group_id=16, buckets=[])
-    assert from_ofp_group(all_type).unsupported and from_ofp_group(all_type) != G1
+    indirect = parser.OFPGroupDescStats(type_=ofp.OFPGT_INDIRECT, group_id=16, buckets=[])
+    assert from_ofp_group(indirect).unsupported and from_ofp_group(indirect) != G1
+    # An all group (a segment's flood) reads back as one: no longer "unsupported".
+    empty_all = parser.OFPGroupDescStats(type_=ofp.OFPGT_ALL, group_id=16, buckets=[])
+    assert from_ofp_group(empty_all) == group(16, [], "all") != G1
+    flood = group(0x8000_0005, [[("output", 9)], [("output", 2)], [("output", 10)]], "all")
+    assert [b[0][1] for b in flood.buckets] == [2, 9, 10]  # sorted as numbers
+    assert from_ofp_group(group_mod(None, flood)) == flood
+    assert [b.bucket_id for b in group_mod(None, flood).buckets] == [2, 9, 10]
+    assert not any(b.properties for b in group_mod(None, flood).buckets)
+    assert (group_mod(None, flood).type, group_mod(None, flood).properties) == (ofp.OFPGT_ALL, [])
+    assert str(flood) == (
+        "group_id=2147483653,type=all,bucket=output:2,bucket=output:9,bucket=output:10"
+    )
+    # An all group with what only select groups carry is not one netplugin writes.
+    weighted = group_mod(None, G1)
+    odd = parser.OFPGroupDescStats(
+        type_=ofp.OFPGT_ALL, group_id=16, buckets=weighted.buckets, properties=[]
+    )
+    assert "OFPGroupBucketPropWeight" in from_ofp_group(odd).unsupported
+    with pytest.raises(ValueError, match="kind 'indirect' is not select or all"):
+        group(1, [], "indirect")
 
 
 def _group_desc_reply(*groups: Group) -> list[Group]:

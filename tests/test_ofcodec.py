@@ -11,8 +11,8 @@ from os_ken.ofproto import ofproto_v1_5 as ofp
 from os_ken.ofproto import ofproto_v1_5_parser as ofp_parser
 from routing_states import state as routing_state
 
-from datapath.flows import COOKIE, Flow, flow
-from datapath.ofcodec import flow_mod, from_ofp_flow, to_ofp_instructions
+from datapath.flows import COOKIE, Entry, Flow, Group, flow
+from datapath.ofcodec import flow_mod, from_ofp_flow, from_ofp_group, group_mod, to_ofp_instructions
 from datapath.pipeline import compile_flows
 
 F3 = flow(1, 10, [("output", 1)], eth_dst="02:00:00:00:00:01")
@@ -28,6 +28,19 @@ def _over_the_wire(f: Flow) -> Flow:
     return from_ofp_flow(wire.table_id, wire.priority, wire.cookie, wire.match, wire.instructions)
 
 
+def _entry_over_the_wire(e: Entry) -> Entry:
+    """A flow as _over_the_wire, a group through its group mod's bytes."""
+    if isinstance(e, Flow):
+        return _over_the_wire(e)
+    assert isinstance(e, Group)
+    dp = ofproto_protocol.ProtocolDesc(ofp.OFP_VERSION)
+    mod = group_mod(dp, e)
+    mod.set_xid(1)
+    mod.serialize()
+    wire = ofproto_parser.msg(dp, ofp.OFP_VERSION, ofp.OFPT_GROUP_MOD, len(mod.buf), 1, mod.buf)
+    return from_ofp_group(wire)
+
+
 def test_every_compiled_flow_survives_the_wire() -> None:
     extra = {
         flow(0, 7, [("push_vlan", 0x8100), ("set_field", "vlan_vid", 0x1005), ("output", 4)]),
@@ -37,13 +50,14 @@ def test_every_compiled_flow_survives_the_wire() -> None:
     for f in (
         compile_flows(world()) | compile_flows(cluster()) | compile_flows(cluster("flood")) | extra
     ):
-        assert _over_the_wire(f) == f
+        assert _entry_over_the_wire(f) == f
+    assert any(isinstance(g, Group) and g.kind == "all" for g in compile_flows(cluster()))
 
 
 def test_routing_modes_flows_survive_the_wire() -> None:
     """dec_ttl (the route table's) included."""
     for f in compile_flows(routing_state()):
-        assert _over_the_wire(f) == f
+        assert _entry_over_the_wire(f) == f
     assert _over_the_wire(flow(25, 300, [("dec_ttl",), ("goto", 30)])).actions[0] == ("dec_ttl",)
 
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from datapath_states import flows_only
 from policy_states import (
     APP,
     APP1,
@@ -39,7 +40,7 @@ from policy_states import (
 from test_ofcodec import _over_the_wire
 
 from datapath.desired import NetworkState
-from datapath.flows import Flow
+from datapath.flows import Entry, Flow
 from datapath.pipeline import compile_flows
 from datapath.policy import RuleState
 from datapath.tables import DST_GROUP, POLICY_IN, POLICY_OUT, SRC_GROUP
@@ -322,16 +323,22 @@ def test_in_rules_hold_on_the_destinations_host_and_out_rules_on_the_sources(
 
 def test_rule_flows_sit_in_their_stage_with_the_priority_that_encodes_theirs() -> None:
     flows = compile_flows(one_host({WEB: [ALLOW_80_IN, rule("out", 7, "deny", peer_tag=22)]}))
-    rules = sorted((f.table, f.priority, len(f.actions)) for f in flows if f.priority > 1000)
+    rules = sorted(
+        (f.table, f.priority, len(f.actions))
+        for f in flows
+        if isinstance(f, Flow) and f.priority > 1000
+    )
     # in: allow 80 at 10 -> 1020, v4 and v6, commit + goto; out: deny at 7 -> 1015, drop.
     assert rules == [(POLICY_OUT.id, 1015, 0)] * 2 + [(POLICY_IN.id, 1020, 2)] * 2
 
 
-def _tag_flows_of(flows: set[Flow], ep: Ep) -> set[Flow]:
+def _tag_flows_of(flows: set[Entry], ep: Ep) -> set[Flow]:
     return {
         f
         for f in flows
-        if f.table in (SRC_GROUP.id, DST_GROUP.id) and ep.mac in {v for _, v in f.match}
+        if isinstance(f, Flow)
+        and f.table in (SRC_GROUP.id, DST_GROUP.id)
+        and ep.mac in {v for _, v in f.match}
     }
 
 
@@ -350,7 +357,7 @@ def test_what_gets_no_tag_and_no_rule_flows() -> None:
     )
     flows = compile_flows(untagged)
     assert _tag_flows_of(flows, WEB1) == _tag_flows_of(flows, WEB2) == set()
-    assert not any(f.table == POLICY_IN.id and f.priority > 1000 for f in flows)
+    assert not any(f.table == POLICY_IN.id and f.priority > 1000 for f in flows_only(flows))
     # A group of another network than its endpoint's: that endpoint gets no tag.
     other = replace(state, networks=[*state.networks, NetworkState("other", 7, gateway_ofport=99)])
     other.groups = [replace(g, network_id="other") if g.id == WEB else g for g in groups(rules)]
@@ -360,7 +367,7 @@ def test_what_gets_no_tag_and_no_rule_flows() -> None:
     # An untracked network (no gateway port: no zone): no tags, no rules, no conntrack.
     untracked = one_host(rules)
     untracked.networks = [replace(n, gateway_ofport=None) for n in untracked.networks]
-    flows = compile_flows(untracked)
+    flows = flows_only(compile_flows(untracked))
     assert not [f for f in flows if f.table in (SRC_GROUP.id, DST_GROUP.id) and f.priority]
     assert not [f for f in flows if f.table in (POLICY_OUT.id, POLICY_IN.id) and f.priority]
 
@@ -381,7 +388,7 @@ def test_every_policy_flow_survives_the_wire() -> None:
         APP: [rule("out", 4, "deny", peer_cidrs=OUT_CIDRS, protocol=17, port=53)],
         DB: [rule("out", 100, "allow", peer_cidrs=("0.0.0.0/0",)), rule("in", 1, "deny")],
     }
-    flows = compile_flows(one_host(rules)) | compile_flows(two_hosts(rules, "vlan")[1])
+    flows = flows_only(compile_flows(one_host(rules)) | compile_flows(two_hosts(rules, "vlan")[1]))
     assert len([f for f in flows if f.table in (POLICY_OUT.id, POLICY_IN.id)]) > 10
     for f in flows:
         assert _over_the_wire(f) == f

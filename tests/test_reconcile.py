@@ -4,10 +4,11 @@ in the pytest process would leave non-daemon threads behind (see datapath.ofapp)
 from __future__ import annotations
 
 import pytest
-from datapath_states import world
+from datapath_states import flows_only, world
 from os_ken.ofproto import ofproto_v1_5 as ofp
+from os_ken.ofproto import ofproto_v1_5_parser as ofp_parser
 
-from datapath.flows import Flow, flow
+from datapath.flows import Flow, Group, flow
 from datapath.ofapp import FlowController
 from datapath.ofwire import ReconcileError
 from datapath.pipeline import FORWARD, compile_flows
@@ -22,9 +23,12 @@ def test_reconcile_converges_then_sends_nothing() -> None:
     first = reconcile(switch, desired)
     assert switch.flows == desired
     assert (first.found, first.added, first.deleted) == (0, len(desired), 0)
-    # Flows added from the last table back, so classify flows come last.
-    assert [m.table_id for m in switch.flow_mods] == sorted(
-        (f.table for f in desired), reverse=True
+    # The segments' flood groups first, then the flows from the last table back, so
+    # classify flows come last.
+    groups = [m.group_id for m in switch.flow_mods if isinstance(m, ofp_parser.OFPGroupMod)]
+    assert groups == sorted(g.id for g in desired if isinstance(g, Group)) and len(groups) == 2
+    assert [m.table_id for m in switch.flow_mods[len(groups) :]] == sorted(
+        (f.table for f in flows_only(desired)), reverse=True
     )
     again = reconcile(switch, desired)
     assert (again.found, again.added, again.deleted, again.replaced) == (len(desired), 0, 0, 0)
@@ -35,7 +39,7 @@ def test_reconcile_deletes_stale_replaces_changed_and_leaves_foreign_flows() -> 
     desired = compile_flows(world())
     foreign = flow(0, 500, [("output", 9)], cookie=0, in_port=9)
     stale = flow(0, 100, [("goto", 1)], in_port=77)
-    victim = next(f for f in desired if f.table == FORWARD.id and f.priority == 10)
+    victim = next(f for f in flows_only(desired) if f.table == FORWARD.id and f.priority == 10)
     changed = Flow(victim.table, victim.priority, victim.match, (("output", 42),), victim.cookie)
     switch = FakeSwitch(FlowController(), (desired - {victim}) | {foreign, stale, changed})
     stats = reconcile(switch, desired)
@@ -47,7 +51,7 @@ def test_reconcile_deletes_stale_replaces_changed_and_leaves_foreign_flows() -> 
 def test_reconcile_reports_flows_the_switch_refuses() -> None:
     desired = compile_flows(world())
     switch = FakeSwitch(FlowController())
-    switch.refuse = {next(iter(desired))}
+    switch.refuse = {next(iter(flows_only(desired)))}  # the fake refuses flow-mods only
     stats = reconcile(switch, desired)
     assert len(stats.errors) == 1 and "OFPET_BAD_ACTION" in stats.errors[0]
     assert switch.flows == desired - switch.refuse
