@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.runs import sh
+from bench.runs import sh, socket_agent
 from bench.scaling import DockerCalls
 from testbed.host import BUSYBOX_IMAGE, CREATE_NETWORK, TEST_LABEL
 
@@ -66,18 +66,13 @@ def bridge_ports(network: str, count: int) -> list[str]:
 
 def run(work: Path, standing: int = 1000, count: int = 100, parallel: int = 10) -> dict[str, Any]:
     """Both drivers under the same burst; the netplugin agent and master are started here."""
-    from testbed.host import ensure_host_daemons, ensure_test_image, sweep_test_leftovers
-    from testbed.master import MasterProcess
-    from testbed.plugin import SOCKET, PluginProcess, serving
+    with socket_agent(work, "churn"):
+        return _run(standing, count, parallel)
 
-    ensure_host_daemons()
-    ensure_test_image(BUSYBOX_IMAGE)
-    if serving(SOCKET):
-        raise SystemExit(f"bench: another netplugin serves {SOCKET}; stop it first")
-    master = MasterProcess(work / "churn-master").start()
-    plugin = PluginProcess(master.url, work / "churn-plugin.log", data_dir=master.data_dir)
-    plugin.start()
-    sweep_test_leftovers()
+
+def _run(standing: int, count: int, parallel: int) -> dict[str, Any]:
+    from testbed.plugin import SOCKET
+
     ours, bridge = f"bench-np-{uuid.uuid4().hex[:6]}", f"bench-br-{uuid.uuid4().hex[:6]}"
     standing_eps: list[tuple[str, str]] = []
     links: list[str] = []
@@ -114,8 +109,6 @@ def run(work: Path, standing: int = 1000, count: int = 100, parallel: int = 10) 
             for eid, addr in standing_eps:
                 calls.remove(eid, addr)
         subprocess.run(["docker", "network", "rm", ours, bridge], capture_output=True)
-        plugin.stop()
-        master.stop()
 
 
 def section(r: dict[str, Any]) -> list[str]:

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.runs import docker_run_seconds, sh
+from bench.runs import docker_run_seconds, sh, socket_agent
 from bench.scaling import DockerCalls, scaling
 from bench.states import bench_state
 from bench.stats import pct
@@ -20,7 +20,7 @@ from datapath.flowmodel import Change, FlowModel
 from datapath.flows import diff
 from datapath.pipeline import DesiredState, compile_flows
 from datapath.veth import tx_checksumming
-from testbed.host import BUSYBOX_IMAGE, CREATE_NETWORK, IPERF_IMAGE, TEST_LABEL
+from testbed.host import CREATE_NETWORK, IPERF_IMAGE, TEST_LABEL
 
 
 def driver_latency(calls: DockerCalls, n: int) -> dict[str, float]:
@@ -282,19 +282,13 @@ def reconcile_round_trip(workdir: Path, endpoints: int = 500) -> dict[str, Any]:
 
 
 def run(workdir: Path) -> dict[str, Any]:
-    from testbed.host import ensure_host_daemons, ensure_test_image, sweep_test_leftovers
-    from testbed.master import MasterProcess
-    from testbed.plugin import SOCKET, PluginProcess, serving
+    with socket_agent(workdir, "dp", IPERF_IMAGE) as (master, plugin):
+        return _run(workdir, master, plugin)
 
-    ensure_host_daemons()
-    ensure_test_image(BUSYBOX_IMAGE)
-    ensure_test_image(IPERF_IMAGE)
-    if serving(SOCKET):
-        raise SystemExit(f"bench: another netplugin serves {SOCKET}; stop it first")
-    master = MasterProcess(workdir / "dp-master").start()
-    plugin = PluginProcess(master.url, workdir / "dp-plugin.log", data_dir=master.data_dir)
-    plugin.start()
-    sweep_test_leftovers()
+
+def _run(workdir: Path, master: Any, plugin: Any) -> dict[str, Any]:
+    from testbed.plugin import SOCKET
+
     ours, bridge = f"bench-np-{uuid.uuid4().hex[:6]}", f"bench-br-{uuid.uuid4().hex[:6]}"
     try:
         sh(
@@ -351,8 +345,6 @@ def run(workdir: Path) -> dict[str, Any]:
         }
     finally:
         subprocess.run(["docker", "network", "rm", ours, bridge], capture_output=True)
-        plugin.stop()
-        master.stop()
 
 
 def run_with_managed(workdir: Path) -> dict[str, Any]:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from testbed.host import BUSYBOX_IMAGE, TEST_LABEL
 
@@ -21,3 +25,28 @@ def docker_run_seconds(network: str, runs: int) -> list[float]:
         sh("docker", "run", "--rm", "--label", TEST_LABEL, "--net", network, BUSYBOX_IMAGE, "true")
         out.append(time.perf_counter() - t0)
     return out
+
+
+@contextmanager
+def socket_agent(work: Path, name: str, *images: str) -> Iterator[tuple[Any, Any]]:
+    """(master, plugin): a netmaster on the embedded store and the socket plugin on this
+    host's dockerd and OVS, with the test images made; refused if another netplugin serves
+    the socket; both stopped on exit."""
+    from testbed.host import ensure_host_daemons, ensure_test_image, sweep_test_leftovers
+    from testbed.master import MasterProcess
+    from testbed.plugin import SOCKET, PluginProcess, serving
+
+    ensure_host_daemons()
+    for image in (BUSYBOX_IMAGE, *images):
+        ensure_test_image(image)
+    if serving(SOCKET):
+        raise SystemExit(f"bench: another netplugin serves {SOCKET}; stop it first")
+    master = MasterProcess(work / f"{name}-master").start()
+    plugin = PluginProcess(master.url, work / f"{name}-plugin.log", data_dir=master.data_dir)
+    try:
+        plugin.start()
+        sweep_test_leftovers()
+        yield master, plugin
+    finally:
+        plugin.stop()
+        master.stop()

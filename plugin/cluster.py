@@ -267,9 +267,16 @@ class ClusterView:
         )
 
     def start(self) -> ClusterView:
+        self.follow_ahead()
         for m in self._mirrors:
             m.start()
         return self
+
+    def follow_ahead(self) -> None:
+        """Start the shared watch before the mirrors read, so none of them reads twice
+        (one store request; a store that cannot answer leaves it to the first mirror)."""
+        if self._hub is not None:
+            self._hub.follow()
 
     def stop(self) -> None:
         for m in self._mirrors:

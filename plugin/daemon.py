@@ -406,6 +406,8 @@ def run(args: Any) -> None:
         loops,
         agent.teardown,
     )
+    # The shared watch first (off the start's path: etcd may be down), then the mirrors.
+    threading.Thread(target=view.follow_ahead, name="watch-ahead", daemon=True).start()
     for loop in loops:
         loop.start()
 

@@ -176,6 +176,20 @@ def _json(payload: Any, status: int = 200) -> Response:
     return Response(json.dumps(payload, indent=1), status=status, mimetype="application/json")
 
 
+def _bounded(
+    name: str, kind: Callable[[str], float], default: float, high: float, unit: str
+) -> tuple[float, Response | None]:
+    """The request's query argument ``name`` (0 to ``high``), or the 400 that names it."""
+    try:
+        value = kind(request.args.get(name, str(default)))
+    except ValueError:
+        value = -1
+    if 0 <= value <= high:
+        return value, None
+    reason = f"{name} must be a number of {unit} from 0 to {high:g}"
+    return value, _json({"error": reason, "object": name, "reason": reason}, 400)
+
+
 def create_inspect_app(
     window: Window, metrics: AgentMetrics | None = None, read_only: bool = False
 ) -> Flask:
@@ -198,23 +212,11 @@ def create_inspect_app(
     @app.get("/inspect/<section>")
     def inspect(section: str) -> Response:
         if section == "flows":
-            try:
-                cap = int(request.args.get("cap", DEFAULT_CAP))
-            except ValueError:
-                cap = -1
-            if not 0 <= cap <= 10_000:
-                reason = "cap must be a number of flows from 0 to 10000"
-                return _json({"error": reason, "object": "cap", "reason": reason}, 400)
-            return _json(window.flows(cap))
+            cap, refused = _bounded("cap", int, DEFAULT_CAP, 10_000, "flows")
+            return refused or _json(window.flows(int(cap)))
         if section == "teardown":
-            try:
-                wait = float(request.args.get("wait", 0))
-            except ValueError:
-                wait = -1.0
-            if not 0 <= wait <= 60:
-                reason = "wait must be a number of seconds from 0 to 60"
-                return _json({"error": reason, "object": "wait", "reason": reason}, 400)
-            return _json(window.teardown(wait))
+            wait, refused = _bounded("wait", float, 0, 60, "seconds")
+            return refused or _json(window.teardown(wait))
         if section not in sections:
             known = ", ".join([*sections, "flows", "teardown"])
             reason = f"no section {section!r}; the sections are {known}"

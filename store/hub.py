@@ -110,6 +110,21 @@ class WatchHub:
             self._subs.append(sub)
         return sub
 
+    def follow(self) -> None:
+        """Start the shared stream now, from the store's next revision, if it is not
+        running: watches that read their prefix after this start inside its history
+        (none meets Missed). A store that cannot answer leaves it to the first watch."""
+        try:
+            start = self.store.revision() + 1
+        except StoreError as e:
+            log.info(
+                "watch hub %s: not started ahead (%s); the first watch starts it", self.prefix, e
+            )
+            return
+        with self._lock:
+            if self._upstream is None and not self._closed:
+                self._follow(start)
+
     def watching(self) -> int:
         """How many watches the hub serves now."""
         with self._lock:

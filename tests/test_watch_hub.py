@@ -213,3 +213,29 @@ def test_a_cluster_view_may_be_given_its_watches(tmp_path: Path) -> None:
             assert all(prev_kv for _, prev_kv in store.watches)
         finally:
             view.stop()
+
+
+def test_a_hub_started_ahead_serves_watches_that_read_after_it() -> None:
+    hub, store = hub_with()
+    hub.follow()  # the store is at revision 100
+    assert [u.start for u in store.upstreams] == [101]
+    up = store.upstreams[0]
+    up.items.put(put("/r/a/1", 101))
+    wait_for(lambda: hub.received == 1, WAIT, "the hub took the event")
+    # A mirror that read its prefix at revision 100, after the hub started: no Missed.
+    assert take(hub.watch("/r/a/", 101), 1) == [("/r/a/1", 101)]
+    hub.follow()  # already following: no second stream
+    assert len(store.upstreams) == 1
+
+
+def test_a_hub_whose_store_is_down_is_started_by_its_first_watch() -> None:
+    hub, store = hub_with()
+
+    def down() -> int:
+        raise StoreError("etcd is unreachable")
+
+    store.revision = down  # type: ignore[method-assign]
+    hub.follow()
+    assert store.upstreams == []
+    hub.watch("/r/a/", 10)
+    assert [u.start for u in store.upstreams] == [10]
