@@ -14,6 +14,8 @@ from os_ken.ofproto import ofproto_v1_5 as ofp
 
 from datapath.flood import (
     FLOOD_BUCKETS,
+    FLOOD_PARTS,
+    FLOOD_SPLIT,
     SEGMENT_LIMIT,
     flood_action,
     flood_group_id,
@@ -126,10 +128,10 @@ def test_five_thousand_endpoints_split_into_groups_that_each_fit_one_message() -
     ports = range(1, 5_001)
     groups = flood_groups(VNI_A, ports)
     parent, children = groups[0], groups[1:]
-    assert parent.id == flood_group_id(VNI_A) and len(children) == 3
+    assert parent.id == flood_group_id(VNI_A) and len(children) == FLOOD_PARTS
     assert parent.buckets == tuple((("group", c.id),) for c in children)
     assert sorted(b[0][1] for c in children for b in c.buckets) == list(ports)
-    assert all(len(c.buckets) <= FLOOD_BUCKETS for c in children)
+    assert all(len(c.buckets) <= 167 for c in children)  # about 5,000 / 30: cheap to modify
     sizes = [_encoded(g) for g in groups]
     assert max(sizes) < MAX_MESSAGE
     with pytest.raises(struct.error):  # one group of them all: its length does not fit
@@ -141,11 +143,16 @@ def test_five_thousand_endpoints_split_into_groups_that_each_fit_one_message() -
 
 
 def test_one_more_endpoint_of_a_split_segment_changes_one_child_group() -> None:
-    before = set(flood_groups(VNI_A, range(1, 5_001)))
-    after = set(flood_groups(VNI_A, [*range(1, 5_001), 5_003]))
-    assert len(after - before) == 1 and len(before - after) == 1
-    with pytest.raises(ValueError, match="ofport 66000 is above"):
-        flood_groups(VNI_A, [*range(1, FLOOD_BUCKETS + 2), 66_000])
+    for n in (FLOOD_SPLIT + 1, 1_000, 5_000):
+        before = set(flood_groups(VNI_A, range(1, n + 1)))
+        after = set(flood_groups(VNI_A, [*range(1, n + 1), 65_000]))  # ofports go that high
+        (changed,) = after - before
+        assert len(before - after) == 1 and len(changed.buckets) <= n // FLOOD_PARTS + 2
+    # A segment splits only past FLOOD_SPLIT endpoints: small ones keep one group.
+    assert len(flood_groups(VNI_A, range(1, FLOOD_SPLIT + 1))) == 1
+    crowded = [FLOOD_PARTS * k for k in range(1, FLOOD_BUCKETS + 2)]  # one remainder
+    with pytest.raises(ValueError, match=f"{FLOOD_BUCKETS + 1} of its {FLOOD_BUCKETS + 1} "):
+        flood_groups(VNI_A, crowded)
 
 
 def test_child_groups_are_written_before_and_deleted_after_the_group_naming_them() -> None:
