@@ -94,13 +94,16 @@ def adopt_endpoints(
 def remove_unowned(
     ovs: Ovsdb, links: Links, bridge: str, ports: Mapping[str, PortInfo], keep: Collection[str]
 ) -> int:
-    """Remove our endpoint and gateway ports, and host veths, not in ``keep``; how many."""
-    removed = 0
-    for name, info in ports.items():
-        ours = EXT_ENDPOINT in info.external_ids or EXT_NETWORK in info.external_ids
-        if ours and name not in keep:
-            ovs.del_port(bridge, name)
-            removed += 1
+    """Remove our endpoint and gateway ports (in one OVSDB transaction: one
+    reconfiguration of ovs-vswitchd), and host veths, not in ``keep``; how many."""
+    ours = (EXT_ENDPOINT, EXT_NETWORK)
+    stale = [
+        name
+        for name, info in ports.items()
+        if any(k in info.external_ids for k in ours) and name not in keep
+    ]
+    ovs.del_ports(bridge, stale)
+    removed = len(stale)
     for name in links.host_veths():
         if name not in keep:
             links.delete_link(name)
