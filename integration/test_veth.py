@@ -63,3 +63,37 @@ def test_veth_lifecycle() -> None:
     finally:
         delete_veth(eid)
         subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def test_a_pool_port_is_readied_given_back_and_known_by_its_alias() -> None:
+    from datapath.poollinks import NetlinkPoolLinks
+    from datapath.portpool import PoolPort, pool_names
+
+    key = uuid.uuid4().hex[:11]
+    host, container = pool_names(key)
+    ns = f"np-pool-{key[:6]}"
+    links = NetlinkPoolLinks()
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        links.create_pool_veth(host, container)
+        assert _link(host)["state"] == "up" and _link(container)["state"] == "down"
+        for family, key_, value in HOST_END_SYSCTLS:
+            path = Path(f"/proc/sys/net/{family}/conf/{host}/{key_}")
+            assert path.read_text().strip() == value, path
+        port = PoolPort(host, container, 7)
+        eid = "ab" * 32
+        links.claim(port, eid, "02:42:0a:00:00:09", 1450)
+        assert _link(container) == {"mtu": 1450, "address": "02:42:0a:00:00:09", "state": "down"}
+        assert _link(host)["mtu"] == 1450 and links.aliases()[host] == eid
+        # Docker hands it back to the host's namespace: the port may serve again.
+        assert links.release(port) and host not in links.aliases()
+        # A container end that stays away (a pod's namespace): not reusable.
+        with IPRoute() as ip:
+            idx = ip.link_lookup(ifname=container)[0]
+            ip.link("set", index=idx, net_ns_fd=f"/var/run/netns/{ns}")
+        assert not links.release(port)
+        with pytest.raises(OSError, match="not whole"):
+            links.claim(port, eid, "02:42:0a:00:00:09", 1450)
+    finally:
+        subprocess.run(["ip", "link", "del", host], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
