@@ -353,6 +353,21 @@ class Ovs:
                 self.del_port(bridge, name)
             raise
 
+    def add_ports(
+        self, bridge: str, names: list[str], external_ids: Mapping[str, str]
+    ) -> dict[str, int]:
+        """Add these Linux devices as ports in one transaction (one reconfiguration of
+        ovs-vswitchd); their ofports by name. Any that gets none fails them all, removed."""
+        if not names:
+            return {}
+        commands = [_EnsurePort(self.api, bridge, n, "", external_ids, {}) for n in names]
+        self._commit(*commands)
+        try:
+            return {n: self.wait_ofport(n, self.timeout) for n in names}
+        except RuntimeError:
+            self.del_ports(bridge, [n for n, c in zip(names, commands, strict=True) if c.result])
+            raise
+
     def wait_ofport(self, name: str, timeout: float) -> int:
         """Wait for the interface's ofport; raise with vswitchd's error if it gets none."""
         deadline = time.monotonic() + timeout
