@@ -297,14 +297,14 @@ def test_bridge_and_ports_are_never_recreated(lab: Lab) -> None:
         assert lab.db.del_ports(BRIDGE, []) == 0
     finally:
         lab.db.del_ports(BRIDGE, names)
-    from datapath.poollinks import NetlinkPoolLinks
     from datapath.portpool import pool_names
 
     pairs = [pool_names(f"0ddba11{i:04x}") for i in range(3)]
-    links = NetlinkPoolLinks()
+    ns = lab.ovs.netns
     try:  # the pool's batch: Linux devices added in one transaction, ofports read back
         for host, container in pairs:
-            links.create_pool_veth(host, container)
+            run("ip", "-n", ns, "link", "add", host, "type", "veth", "peer", "name", container)
+            run("ip", "-n", ns, "link", "set", host, "up")
         ofports = lab.db.add_ports(BRIDGE, [h for h, _ in pairs], {"netplugin-pool": "1"})
         assert sorted(ofports) == sorted(h for h, _ in pairs) and all(ofports.values())
         listed = lab.db.list_ports(BRIDGE)
@@ -315,7 +315,7 @@ def test_bridge_and_ports_are_never_recreated(lab: Lab) -> None:
     finally:
         lab.db.del_ports(BRIDGE, [h for h, _ in pairs])
         for host, _ in pairs:
-            subprocess.run(["ip", "link", "del", host], capture_output=True)
+            run("ip", "-n", ns, "link", "del", host, check=False)
     with pytest.raises(RuntimeError, match="np-nodev: could not open network device"):
         lab.db.add_port(BRIDGE, "np-nodev", timeout=5)
     assert "np-nodev" not in lab.db.list_ports(BRIDGE)  # a failed add leaves nothing behind
