@@ -42,16 +42,17 @@ SEGMENT_LIMIT = 1 << 26  # every segment is below (VRF segments are 2^25 | tag)
 FLOOD_BUCKETS = 2_200
 FLOOD_SPLIT = 128  # more local endpoints than this: child groups
 _PART_BITS = 26
-_MAX_PART = 30  # 0x8000_0000 | 30 << 26 | (2^26 - 1) stays under OFPG_MAX
-FLOOD_PARTS = _MAX_PART  # the part numbers fit the 5 bits between segment and base
+# Children 1..30: their part numbers fit the 5 bits between segment and base, and
+# 0x8000_0000 | 30 << 26 | (2^26 - 1) stays under OFPG_MAX.
+FLOOD_PARTS = 30
 
 
 def flood_group_id(segment: int, part: int = 0) -> int:
     """The id of a segment's flood group (part 0) or of its child group ``part``."""
     if not 0 <= segment < SEGMENT_LIMIT:
         raise ValueError(f"segment {segment:#x} is out of 0-{SEGMENT_LIMIT - 1:#x}")
-    if not 0 <= part <= _MAX_PART:
-        raise ValueError(f"segment {segment:#x}: flood group part {part} is out of 0-{_MAX_PART}")
+    if not 0 <= part <= FLOOD_PARTS:
+        raise ValueError(f"segment {segment:#x}: flood group part {part} is out of 0-{FLOOD_PARTS}")
     return FLOOD_GROUP_BASE | part << _PART_BITS | segment
 
 

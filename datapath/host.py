@@ -303,13 +303,11 @@ class HostDatapath:
         self._wait_ready()
         with self._lock:
             self._drop_network(network_id)
-        self.teardown.settle(self.ready_timeout)
+        self.settle(self.ready_timeout)
 
-    def settle(self, timeout: float | None = None, endpoint_id: str | None = None) -> int:
-        """Wait for the ports and veths of deleted endpoints (or of this one) to be removed;
-        how many are still pending after ``timeout``."""
-        if endpoint_id is not None:
-            return int(not self.teardown.wait(endpoint_id, timeout))
+    def settle(self, timeout: float | None = None) -> int:
+        """Wait for the ports and veths of deleted endpoints to be removed; how many are
+        still pending after ``timeout``."""
         return self.teardown.settle(timeout)
 
     def _drop_network(self, network_id: str) -> None:

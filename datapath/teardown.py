@@ -12,7 +12,7 @@ Each removal is keyed by its endpoint: plugging the same endpoint again (a retri
 CreateEndpoint: the same veth names) first waits for its removal (``wait``); removing a
 network, a refused attach, CNI DEL, stopping the agent and tests' leak checks wait for
 them (``settle``). A removal that fails is logged and counted; what it left is removed by
-the next resync, which removes every port and veth no endpoint owns.
+the agent's audit or its next start, which remove every port and veth no endpoint owns.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class Teardown:
             self._remove(keys)
         except Exception as e:
             error = e
-            log.exception("%s: removing their ports and veths failed; the next resync does", keys)
+            log.exception("%s: removing their ports and veths failed; the audit does", keys)
         with self._cond:
             self.batches += 1
             self.done += len(batch)

@@ -111,7 +111,7 @@ class AgentDatapath:
         self.agent.delete_endpoint_port(endpoint_id)
 
     def settle(self, endpoint_id: str) -> None:
-        self.agent.settle(self.agent.ready_timeout, endpoint_id)
+        self.agent.teardown.wait(endpoint_id, self.agent.ready_timeout)
 
     def remove_network(self, network_id: str) -> None:
         self.agent.remove_network(network_id)

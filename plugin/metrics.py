@@ -68,8 +68,8 @@ class _StateCollector(Collector):
             )
             yield CounterMetricFamily(
                 "netplugin_teardown_failures",
-                "Removals of a deleted endpoint's port and veth that failed (the next resync "
-                "removes what they left)",
+                "Removals of a deleted endpoint's port and veth that failed (the audit or the "
+                "next start removes what they left)",
                 value=self.teardown.failed,
             )
         passes = CounterMetricFamily(
