@@ -1,5 +1,6 @@
-"""The ports netplugin owns on the bridge, as a (re)started agent finds them: endpoint ports
-adopted as they are, ports and veths nothing owns removed; and the router port.
+"""The ports netplugin owns on the bridge: endpoint veths plugged and removed, ports and
+veths nothing owns removed (datapath.endpointports adopts the endpoints'); and the router
+port.
 
 The router port (routing mode with BGP) is an OVS internal port holding the host's address
 on the fabric (the Bgp object's router IP) on the untagged side of the VLAN uplink. The
@@ -13,11 +14,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import replace
 
 from .effects import Links, Ovsdb
 from .hostnat import FABRIC_PORT
-from .local import EndpointState
 from .ovs import PortInfo
 from .veth import veth_names
 
@@ -70,27 +69,6 @@ def ensure_fabric(
     return ofport, held
 
 
-def adopt_endpoints(
-    ports: Mapping[str, PortInfo], endpoints: Iterable[EndpointState], links: Links
-) -> tuple[dict[str, EndpointState], int]:
-    """The endpoints whose ports are on the bridge, with their ofports read back; and how
-    many have none (their veth vanished: they cannot be re-plugged into their container)."""
-    found: dict[str, EndpointState] = {}
-    missing = 0
-    for ep in endpoints:
-        host, _ = veth_names(ep.id)
-        info = ports.get(host)
-        if info is None or not info.ofport or info.ofport < 0:
-            missing += 1
-            continue
-        try:
-            links.isolate_host_end(host)  # ports made by an older netplugin lack it
-        except OSError as e:
-            log.warning("endpoint %s: cannot isolate %s from the host: %s", ep.id, host, e)
-        found[ep.id] = replace(ep, ofport=info.ofport)
-    return found, missing
-
-
 def remove_unowned(
     ovs: Ovsdb, links: Links, bridge: str, ports: Mapping[str, PortInfo], keep: Collection[str]
 ) -> int:
@@ -126,21 +104,23 @@ def plug_endpoint(
 
 
 def unplug_endpoint(ovs: Ovsdb, links: Links, bridge: str, endpoint_id: str) -> None:
-    """Remove the endpoint's port and veth pair, whichever are there."""
-    unplug_endpoints(ovs, links, bridge, [endpoint_id])
+    """Remove the endpoint's own port and veth pair, whichever are there."""
+    remove_ports(ovs, links, bridge, [veth_names(endpoint_id)[0]])
 
 
-def unplug_endpoints(ovs: Ovsdb, links: Links, bridge: str, endpoint_ids: list[str]) -> None:
-    """Remove these endpoints' ports (in one OVSDB transaction: one reconfiguration of
-    ovs-vswitchd) and veth pairs, whichever are there; raises the first failure once every
-    veth was tried."""
-    ovs.del_ports(bridge, [veth_names(e)[0] for e in endpoint_ids])
+def remove_ports(ovs: Ovsdb, links: Links, bridge: str, names: list[str]) -> None:
+    """Remove these ports (in one OVSDB transaction: one reconfiguration of ovs-vswitchd)
+    and their veth pairs (by the host end: its peer goes with it), whichever are there;
+    raises the first failure once every veth was tried."""
+    if not names:
+        return
+    ovs.del_ports(bridge, names)
     failure: OSError | None = None
-    for endpoint_id in endpoint_ids:
+    for name in names:
         try:
-            links.delete_veth(endpoint_id)
+            links.delete_link(name)
         except OSError as e:
-            log.error("endpoint %s: cannot delete its veth: %s", endpoint_id[:12], e)
+            log.error("cannot delete veth %s: %s", name, e)
             failure = failure or e
     if failure is not None:
         raise failure

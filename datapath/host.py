@@ -5,8 +5,9 @@ switch, the kernel and iptables match it. Every operation is idempotent, nothing
 already right is recreated, and a failure part-way removes what it made. Flows: resync
 compiles every flow and the controller diffs the switch's; later changes go through the
 incremental model (datapath.flowmodel), which sends only the delta. iptables is synced
-only when its inputs changed. Deleted endpoints' ports go in the background
-(datapath.teardown); the audit removes what a failed removal left."""
+only when its inputs changed. Endpoints' ports (their own veths, or a pool's made ahead of
+demand) are datapath.endpointports'; deleted endpoints' ports are given back or removed in
+the background (datapath.teardown), and the audit removes what a failed removal left."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from . import bridgeports as bp
 from .effects import HostNat, Links, OpenFlow, Ovsdb
+from .endpointports import EndpointPorts, Plugged, port_names
 from .flowmodel import Change, FlowModel, changes
 from .flows import Flow
 from .hoststate import HostState
@@ -28,11 +30,11 @@ from .offloads import keeps_offloads, read_switch_tso
 from .ovs import PortInfo
 from .pipeline import DesiredState, FwdMode, compile_flows
 from .policy import GroupState
+from .portpool import PortPool
 from .ports import PublishedPort
 from .services import ServiceState
-from .teardown import Teardown
 from .tunnels import ensure_tunnels, present_tunnels
-from .veth import NetlinkLinks, veth_names
+from .veth import NetlinkLinks
 
 __all__ = ["EndpointState", "HostConfig", "HostDatapath", "NetworkState"]
 
@@ -41,7 +43,8 @@ log = logging.getLogger(__name__)
 
 class HostDatapath:
     """Decides what the bridge, the kernel and iptables should hold; its effects (links,
-    OVSDB, iptables, OpenFlow) act. links defaults to the host's netlink."""
+    OVSDB, iptables, OpenFlow) act. links defaults to the host's netlink; ``pool`` (None:
+    none) has switch ports ready for new endpoints."""
 
     def __init__(
         self,
@@ -51,6 +54,7 @@ class HostDatapath:
         iptables: HostNat,
         links: Links | None = None,
         ports: HostPortProbe | None = None,
+        pool: PortPool | None = None,
     ) -> None:
         self.config = config
         self.ovs = ovs
@@ -60,13 +64,11 @@ class HostDatapath:
         self._lock = threading.RLock()
         self._state = HostState()
         self._model = FlowModel()  # the flows the controller was given, by unit
-        self._plugged: dict[str, tuple[int, str]] = {}  # endpoint -> (ofport, container if)
         self._held_since: dict[str, float] = {}  # network -> when this host took it
         self._nat = NatSync(iptables, ports)
-        # Deleted endpoints' ports and veths, removed after the answer, in batches.
-        self.teardown = Teardown(
-            lambda ids: bp.unplug_endpoints(ovs, self.links, config.bridge, ids)
-        )
+        # Endpoints' ports; deleted ones' given back or removed after the answer, in batches.
+        self.ports = EndpointPorts(ovs, self.links, config.bridge, pool)
+        self.teardown = self.ports.teardown
         # Until the first resync the local state is partial: pushing it would delete the
         # flows of endpoints we have not re-read yet.
         self._ready = threading.Event()
@@ -126,12 +128,9 @@ class HostDatapath:
             self._state.fabric_subnets = bp.by_tag(fabric_subnets)
             for net in networks:
                 self._ensure_network(net)
-            wanted, missing = bp.adopt_endpoints(ports, endpoints, self.links)
-            wanted = self._nat.adopt_published(wanted)  # their ports live only in iptables
             # Ports plug() made for endpoints not created yet stay; the others are read back.
-            self._plugged = {
-                k: v for k, v in self._plugged.items() if k not in self._state.endpoints
-            }
+            wanted, missing, spare = self.ports.adopt(ports, endpoints)
+            wanted = self._nat.adopt_published(wanted)  # their ports live only in iptables
             self._state.endpoints = wanted
             self._state.remote_endpoints = tuple(remote_endpoints)
             self._state.groups = tuple(groups)
@@ -141,7 +140,8 @@ class HostDatapath:
             else:  # adopt what is there, so the flows keep using it
                 self._state.tunnels = present_tunnels(ports)
             self._ready.set()
-            removed = self._remove_unowned(ports)
+            bp.remove_ports(self.ovs, self.links, self.config.bridge, spare)
+            removed = self._remove_unowned(ports) + len(spare)
             self._push()
             return {
                 "endpoints": len(wanted),
@@ -330,37 +330,29 @@ class HostDatapath:
         which the master confirms meanwhile); the container-side interface name."""
         self._wait_ready()
         with self._lock:
-            return self._plug(endpoint_id, network_id, mac)[1]
+            return self._plug(endpoint_id, network_id, mac).container
 
-    def _plug(self, endpoint_id: str, network_id: str, mac: str) -> tuple[int, str]:
-        if endpoint_id in self._plugged:
-            return self._plugged[endpoint_id]
+    def _plug(self, endpoint_id: str, network_id: str, mac: str) -> Plugged:
+        if (plugged := self.ports.get(endpoint_id)) is not None:
+            return plugged
         net = self._state.networks.get(network_id)
         if net is None:
             raise ValueError(f"endpoint {endpoint_id}: network {network_id} is not on this host")
-        if not self.teardown.wait(endpoint_id, self.ready_timeout):  # a retry: same names
-            raise RuntimeError(f"endpoint {endpoint_id}: its old port is still being removed")
-        ports = self.ovs, self.links, self.config.bridge
-        mtu = self.config.mtu_for(net.encap)
-        ofport, _, container = bp.plug_endpoint(*ports, endpoint_id, network_id, mac, mtu)
-        try:
-            dp, tso, tunnels = self.datapath_type, self.switch_tso, self.config.tunnels
-            if not keeps_offloads(dp, tso, net.encap, tunnels):
-                self.links.disable_tx_offload(container)
-        except BaseException:
-            bp.unplug_endpoint(*ports, endpoint_id)
-            raise
-        self._plugged[endpoint_id] = (ofport, container)
-        return ofport, container
+        dp, tso, tunnels = self.datapath_type, self.switch_tso, self.config.tunnels
+        off = not keeps_offloads(dp, tso, net.encap, tunnels)
+        mtu, wait = self.config.mtu_for(net.encap), self.ready_timeout
+        return self.ports.plug(endpoint_id, network_id, mac, mtu, off, wait)
 
     def create_endpoint_port(self, endpoint: EndpointState) -> str:
         """Plug an endpoint into the bridge (or take the port plug() made) and send its
         flows; returns the container-side interface name once they are on the switch."""
         self._wait_ready()
         with self._lock:
-            ofport, container = self._plug(endpoint.id, endpoint.network_id, endpoint.mac)
+            p = self._plug(endpoint.id, endpoint.network_id, endpoint.mac)
             try:
-                ep = self._state.endpoints[endpoint.id] = replace(endpoint, ofport=ofport)
+                pooled = p.host if p.pool is not None else ""
+                ep = replace(endpoint, ofport=p.ofport, port=pooled)
+                self._state.endpoints[endpoint.id] = ep
                 generation = self._apply(Change(endpoints={ep.id: ep}))
                 self._sync_nat_if(bool(ep.port_mappings))
             except BaseException:
@@ -371,7 +363,7 @@ class HostDatapath:
         # Outside the lock: the container starts once this returns, and its first packets
         # need its flows on the switch, not just sent.
         self._await_flows(generation, f"endpoint {endpoint.id[:12]}")
-        return container
+        return p.container
 
     def _await_flows(self, generation: int | None, what: str) -> None:
         if generation is None:
@@ -392,11 +384,10 @@ class HostDatapath:
             self._sync_nat_if(gone is not None and bool(gone.port_mappings))
 
     def _remove_endpoint(self, endpoint_id: str) -> EndpointState | None:
-        """Forget the endpoint; its port and veth go in the background (datapath.teardown),
-        once the caller has removed its flows."""
+        """Forget the endpoint; its port is given back or removed in the background
+        (datapath.endpointports), once the caller has removed its flows."""
         gone = self._state.endpoints.pop(endpoint_id, None)
-        self._plugged.pop(endpoint_id, None)
-        self.teardown.submit(endpoint_id)
+        self.ports.unplug(endpoint_id)
         return gone
 
     def publish(
@@ -420,7 +411,7 @@ class HostDatapath:
         ep = self._state.endpoints.get(endpoint_id)
         if ep is None:
             return {}
-        host = veth_names(endpoint_id)[0]
+        host = port_names(ep)[0]
         return {"hostInterface": host, "ofport": ep.ofport, "mac": ep.mac, "network": ep.network_id}
 
     # --- desired state -> switch and kernel ---
@@ -456,14 +447,14 @@ class HostDatapath:
             generation = self.controller.resync()
             self._sync_nat(force=True)
             # What a failed teardown left (none while one runs: its ports are not owned).
-            if not self.teardown.pending() and (
-                n := self._remove_unowned(self.ovs.list_ports(self.config.bridge))
-            ):
-                log.warning("audit: removed %d ports and veths no endpoint owns", n)
+            if not self.teardown.pending():
+                ports = self.ovs.list_ports(self.config.bridge)
+                if n := self._remove_unowned(ports) + self.ports.remove_unowned_pool(ports):
+                    log.warning("audit: removed %d ports and veths no endpoint owns", n)
             return generation
 
     def _remove_unowned(self, ports: Mapping[str, PortInfo]) -> int:
-        owned = self._state.owned_ports(self._plugged)
+        owned = self._state.owned_ports(self.ports.owned())
         return bp.remove_unowned(self.ovs, self.links, self.config.bridge, ports, owned)
 
     def _cluster_change(self, **change: Any) -> Change:

@@ -87,10 +87,10 @@ class HostState:
         ]
 
     def owned_ports(self, plugged: Collection[str]) -> set[str]:
-        """The names of the ports and host veths this host's endpoints (and those plugged
-        ahead of their flows) and networks own."""
-        ports = {veth_names(e)[0] for e in [*self.endpoints, *plugged]}
-        return ports | {n.gateway_port for n in self.networks.values()}
+        """The names of the ports and host veths this host's endpoints and networks own,
+        and ``plugged`` (every endpoint's port, those plugged ahead of their flows too)."""
+        ports = {e.port or veth_names(e.id)[0] for e in self.endpoints.values()}
+        return ports | set(plugged) | {n.gateway_port for n in self.networks.values()}
 
     def arp(self) -> ArpMode:
         return "flood" if self.arp_mode == "flood" else "proxy"

@@ -73,6 +73,7 @@ class EndpointState:
     ofport: int = 0  # this host's: its bridge port (0 until it is plugged)
     host: str = ""  # another host's: that host
     port_mappings: tuple[PublishedPort, ...] = ()  # this host's: its published ports
+    port: str = ""  # this host's: its switch port's name, if not its veth's (a pool port)
 
 
 def vrf_segment(tag: int) -> int:

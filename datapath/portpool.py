@@ -14,7 +14,10 @@ bridge, ``vr…`` for the container), already an OVS port with a known ofport:
   it for the next endpoint; a port whose container end did not come back is the caller's
   to remove;
 - ``refill`` makes what is missing, in one OVSDB transaction, only when no endpoint was
-  taken for ``quiet`` seconds: the reconfiguration then delays nobody.
+  taken for ``quiet`` seconds: the reconfiguration then delays nobody;
+- a take that finds the pool empty makes a batch at once, in one transaction, and takes
+  one of it: a burst of new containers costs ovs-vswitchd one reconfiguration per
+  ``batch`` endpoints, not one each.
 
 Decisions are here; the effects are the ``PoolLinks`` and ``PoolOvs`` given.
 """
@@ -27,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -46,11 +49,31 @@ def new_key() -> str:
     return secrets.token_hex(6)[:11]
 
 
+def is_pool_port(name: str) -> bool:
+    return name.startswith(HOST_PREFIX) and len(name) == len(HOST_PREFIX) + 11
+
+
+def container_end(host: str) -> str:
+    """The container end of the pool port whose host end is ``host``."""
+    return CONTAINER_PREFIX + host[len(HOST_PREFIX) :]
+
+
 @dataclass(frozen=True)
 class PoolPort:
     host: str  # the host end: a port of the bridge
     container: str  # the end Docker moves into the container and renames
     ofport: int
+    # Whether the container end has TX checksumming off (datapath.offloads); None: not
+    # known (a port adopted at start), so the next claim sets it either way.
+    offloads_off: bool | None = False
+
+
+@dataclass(frozen=True)
+class PoolLink:
+    """A pool port's pair as the kernel has it."""
+
+    alias: str  # the endpoint it serves ("" for none)
+    home: bool  # its container end is in the host's namespace under its name
 
 
 class PoolLinks(Protocol):
@@ -58,14 +81,24 @@ class PoolLinks(Protocol):
         """A new pair, the host end up and kept off the host's IP stack."""
         ...
 
-    def claim(self, port: PoolPort, endpoint_id: str, mac: str, mtu: int) -> None:
-        """Ready ``port`` for the endpoint: the container end's MAC and MTU, the host end's
-        MTU and its alias (the endpoint's ID)."""
+    def claim(
+        self, port: PoolPort, endpoint_id: str, mac: str, mtu: int, offloads_off: bool
+    ) -> None:
+        """Ready ``port`` for the endpoint: the container end's MAC, MTU and TX
+        checksumming, the host end's MTU and its alias (the endpoint's ID)."""
         ...
 
     def release(self, port: PoolPort) -> bool:
         """Clear the host end's alias; True if the container end is back in the host's
         namespace under its name (the port can serve again)."""
+        ...
+
+    def discard(self, host: str) -> None:
+        """Delete the pair whose host end is ``host`` (if it is there)."""
+        ...
+
+    def survey(self) -> dict[str, PoolLink]:
+        """Every pool port's pair in this namespace, by host end (at start)."""
         ...
 
 
@@ -95,6 +128,7 @@ class PortPool:
         self.size, self.batch, self.quiet = size, batch, quiet
         self._keys, self._clock = keys, clock
         self._lock = threading.Lock()
+        self._making = threading.Lock()  # held while a batch is made
         self._free: deque[PoolPort] = deque()
         self._last_take = float("-inf")
         self.taken = 0  # ports handed to endpoints, since start
@@ -102,34 +136,49 @@ class PortPool:
         self.reused = 0  # ports given back and kept
         self.made = 0  # ports made
 
-    def take(self, endpoint_id: str, mac: str, mtu: int) -> PoolPort | None:
-        """A free port readied for the endpoint, or None (the pool is empty, or readying
-        the port failed: that port is dropped, and the caller plugs a port of its own)."""
+    def take(
+        self, endpoint_id: str, mac: str, mtu: int, offloads_off: bool = False
+    ) -> PoolPort | None:
+        """A free port readied for the endpoint, or None (no port could be made, or
+        readying it failed: that port is dropped; the caller plugs a port of its own). An
+        empty pool makes a batch first, in one transaction."""
         with self._lock:
             self._last_take = self._clock()
-            if not self._free:
+            empty = not self._free
+            if empty:
                 self.missed += 1
+        if empty:
+            try:
+                with self._making:  # one batch at a time: the refill's may just have come
+                    if not self.state()["free"]:
+                        self._make(self.batch)
+            except Exception:
+                return None
+        with self._lock:
+            if not self._free:  # taken meanwhile by another caller
                 return None
             port = self._free.popleft()
         try:
-            self.links.claim(port, endpoint_id, mac, mtu)
+            self.links.claim(port, endpoint_id, mac, mtu, offloads_off)
         except OSError as e:
             log.warning("pool port %s: cannot ready it for %s: %s", port.host, endpoint_id[:12], e)
             return None
         with self._lock:
             self.taken += 1
-        return port
+        return replace(port, offloads_off=offloads_off)
 
     def give_back(self, port: PoolPort) -> bool:
         """Keep ``port`` for the next endpoint; False if it cannot serve again or the pool
-        is full (the caller removes it)."""
+        holds twice its size (the caller removes it). Up to then a port given back is kept
+        although a refill may have replaced it meanwhile: under steady churn (a container
+        started as another ends) the pool then makes and removes nothing."""
         try:
             home = self.links.release(port)
         except OSError as e:
             log.info("pool port %s: not reused: %s", port.host, e)
             return False
         with self._lock:
-            if not home or len(self._free) >= self.size:
+            if not home or len(self._free) >= 2 * self.size:
                 return False
             self._free.append(port)
             self.reused += 1
@@ -145,9 +194,11 @@ class PortPool:
 
     def refill(self) -> int:
         """Make what is missing (see ``missing``) in one OVSDB transaction; how many."""
-        n = self.missing()
-        if n == 0:
-            return 0
+        with self._making:
+            n = self.missing()
+            return self._make(n) if n else 0
+
+    def _make(self, n: int) -> int:
         names = [pool_names(self._keys()) for _ in range(n)]
         made: list[tuple[str, str]] = []
         try:
@@ -155,8 +206,13 @@ class PortPool:
                 self.links.create_pool_veth(host, container)
                 made.append((host, container))
             ofports = self.ovs.add_ports(self.bridge, [h for h, _ in made], {EXT_POOL: "1"})
-        except Exception:
-            log.exception("pool: making %d ports failed; the next start removes what is left", n)
+        except Exception as e:
+            log.error("port pool: cannot make %d ports: %s", n, e)
+            for host, _ in made:  # add_ports added none of them
+                try:
+                    self.links.discard(host)
+                except OSError as gone:
+                    log.warning("port pool: %s is left (the audit removes it): %s", host, gone)
             raise
         ports = [PoolPort(h, c, ofports[h]) for h, c in made if ofports.get(h, 0) > 0]
         with self._lock:
@@ -171,6 +227,14 @@ class PortPool:
             room = max(0, self.size - len(self._free))
             self._free.extend(free[:room])
             return free[room:]
+
+    def free(self) -> list[PoolPort]:
+        with self._lock:
+            return list(self._free)
+
+    def paused(self) -> threading.Lock:
+        """Held, no batch is being made (for whoever reads which pool ports exist)."""
+        return self._making
 
     def drain(self) -> list[PoolPort]:
         """At stop: every free port, to remove; the pool is then empty."""

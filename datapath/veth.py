@@ -118,13 +118,20 @@ def disable_tx_offload(ifname: str) -> None:
     One SIOCETHTOOL ioctl (ETHTOOL_STXCSUM off, through pyroute2's ethtool), what `ethtool
     -K IF tx off` does without a process per endpoint; the kernel drops the features that
     need TX checksumming (TSO, ...) with it."""
+    set_tx_checksumming(ifname, False)
+
+
+def set_tx_checksumming(ifname: str, on: bool) -> None:
+    """TX checksumming on or off (off takes the features that need it, TSO..., with it;
+    on gives back those still wanted)."""
     from pyroute2.ethtool.ioctl import EthtoolError, IoctlEthtool
 
     ethtool = IoctlEthtool(ifname)
     try:
-        ethtool.set_offload_flag("tx-checksumming", 0)
+        ethtool.set_offload_flag("tx-checksumming", int(on))
     except EthtoolError as e:  # no such device, not supported: an OSError as the ioctl's own
-        raise OSError(f"{ifname}: cannot turn TX checksumming off ({type(e).__name__})") from e
+        state = "on" if on else "off"
+        raise OSError(f"{ifname}: cannot turn TX checksumming {state} ({type(e).__name__})") from e
     finally:
         ethtool.close()
 

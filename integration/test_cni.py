@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from common import cni
-from datapath.veth import veth_names
+from testbed.host import endpoint_port, spare_pool_ports
 from testbed.lab import BIN, NetctlLab, ip_of, run
 from testbed.master import MasterProcess
 from testbed.plugin import PluginProcess
@@ -106,18 +106,22 @@ def conf(lab: NetctlLab, version: str = "1.0.0", **extra: Any) -> dict[str, Any]
 
 
 def links() -> set[str]:
-    """The host's interfaces but the networks' gateway ports (see ovs_ports)."""
-    return {n for n in os.listdir("/sys/class/net") if not n.startswith("npgw")}
+    """The host's interfaces but the networks' gateway ports and spare pool ports (see
+    ovs_ports)."""
+    spare = spare_pool_ports(run("ip", "-o", "link").stdout)
+    return {n for n in os.listdir("/sys/class/net") if not n.startswith("npgw")} - spare
 
 
 def ovs_ports() -> set[str]:
     """The bridge's ports but the networks' gateways (made for a network on its first
-    endpoint here, they stay while it exists, as for Docker's containers)."""
+    endpoint here, they stay while it exists, as for Docker's containers) and the port
+    pool's spare ones (made ahead of demand, when the agent likes)."""
+    spare = spare_pool_ports(run("ip", "-o", "link").stdout)
     return {
         p
         for p in run("ovs-vsctl", "list-ports", "netplugin").stdout.split()
         if not p.startswith("npgw")
-    }
+    } - spare
 
 
 def test_add_check_del_with_the_real_agent(lab: NetctlLab, pods: list[str]) -> None:
@@ -137,7 +141,7 @@ def test_add_check_del_with_the_real_agent(lab: NetctlLab, pods: list[str]) -> N
     assert f"default via {gateway} dev eth0" in in_ns(name, "ip", "route").stdout
     mtu = in_ns(name, "cat", "/sys/class/net/eth0/mtu").stdout.strip()
     assert int(mtu) > 0
-    host_end, _ = veth_names(cni.endpoint_id(cid, "eth0"))
+    host_end = endpoint_port(run("ip", "-o", "link").stdout, cni.endpoint_id(cid, "eth0"))
     assert host_end in ovs_ports()
     wait_for(
         lambda: in_ns(name, "ping", "-c", "1", "-W", "1", peer_ip, check=False).returncode == 0,
@@ -228,7 +232,7 @@ def test_an_agent_restart_keeps_pods_talking_and_remakes_nothing(
         15,
         "the pod reaches the docker container",
     )
-    host_end, _ = veth_names(cni.endpoint_id(cid, "eth0"))
+    host_end = endpoint_port(run("ip", "-o", "link").stdout, cni.endpoint_id(cid, "eth0"))
     index = Path(f"/sys/class/net/{host_end}/ifindex").read_text()
     ofport = run("ovs-vsctl", "get", "interface", host_end, "ofport").stdout
     pinging = subprocess.Popen(

@@ -360,7 +360,7 @@ def test_removing_a_service_and_its_network_mid_deployment_leaks_nothing(
     assert not endpoints(cluster, net)
     for h in cluster.hosts:  # no task's port left on any host's switch (removed after the
         # answer to DeleteEndpoint, within moments)
-        wait_for(lambda h=h: not [p for p in h.ovs_ports() if p.startswith("vp")], 10,
+        wait_for(lambda h=h: not h.endpoint_ports(), 10,
                  f"no task's port left on {h.name}: {h.ovs_ports()}")  # fmt: skip
 
 

@@ -67,7 +67,8 @@ def test_veth_lifecycle() -> None:
 
 def test_a_pool_port_is_readied_given_back_and_known_by_its_alias() -> None:
     from datapath.poollinks import NetlinkPoolLinks
-    from datapath.portpool import PoolPort, pool_names
+    from datapath.portpool import PoolLink, PoolPort, pool_names
+    from datapath.veth import tx_checksumming
 
     key = uuid.uuid4().hex[:11]
     host, container = pool_names(key)
@@ -82,18 +83,25 @@ def test_a_pool_port_is_readied_given_back_and_known_by_its_alias() -> None:
             assert path.read_text().strip() == value, path
         port = PoolPort(host, container, 7)
         eid = "ab" * 32
-        links.claim(port, eid, "02:42:0a:00:00:09", 1450)
+        links.claim(port, eid, "02:42:0a:00:00:09", 1450, offloads_off=True)
         assert _link(container) == {"mtu": 1450, "address": "02:42:0a:00:00:09", "state": "down"}
-        assert _link(host)["mtu"] == 1450 and links.aliases()[host] == eid
+        assert _link(host)["mtu"] == 1450 and links.survey()[host] == PoolLink(eid, True)
+        assert not tx_checksumming(container)
         # Docker hands it back to the host's namespace: the port may serve again.
-        assert links.release(port) and host not in links.aliases()
+        assert links.release(port) and links.survey()[host] == PoolLink("", True)
+        # The next endpoint keeps its offloads: TX checksumming comes back.
+        port = PoolPort(host, container, 7, offloads_off=True)
+        links.claim(port, "cd" * 32, "02:42:0a:00:00:0a", 1450, offloads_off=False)
+        assert tx_checksumming(container)
         # A container end that stays away (a pod's namespace): not reusable.
         with IPRoute() as ip:
             idx = ip.link_lookup(ifname=container)[0]
             ip.link("set", index=idx, net_ns_fd=f"/var/run/netns/{ns}")
-        assert not links.release(port)
+        assert not links.release(port) and links.survey()[host] == PoolLink("", False)
         with pytest.raises(OSError, match="not whole"):
-            links.claim(port, eid, "02:42:0a:00:00:09", 1450)
+            links.claim(port, eid, "02:42:0a:00:00:09", 1450, offloads_off=False)
+        links.discard(host)
+        assert host not in links.survey()
     finally:
         subprocess.run(["ip", "link", "del", host], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)

@@ -186,13 +186,23 @@ def render_flows(f: dict[str, Any]) -> str:
 
 def render_teardown(t: dict[str, Any]) -> str:
     pending = t.get("pending") or []
-    return _labelled(
-        [
-            ("Removals pending", len(pending)),
-            ("Removed since start", t.get("done")),
-            ("Failed since start", t.get("failed")),
+    pool = t.get("pool")
+    rows: list[tuple[str, Any]] = [
+        ("Removals pending", len(pending)),
+        ("Handled since start", t.get("done")),
+        ("Failed since start", t.get("failed")),
+    ]
+    if pool:
+        rows += [
+            ("Pool ports free", f"{pool.get('free')} of {pool.get('size')}"),
+            ("Pool ports taken", pool.get("taken")),
+            ("Pool ports reused", pool.get("reused")),
+            ("Pool ports made", pool.get("made")),
+            ("Pool found empty", pool.get("missed")),
         ]
-    ) + "".join(f"  {eid}\n" for eid in pending)
+    else:
+        rows.append(("Port pool", "off (--port-pool 0)"))
+    return _labelled(rows) + "".join(f"  {eid}\n" for eid in pending)
 
 
 def render_driver(d: dict[str, Any]) -> str:

@@ -75,6 +75,15 @@ def parser() -> EnvArgumentParser:
         "(repairs changes made behind netplugin's back); 0 disables",
     )
     p.add_argument(
+        "--port-pool",
+        type=int,
+        default=16,
+        metavar="N",
+        help="switch ports kept plugged ahead of demand, so a new endpoint costs "
+        "ovs-vswitchd no reconfiguration (made when the host is quiet, kept up to N); "
+        "0 disables",
+    )
+    p.add_argument(
         "--plugin-name",
         default="",
         help="the driver name dockerd knows this agent by (default: netplugin; as a managed "
@@ -124,11 +133,16 @@ def parser() -> EnvArgumentParser:
     return p
 
 
+MAX_PORT_POOL = 1024  # ports: each is a veth pair and a switch port
+
+
 def main(argv: list[str] | None = None) -> None:
     p = parser()
     args = p.parse_args(argv)
     if args.audit_interval < 0:
         p.error(f"--audit-interval {args.audit_interval:g}: must be >= 0 (0 disables)")
+    if not 0 <= args.port_pool <= MAX_PORT_POOL:
+        p.error(f"--port-pool {args.port_pool}: must be 0 (none) to {MAX_PORT_POOL}")
     setup_logging(args.log_level, "netplugin")
     from .daemon import run
 

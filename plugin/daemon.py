@@ -26,6 +26,8 @@ from datapath.hostports import HostPorts
 from datapath.netns import NetlinkNetns
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
+from datapath.poollinks import NetlinkPoolLinks
+from datapath.portpool import PortPool
 from datapath.ports import PortConflict, PublishedPort
 from datapath.report import counts
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
@@ -234,6 +236,13 @@ def _link_mtu(ifname: str) -> int:
         return int(ip.get_links(found[0])[0].get("mtu"))
 
 
+def port_pool(size: int, ovs: Ovs, bridge: str, proc_sys: str) -> PortPool | None:
+    """The switch ports kept ready for new endpoints (--port-pool; 0: none)."""
+    if size <= 0:
+        return None
+    return PortPool(ovs, NetlinkPoolLinks(proc_sys), bridge, size, batch=min(8, size))
+
+
 def open_cluster_store(args: Any) -> Store:
     """The cluster store the flags name; a TLS problem with etcd ends the program with a
     one-line message (an etcd that is down is waited for by the mirrors)."""
@@ -297,7 +306,8 @@ def run(args: Any) -> None:
         tunnels=underlay is not None,
     )
     links, ports = NetlinkLinks(args.proc_sys), HostPorts(args.proc_sys)
-    agent = HostDatapath(config, ovs, controller, Iptables(), links, ports)
+    pool = port_pool(args.port_pool, ovs, args.bridge, args.proc_sys)
+    agent = HostDatapath(config, ovs, controller, Iptables(), links, ports, pool)
     controller.on_connect = agent.switch_connected
     agent.start()
 
@@ -393,6 +403,8 @@ def run(args: Any) -> None:
         loops.append(docker_sync)
     loops.append(peering)
     loops += [reporter, docker_events]
+    if pool is not None:  # made while the host is quiet; errors are logged by the pool
+        loops.append(Reconciler("port-pool", pool.refill, interval=0.2, expected=(Exception,)))
     if args.audit_interval > 0:
 
         def audit() -> None:  # repair what was changed behind our back
@@ -405,6 +417,7 @@ def run(args: Any) -> None:
         lambda: [(m.prefix, m.restarts) for m in view.mirrors()],
         loops,
         agent.teardown,
+        pool,
     )
     # The shared watch first (off the start's path: etcd may be down), then the mirrors.
     threading.Thread(target=view.follow_ahead, name="watch-ahead", daemon=True).start()
@@ -439,7 +452,7 @@ def run(args: Any) -> None:
                 os.unlink(path)
         for loop in reversed(loops):
             loop.stop()
-        if left := agent.teardown.stop(10.0):
+        if left := agent.ports.stop(10.0):
             log.warning("%d deleted endpoints' ports are left; the next start removes them", left)
         controller.stop()
         ovs.close()

@@ -6,7 +6,7 @@ netplugin served the same on :9090), and the agent's Prometheus metrics.
     GET /inspect/tunnels    this host's VTEP, its peers' tunnel ports, the VLAN uplink
     GET /inspect/cluster    the mirror of the cluster store: revision, lag, resync, watches
     GET /inspect/flows      expected flows vs the switch's, per table, and the difference
-    GET /inspect/teardown   deleted endpoints whose port and veth are still being removed
+    GET /inspect/teardown   deleted endpoints whose port is still being handled; the port pool
                             (?wait=SECONDS: once they are, or that long)
     GET /metrics            Prometheus text format (plugin.metrics)
 
@@ -152,12 +152,14 @@ class Window:
         }
 
     def teardown(self, wait: float = 0.0) -> dict[str, Any]:
-        """The ports and veths of deleted endpoints not removed yet (after waiting up to
-        ``wait`` seconds for them), and the removals done and failed since start."""
-        t = self.agent.teardown
+        """The ports and veths of deleted endpoints not handled yet (after waiting up to
+        ``wait`` seconds for them), the removals done and failed since start, and the port
+        pool's state (None without one)."""
+        t, pool = self.agent.teardown, self.agent.ports.pool
         if wait > 0:
             t.settle(wait)
-        return {"pending": t.pending(), "done": t.done, "failed": t.failed}
+        state = pool.state() if pool is not None else None
+        return {"pending": t.pending(), "done": t.done, "failed": t.failed, "pool": state}
 
     def driver(self) -> dict[str, Any]:
         return driver_view(

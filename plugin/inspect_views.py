@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.models import Endpoint
+from datapath.endpointports import port_names
 from datapath.local import tunnel_port_name
 from datapath.report import LocalSnapshot
-from datapath.veth import veth_names
 
 from .policy_view import Unresolved
 
@@ -45,7 +45,7 @@ def endpoints_view(snap: LocalSnapshot, records: Mapping[str, Endpoint]) -> list
     cluster's record (empty until the mirror has it)."""
     out = []
     for ep in sorted(snap.endpoints.values(), key=lambda e: (e.network_id, e.id)):
-        host_if, container_if = veth_names(ep.id)
+        host_if, container_if = port_names(ep)
         rec = records.get(ep.id)
         out.append(
             {

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from common.loop import Reconciler
 from datapath.ofstate import ReconcileStats
+from datapath.portpool import PortPool
 from datapath.teardown import Teardown
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST  # what generate_latest writes
@@ -40,6 +41,7 @@ class _StateCollector(Collector):
         self.restarts: Callable[[], Iterable[tuple[str, int]]] | None = None  # (prefix, n)
         self.loops: Iterable[Reconciler] = ()
         self.teardown: Teardown | None = None
+        self.pool: PortPool | None = None
 
     def collect(self) -> Iterator[Metric]:
         if self.counts is not None:
@@ -71,6 +73,24 @@ class _StateCollector(Collector):
                 "Removals of a deleted endpoint's port and veth that failed (the audit or the "
                 "next start removes what they left)",
                 value=self.teardown.failed,
+            )
+        if self.pool is not None:
+            pool = self.pool.state()
+            yield GaugeMetricFamily(
+                "netplugin_port_pool_free",
+                "Switch ports plugged ahead of demand, ready for new endpoints",
+                value=pool["free"],
+            )
+            yield CounterMetricFamily(
+                "netplugin_port_pool_missed",
+                "New endpoints that found the port pool empty (they waited for a batch of "
+                "ports to be made)",
+                value=pool["missed"],
+            )
+            yield CounterMetricFamily(
+                "netplugin_port_pool_reused",
+                "Deleted endpoints' ports given back to the pool",
+                value=pool["reused"],
             )
         passes = CounterMetricFamily(
             "netplugin_loop_passes", "Passes a background loop finished", labels=["loop"]
@@ -172,13 +192,15 @@ class AgentMetrics:
         restarts: Callable[[], Iterable[tuple[str, int]]],
         loops: Iterable[Reconciler] = (),
         teardown: Teardown | None = None,
+        pool: PortPool | None = None,
     ) -> None:
         """Read (local endpoints, peers), each mirror's watch restarts, each loop's passes
-        and failures, and the teardowns pending and failed when scraped."""
+        and failures, the teardowns pending and failed, and the port pool when scraped."""
         self._state.counts = counts
         self._state.restarts = restarts
         self._state.loops = loops
         self._state.teardown = teardown
+        self._state.pool = pool
 
     def exposition(self) -> bytes:
         """The metrics in Prometheus' text format."""

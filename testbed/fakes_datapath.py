@@ -10,18 +10,22 @@ from typing import Any
 from datapath.flows import Flow, FlowDiff
 from datapath.hostnat import DNAT_CHAIN, GatewayNet, dnat_rules
 from datapath.ovs import PortInfo
+from datapath.portpool import PoolLink, PoolPort, container_end, is_pool_port
 from datapath.ports import PortConflict, PublishedPort, overlaps
 from datapath.veth import CONTAINER_PREFIX, HOST_PREFIX, veth_names
 
 
 class FakeOvs:
-    """Ports of one bridge; add_port_error makes the next add_port fail like OVS does."""
+    """Ports of one bridge; add_port_error makes the next add_port(s) fail like OVS does.
+    ``transactions`` counts the changes of the database (each one a reconfiguration of
+    ovs-vswitchd)."""
 
     def __init__(self) -> None:
         self.ports: dict[str, PortInfo] = {}
         self.next_ofport = 10
         self.bridges: dict[str, dict[str, Any]] = {}
         self.add_port_error: str | None = None
+        self.transactions = 0
 
     def ensure_bridge(
         self, name: str, datapath_type: Any = None, *, controller: str | None = None
@@ -41,6 +45,7 @@ class FakeOvs:
     ) -> int:
         if self.add_port_error is not None:
             raise RuntimeError(self.add_port_error)
+        self.transactions += 1
         if name not in self.ports:
             self.next_ofport += 1
             ofport: int | None = self.next_ofport
@@ -49,11 +54,28 @@ class FakeOvs:
         self.ports[name] = PortInfo(ofport, dict(external_ids or {}), dict(options or {}))
         return self.ports[name].ofport or 0
 
+    def add_ports(
+        self, bridge: str, names: list[str], external_ids: Mapping[str, str]
+    ) -> dict[str, int]:
+        if self.add_port_error is not None:
+            raise RuntimeError(self.add_port_error)
+        self.transactions += 1
+        for name in names:
+            self.next_ofport += 1
+            self.ports[name] = PortInfo(self.next_ofport, dict(external_ids), {})
+        return {n: self.ports[n].ofport or 0 for n in names}
+
     def del_port(self, bridge: str, name: str, if_exists: bool = True) -> bool:
+        self.transactions += 1
         return self.ports.pop(name, None) is not None
 
     def del_ports(self, bridge: str, names: list[str]) -> int:
-        return sum(self.del_port(bridge, n) for n in names)
+        if not names:
+            return 0
+        before = self.transactions
+        removed = sum(self.del_port(bridge, n) for n in names)
+        self.transactions = before + 1  # one transaction for them all
+        return removed
 
     def list_ports(self, bridge: str) -> dict[str, PortInfo]:
         return dict(self.ports)
@@ -131,10 +153,16 @@ class FakeHostPorts:
 
 
 class FakeLinks:
-    """The host's interfaces by name, and what was done to them."""
+    """The host's interfaces by name, and what was done to them; the port pool's too
+    (datapath.portpool.PoolLinks): a container end Docker moved away is not in ``links``
+    until it comes back."""
 
     def __init__(self) -> None:
         self.links: set[str] = set()
+        self.aliases: dict[str, str] = {}  # host end -> the endpoint (pool ports)
+        self.claimed: dict[str, tuple[str, str, int]] = {}  # pool host end -> (ep, MAC, MTU)
+        self.checksum_off: set[str] = set()  # pool container ends with TX checksumming off
+        self.claim_error: OSError | None = None
         self.isolated: list[str] = []
         self.offloaded: list[str] = []
         self.addressed: list[str] = []  # gateway ports, in the order they were addressed
@@ -157,11 +185,49 @@ class FakeLinks:
             raise self.delete_error
         found = ifname in self.links
         self.links.discard(ifname)
+        self.aliases.pop(ifname, None)
         if ifname.startswith(HOST_PREFIX):
             self.links.discard(
                 CONTAINER_PREFIX + ifname[len(HOST_PREFIX) :]
             )  # its peer goes with it
+        elif is_pool_port(ifname):
+            self.links.discard(container_end(ifname))
         return found
+
+    # --- the port pool's (datapath.portpool.PoolLinks) ---
+
+    def create_pool_veth(self, host: str, container: str) -> None:
+        self.links.update({host, container})
+
+    def claim(
+        self, port: PoolPort, endpoint_id: str, mac: str, mtu: int, offloads_off: bool
+    ) -> None:
+        if self.claim_error is not None:
+            raise self.claim_error
+        if not {port.host, port.container} <= self.links:
+            raise OSError(f"pool port {port.host}: its pair is not whole in this namespace")
+        self.aliases[port.host] = endpoint_id
+        self.claimed[port.host] = (endpoint_id, mac, mtu)
+        if offloads_off:
+            self.checksum_off.add(port.container)
+        else:
+            self.checksum_off.discard(port.container)
+
+    def release(self, port: PoolPort) -> bool:
+        if port.host not in self.links:
+            return False
+        self.aliases.pop(port.host, None)
+        return port.container in self.links
+
+    def discard(self, host: str) -> None:
+        self.delete_link(host)
+
+    def survey(self) -> dict[str, PoolLink]:
+        return {
+            h: PoolLink(self.aliases.get(h, ""), container_end(h) in self.links)
+            for h in self.links
+            if is_pool_port(h)
+        }
 
     def host_veths(self) -> list[str]:
         return sorted(n for n in self.links if n.startswith(HOST_PREFIX))

@@ -205,3 +205,23 @@ def daemon_pids() -> dict[str, int | None]:
 def ovs_datapath() -> str:
     """The datapath netplugin bridges should use: "system" with the kernel module, else "netdev"."""
     return "system" if Path("/sys/module/openvswitch").is_dir() else "netdev"
+
+
+def endpoint_port(ip_link: str, endpoint_id: str) -> str:
+    """The switch port of an endpoint, from `ip -o link`'s lines: the pool port whose alias
+    is the endpoint's ID, else its own veth's host end (vp + the ID's first 11)."""
+    for line in ip_link.splitlines():
+        if f" alias {endpoint_id}" in line:
+            return line.split(":")[1].strip().split("@")[0]
+    return "vp" + endpoint_id[:11]
+
+
+def spare_pool_ports(ip_link: str) -> set[str]:
+    """From `ip -o link`'s lines: the port pool's pairs that serve no endpoint (the agent
+    makes and keeps these as it likes: leak checks leave them out)."""
+    spare = set()
+    for line in ip_link.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if name.startswith("vr") or (name.startswith("vq") and " alias " not in line):
+            spare.add(name)
+    return spare

@@ -37,7 +37,7 @@ from common import keys
 from store import Store, open_store
 
 from .etcd import EtcdServer
-from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, read_pid
+from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, read_pid, spare_pool_ports
 from .master import MasterProcess
 from .ovs import OvsInstance, stop_pid
 from .pki import MasterSecurity
@@ -278,6 +278,12 @@ class SimHost:
 
     def ovs_ports(self, bridge: str = "netplugin") -> list[str]:
         return self.ovs.vsctl("list-ports", bridge).split()
+
+    def endpoint_ports(self, bridge: str = "netplugin") -> list[str]:
+        """The switch ports serving endpoints: veths' (vp...) and pool ports' (vq...) whose
+        alias names an endpoint; not the pool's spare ones."""
+        spare = spare_pool_ports(self.ns("ip", "-o", "link"))
+        return [p for p in self.ovs_ports(bridge) if p[:2] in ("vp", "vq") and p not in spare]
 
     def tunnels(self) -> set[str]:
         return {p for p in self.ovs_ports() if p.startswith("vx")}

@@ -16,6 +16,7 @@ from common.records import HostRecord, encode_config, encode_endpoint
 from datapath.flows import flow
 from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
 from datapath.local import tunnel_port_name
+from datapath.portpool import PortPool
 from datapath.report import flow_report
 from datapath.teardown import Teardown
 from datapath.veth import veth_names
@@ -260,13 +261,20 @@ def test_teardown_lists_pending_removals_and_waits_for_them(world: dict[str, Any
     gate = threading.Event()
     agent.teardown = Teardown(lambda keys: [gate.wait(5)])
     agent.teardown.submit("e1" * 32)
-    assert get(world, "/inspect/teardown") == {"pending": ["e1" * 32], "done": 0, "failed": 0}
-    metrics.watch_state(lambda: (0, 0), lambda: [], (), agent.teardown)
+    want = {"pending": ["e1" * 32], "done": 0, "failed": 0, "pool": None}
+    assert get(world, "/inspect/teardown") == want
+    pool = agent.ports.pool = PortPool(agent.ovs, agent.links, "netplugin", 4, batch=3)
+    assert pool.refill() == 3
+    metrics.watch_state(lambda: (0, 0), lambda: [], (), agent.teardown, pool)
     text = world["client"].get("/metrics").get_data(as_text=True)
     assert "netplugin_teardown_pending 1.0" in text
     assert "netplugin_teardown_failures_total 0.0" in text
+    assert "netplugin_port_pool_free 3.0" in text
+    assert "netplugin_port_pool_missed_total 0.0" in text
     threading.Timer(0.05, gate.set).start()
-    assert get(world, "/inspect/teardown?wait=5") == {"pending": [], "done": 1, "failed": 0}
+    pool_state = {"free": 3, "size": 4, "taken": 0, "missed": 0, "reused": 0, "made": 3}
+    want = {"pending": [], "done": 1, "failed": 0, "pool": pool_state}
+    assert get(world, "/inspect/teardown?wait=5") == want
     for bad in ("-1", "61", "soon"):
         e = get(world, f"/inspect/teardown?wait={bad}", 400)
         assert e["object"] == "wait" and "0 to 60" in e["reason"]

@@ -103,7 +103,12 @@ ANSWERS = {
     "tunnels": TUNNELS,
     "cluster": CLUSTER,
     "flows": FLOWS,
-    "teardown": {"pending": ["ef" * 32], "done": 7, "failed": 1},
+    "teardown": {
+        "pending": ["ef" * 32],
+        "done": 7,
+        "failed": 1,
+        "pool": {"free": 5, "size": 16, "taken": 40, "missed": 2, "reused": 33, "made": 21},
+    },
 }
 
 
@@ -166,8 +171,9 @@ def test_tables_for_endpoints_tunnels_cluster_and_flows(
     assert "classify" in out and "Missing (first 20):" in out
     _, out, _ = run(capsys, "--socket", agent_socket, "teardown")
     lines = out.splitlines()
-    assert [line.split(":")[1].strip() for line in lines[:3]] == ["1", "7", "1"]
-    assert lines[3].strip() == "ef" * 32
+    values = [line.split(":")[1].strip() for line in lines[:8]]
+    assert values == ["1", "7", "1", "5 of 16", "40", "33", "21", "2"]
+    assert lines[8].strip() == "ef" * 32
 
 
 def test_the_endpoints_table_shows_each_endpoints_published_ports(

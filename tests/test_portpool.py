@@ -2,49 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pytest
 
 from datapath.portpool import EXT_POOL, PoolPort, PortPool, pool_names
-
-
-class Links:
-    def __init__(self) -> None:
-        self.pairs: set[tuple[str, str]] = set()
-        self.claimed: dict[str, tuple[str, str, int]] = {}  # host -> (endpoint, mac, mtu)
-        self.away: set[str] = set()  # container ends not back in the host's namespace
-        self.claim_error: OSError | None = None
-
-    def create_pool_veth(self, host: str, container: str) -> None:
-        self.pairs.add((host, container))
-
-    def claim(self, port: PoolPort, endpoint_id: str, mac: str, mtu: int) -> None:
-        if self.claim_error is not None:
-            raise self.claim_error
-        self.claimed[port.host] = (endpoint_id, mac, mtu)
-
-    def release(self, port: PoolPort) -> bool:
-        self.claimed.pop(port.host, None)
-        return port.container not in self.away
-
-
-class Ovs:
-    def __init__(self) -> None:
-        self.transactions: list[list[str]] = []
-        self.ext: dict[str, dict[str, str]] = {}
-        self.next = 100
-
-    def add_ports(
-        self, bridge: str, names: list[str], external_ids: Mapping[str, str]
-    ) -> dict[str, int]:
-        self.transactions.append(list(names))
-        out = {}
-        for n in names:
-            self.next += 1
-            out[n] = self.next
-            self.ext[n] = dict(external_ids)
-        return out
+from testbed.fakes_datapath import FakeLinks, FakeOvs
 
 
 class Clock:
@@ -55,8 +16,8 @@ class Clock:
         return self.now
 
 
-def pool(size: int = 4, batch: int = 3) -> tuple[PortPool, Ovs, Links, Clock]:
-    ovs, links, clock = Ovs(), Links(), Clock()
+def pool(size: int = 4, batch: int = 3) -> tuple[PortPool, FakeOvs, FakeLinks, Clock]:
+    ovs, links, clock = FakeOvs(), FakeLinks(), Clock()
     keys = iter(f"{i:011x}" for i in range(1, 1000))
     p = PortPool(ovs, links, "netplugin", size, batch, 0.5, lambda: next(keys), clock)
     return p, ovs, links, clock
@@ -65,28 +26,41 @@ def pool(size: int = 4, batch: int = 3) -> tuple[PortPool, Ovs, Links, Clock]:
 def test_refill_makes_a_batch_in_one_transaction_up_to_the_size() -> None:
     p, ovs, links, _ = pool(size=4, batch=3)
     assert p.refill() == 3 and p.refill() == 1 and p.refill() == 0
-    assert [len(t) for t in ovs.transactions] == [3, 1]
-    assert all(ext == {EXT_POOL: "1"} for ext in ovs.ext.values())
-    assert pool_names("00000000001") in links.pairs and len(links.pairs) == 4
+    assert ovs.transactions == 2
+    assert all(info.external_ids == {EXT_POOL: "1"} for info in ovs.ports.values())
+    assert set(pool_names("00000000001")) <= links.links and len(links.links) == 8
     assert p.state()["free"] == 4 and p.state()["made"] == 4
 
 
 def test_a_taken_port_is_readied_by_netlink_and_none_is_made_meanwhile() -> None:
     p, ovs, links, clock = pool()
     p.refill()
-    port = p.take("ab" * 32, "02:42:0a:00:00:02", 1450)
-    assert port is not None and port.ofport == 101 and port.host == "vq00000000001"
+    port = p.take("ab" * 32, "02:42:0a:00:00:02", 1450, offloads_off=True)
+    assert port is not None and port.host == "vq00000000001"
+    assert port.ofport == ovs.ports[port.host].ofport and port.offloads_off
     assert links.claimed[port.host] == ("ab" * 32, "02:42:0a:00:00:02", 1450)
-    transactions = len(ovs.transactions)
+    assert links.aliases[port.host] == "ab" * 32 and port.container in links.checksum_off
+    transactions = ovs.transactions
     assert p.missing() == 0 and p.refill() == 0  # a take just now: no reconfiguration
     clock.now += 0.6
-    assert p.missing() == 2 and p.refill() == 2 and len(ovs.transactions) == transactions + 1
+    assert p.missing() == 2 and p.refill() == 2 and ovs.transactions == transactions + 1
 
 
-def test_an_empty_pool_says_so_and_counts_the_miss() -> None:
-    p, _, _, _ = pool()
+def test_an_empty_pool_makes_a_batch_at_once_and_counts_the_miss() -> None:
+    p, ovs, _, _ = pool(size=4, batch=3)
+    first = p.take("e1", "02:00:00:00:00:01", 1500)
+    assert first is not None and ovs.transactions == 1
+    assert p.state() == {"free": 2, "size": 4, "taken": 1, "missed": 1, "reused": 0, "made": 3}
+    # The batch serves the next ones: no transaction each.
+    assert p.take("e2", "02:00:00:00:00:02", 1500) and p.take("e3", "02:00:00:00:00:03", 1500)
+    assert ovs.transactions == 1
+
+
+def test_a_pool_that_cannot_make_ports_leaves_nothing_and_says_none() -> None:
+    p, ovs, links, _ = pool()
+    ovs.add_port_error = "could not open network device vq... (No such device)"
     assert p.take("e1", "02:00:00:00:00:01", 1500) is None
-    assert p.state()["missed"] == 1 and p.state()["taken"] == 0
+    assert links.links == set() and ovs.ports == {} and p.state()["missed"] == 1
 
 
 def test_a_port_that_cannot_be_readied_is_dropped_for_the_caller_to_plug_its_own() -> None:
@@ -103,18 +77,30 @@ def test_a_port_given_back_serves_again_only_if_its_container_end_came_home() ->
     a = p.take("e1", "02:00:00:00:00:01", 1500)
     b = p.take("e2", "02:00:00:00:00:02", 1500)
     assert a is not None and b is not None
-    links.away.add(b.container)  # e.g. a CNI pod's namespace went with it
+    links.links.discard(b.container)  # e.g. a CNI pod's namespace holds it
     assert p.give_back(a) and not p.give_back(b)
-    assert a.host not in links.claimed and p.state()["reused"] == 1
-    assert p.take("e3", "02:00:00:00:00:03", 1400) == a  # the same switch port, ofport
+    assert a.host not in links.aliases and p.state()["reused"] == 1
+    again = p.take("e3", "02:00:00:00:00:03", 1400)
+    assert again is not None and (again.host, again.ofport) == (a.host, a.ofport)
     assert links.claimed[a.host] == ("e3", "02:00:00:00:00:03", 1400)
 
 
-def test_a_full_pool_does_not_keep_what_is_given_back() -> None:
-    p, _, _, _ = pool(size=1, batch=1)
-    extra = PoolPort(*pool_names("fffffffffff"), 7)
+def test_a_pool_keeps_what_is_given_back_up_to_twice_its_size() -> None:
+    p, _, links, _ = pool(size=1, batch=1)
     p.refill()
-    assert not p.give_back(extra)
+    extra = [PoolPort(*pool_names(f"f{i:010x}"), 7 + i) for i in range(2)]
+    for port in extra:
+        links.create_pool_veth(port.host, port.container)
+    assert p.give_back(extra[0]) and not p.give_back(extra[1])
+    assert p.state()["free"] == 2
+
+
+def test_offloads_follow_each_endpoint_through_reuse() -> None:
+    p, _, links, _ = pool(size=1, batch=1)
+    a = p.take("e1", "02:00:00:00:00:01", 1500, offloads_off=True)
+    assert a is not None and a.container in links.checksum_off and p.give_back(a)
+    b = p.take("e2", "02:00:00:00:00:02", 1500, offloads_off=False)
+    assert b is not None and b.host == a.host and b.container not in links.checksum_off
 
 
 def test_adopt_keeps_up_to_the_size_and_drain_empties() -> None:

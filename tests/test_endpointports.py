@@ -1,0 +1,159 @@
+"""Endpoints on pool ports (datapath.endpointports with datapath.portpool) in HostDatapath:
+no OVSDB change on an endpoint's path, reuse, removal, restart, audit and stop."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
+from datapath.portpool import EXT_POOL, PortPool, container_end, pool_names
+from datapath.veth import veth_names
+from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
+
+NET = NetworkState(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
+
+
+def ep(n: int) -> EndpointState:
+    return EndpointState(f"{n:02x}" * 32, NET.id, f"02:42:0a:01:00:{n:02x}", f"10.1.0.{n}")
+
+
+class Host:
+    """One host's agent on fakes that outlive it (a restart builds another on them)."""
+
+    def __init__(self, size: int = 3, batch: int = 2) -> None:
+        self.ovs, self.links = FakeOvs(), FakeLinks()
+        self.size, self.batch = size, batch
+        self.keys = iter(f"{i:011x}" for i in range(1, 10_000))
+        self.agent = self.start()
+
+    def start(self, endpoints: list[EndpointState] | None = None) -> HostDatapath:
+        pool = PortPool(
+            self.ovs, self.links, "netplugin", self.size, self.batch, 0.0, lambda: next(self.keys)
+        )
+        config = HostConfig(datapath_type="netdev", tunnels=True)
+        agent = HostDatapath(
+            config, self.ovs, FakeController(), FakeIptables(), self.links, FakeHostPorts(), pool
+        )
+        agent.ready_timeout = 5
+        self.report = agent.resync([NET], endpoints or [])
+        self.pool = pool
+        return agent
+
+    def create(self, e: EndpointState) -> EndpointState:
+        self.agent.create_endpoint_port(e)
+        return next(x for x in self.agent.desired().endpoints if x.id == e.id)
+
+    def delete(self, e: EndpointState, container_home: bool = True) -> None:
+        mine = next(x for x in self.agent.desired().endpoints if x.id == e.id)
+        if not container_home:  # a pod's namespace holds it, or took it away
+            self.links.links.discard(container_end(mine.port))
+        self.agent.delete_endpoint_port(e.id)
+        assert self.agent.settle(5) == 0
+
+
+def test_a_pooled_endpoint_costs_ovsdb_nothing() -> None:
+    h = Host()
+    assert h.pool.refill() == 2
+    before = h.ovs.transactions
+    mine = h.create(ep(2))
+    assert h.ovs.transactions == before  # no ovs-vswitchd reconfiguration on its path
+    assert mine.port.startswith("vq") and mine.ofport == h.ovs.ports[mine.port].ofport
+    assert h.links.aliases[mine.port] == ep(2).id  # how a restarted agent finds it
+    assert container_end(mine.port) in h.links.checksum_off  # netdev without TSO
+    assert h.agent.endpoint_oper(ep(2).id)["hostInterface"] == mine.port
+    assert veth_names(ep(2).id)[0] not in h.links.links
+
+
+def test_an_empty_pool_makes_a_batch_in_one_transaction() -> None:
+    h = Host(size=3, batch=3)
+    before = h.ovs.transactions
+    ports = [h.create(ep(n)).port for n in (2, 3, 4)]
+    assert h.ovs.transactions == before + 1 and len(set(ports)) == 3
+    assert all(p.startswith("vq") for p in ports)
+
+
+def test_a_deleted_endpoints_port_serves_the_next_one() -> None:
+    h = Host(size=1, batch=1)
+    first = h.create(ep(2))
+    before = h.ovs.transactions
+    h.delete(ep(2))
+    assert first.port in h.ovs.ports and first.port not in h.links.aliases
+    second = h.create(ep(3))
+    assert (second.port, second.ofport) == (first.port, first.ofport)
+    assert h.ovs.transactions == before and h.links.claimed[first.port][0] == ep(3).id
+    assert [e.id for e in h.agent.desired().endpoints] == [ep(3).id]
+
+
+def test_a_port_whose_container_end_stayed_away_is_removed() -> None:
+    h = Host()
+    mine = h.create(ep(2))
+    h.delete(ep(2), container_home=False)
+    assert mine.port not in h.ovs.ports and mine.port not in h.links.links
+    assert mine.port not in {p.host for p in h.pool.free()}
+
+
+def test_a_restart_adopts_pooled_endpoints_by_alias_and_keeps_whole_spares() -> None:
+    h = Host(size=3, batch=3)
+    kept = h.create(ep(2))
+    gone = h.create(ep(3))  # deleted while the agent was down: its alias names no endpoint
+    assert h.pool.state()["free"] == 1
+    stray = pool_names("fffffffffff")  # a batch that failed half-way: a pair, no port
+    h.links.create_pool_veth(*stray)
+    h.agent = h.start([ep(2)])
+    mine = next(x for x in h.agent.desired().endpoints if x.id == ep(2).id)
+    assert (mine.port, mine.ofport) == (kept.port, kept.ofport)
+    assert h.report["endpoints"] == 1 and h.report["missing"] == 0
+    assert gone.port in {p.host for p in h.pool.free()}  # whole: kept for the pool
+    assert stray[0] not in h.links.links and h.report["removed"] >= 1
+    # The adopted endpoint's port goes back to the pool when it is deleted.
+    h.delete(ep(2))
+    assert kept.port in {p.host for p in h.pool.free()}
+
+
+def test_a_restart_removes_spares_beyond_the_pool_size() -> None:
+    h = Host(size=3, batch=3)
+    h.pool.refill()
+    h.size = 1
+    h.agent = h.start()
+    spare = sorted(n for n, i in h.ovs.ports.items() if EXT_POOL in i.external_ids)
+    assert len(spare) == 1 and h.pool.state()["free"] == 1
+
+
+def test_the_audit_removes_pool_ports_nobody_has() -> None:
+    h = Host()
+    mine = h.create(ep(2))
+    free = {p.host for p in h.pool.free()}
+    orphan = pool_names("eeeeeeeeeee")
+    h.links.create_pool_veth(*orphan)
+    h.ovs.add_ports("netplugin", [orphan[0]], {EXT_POOL: "1"})
+    h.agent.audit()
+    assert orphan[0] not in h.ovs.ports and orphan[0] not in h.links.links
+    assert mine.port in h.ovs.ports and free <= set(h.ovs.ports)
+
+
+def test_stop_removes_the_free_ports_in_one_transaction() -> None:
+    h = Host(size=3, batch=3)
+    h.pool.refill()
+    mine = h.create(ep(2))
+    before = h.ovs.transactions
+    assert h.agent.ports.stop(5) == 0
+    assert h.ovs.transactions == before + 1
+    pool_ports = {n for n, i in h.ovs.ports.items() if EXT_POOL in i.external_ids}
+    assert pool_ports == {mine.port}  # the endpoint keeps its port: its container runs on
+
+
+@pytest.mark.parametrize("tso", [False, True])
+def test_offloads_follow_the_network_through_reuse(tso: bool) -> None:
+    h = Host(size=1, batch=1)
+    h.agent.switch_tso = tso
+    net2 = replace(NET, id="default:n2", tag=8, subnet="10.2.0.0/24", gateway="10.2.0.1")
+    h.agent.ensure_network(replace(net2, encap="vlan"))
+    mine = h.create(ep(2))
+    h.delete(ep(2))
+    other = replace(ep(3), network_id="default:n2")
+    again = h.create(other)
+    assert again.port == mine.port
+    # VLAN networks keep offloads when ovs-vswitchd has userspace TSO.
+    assert (container_end(again.port) in h.links.checksum_off) is (not tso)
