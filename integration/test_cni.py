@@ -23,15 +23,19 @@ from typing import Any
 
 import pytest
 
+from cni.main import install
 from common import cni
 from datapath.veth import veth_names
-from testbed.lab import BIN, NetctlLab, ip_of, run
+from testbed.lab import NetctlLab, ip_of, run
 from testbed.master import MasterProcess
 from testbed.plugin import PluginProcess
 from testbed.site import restart_stopped, serve_stack
 from testbed.wait import wait_for
 
-PLUGIN = BIN / "netplugin-cni"
+# This checkout's plugin as `netplugin-cni install` installs it (the console script in BIN
+# imports the installed package, which may be another checkout's).
+_INSTALLED = tempfile.TemporaryDirectory(prefix="np-cni-bin-")
+PLUGIN = Path(install(_INSTALLED.name))
 CNI_PATH = "/usr/lib/cni"  # Debian's containernetworking-plugins
 
 
@@ -151,7 +155,8 @@ def test_add_check_del_with_the_real_agent(lab: NetctlLab, pods: list[str]) -> N
     assert exec_plugin("ADD", cid, path, conf(lab)) == (0, result)
     assert exec_plugin("DEL", cid, path, conf(lab)) == (0, None)
     assert "eth0" not in in_ns(name, "ip", "-o", "link").stdout
-    assert host_end not in ovs_ports()
+    assert host_end not in links()  # the pair went with the pod's end; the port follows
+    wait_for(lambda: host_end not in ovs_ports(), 10, f"{host_end} leaves the switch")
     gone = lab.inspect("net", lab.network).get("allocatedAddresses", [])
     assert ip["address"].split("/")[0] not in gone
     assert exec_plugin("DEL", cid, path, conf(lab)) == (0, None)  # twice: fine

@@ -199,11 +199,12 @@ class FakeNetns:
     def routes(self, netns: str) -> frozenset[NetnsRoute]:
         return frozenset(self.tables.get(netns, ()))
 
-    def remove(self, netns: str, name: str) -> bool:
-        self.tables.get(netns, set()).difference_update(
-            {r for r in self.tables.get(netns, ()) if r.ifname == name}
-        )
-        return self.spaces.get(netns, {}).pop(name, None) is not None
+    def remove(self, netns: str, name: str, mac: str = "") -> bool:
+        have = self.spaces.get(netns, {}).get(name)
+        if have is None or (mac and have.mac.lower() != mac.lower()):
+            return False
+        self.tables[netns].difference_update({r for r in self.tables[netns] if r.ifname == name})
+        return self.spaces[netns].pop(name) is not None
 
 
 @pytest.fixture
@@ -253,6 +254,24 @@ def test_add_check_del_and_del_again(
         master.state.endpoints.get(eid)
     svc.delete(req("DEL"))  # again: fine
     svc.delete(req("DEL", CNI_NETNS="", CNI_CONTAINERID="never-seen"))  # unknown: fine
+
+
+def test_del_waits_for_the_switch_port_only_while_the_veth_may_be_left(
+    service: tuple[CniService, FakeDatapath, FakeNetns],
+) -> None:
+    svc, dp, ns = service
+    eid = cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0")
+    pod1 = ns.spaces["/run/netns/pod1"]
+    svc.add(req())
+    svc.delete(req("DEL"))  # the pod's end deleted: the pair went with it
+    assert "eth0" not in pod1 and eid not in dp.ports and dp.settled == []
+    svc.add(req())
+    pod1["eth0"] = NetnsInterface(mac="02:00:00:00:00:01", mtu=1500, up=True, addresses=frozenset())
+    svc.delete(req("DEL"))  # another plugin's eth0 by now: left alone, and DEL waits
+    assert pod1["eth0"].mac == "02:00:00:00:00:01" and dp.settled == [eid]
+    svc.add(req(CNI_IFNAME="net1"))
+    svc.delete(req("DEL", CNI_IFNAME="net1", CNI_NETNS=""))  # the namespace is gone
+    assert dp.settled == [eid, cni.endpoint_id(ENV["CNI_CONTAINERID"], "net1")]
 
 
 def test_a_failed_add_leaks_nothing(
