@@ -205,12 +205,13 @@ def remove(netns: str, name: str, mac: str = "") -> bool:
             index = _index(ip, name)
             if index is None:
                 return False
-            if mac and str(ip.get_links(index)[0].get("IFLA_ADDRESS")).lower() != mac.lower():
-                return False
             try:
+                link = ip.get_links(index)[0]
+                if mac and str(link.get("IFLA_ADDRESS")).lower() != mac.lower():
+                    return False
                 ip.link("del", index=index)
             except NetlinkError as e:
-                if e.code != ENODEV:  # gone meanwhile
+                if e.code != ENODEV:  # gone meanwhile (its host end deleted, say)
                     raise
                 return False
             return True

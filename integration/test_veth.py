@@ -10,7 +10,7 @@ import pytest
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from datapath.netns import move_into, read
+from datapath.netns import move_into, read, remove
 from datapath.veth import (
     HOST_END_SYSCTLS,
     create_veth,
@@ -133,8 +133,9 @@ def test_a_veth_made_in_the_pods_namespace() -> None:
         move_into(container, path, "eth0", ["10.77.0.5/24"], [("0.0.0.0/0", "10.77.0.1")])
         there = read(path, "eth0")
         assert there is not None and there.up and there.addresses == {"10.77.0.5/24"}
-        assert delete_veth(eid)
-        assert _link(host) is None and _link("eth0", ns) is None
+        assert not remove(path, "eth0", "02:00:00:00:00:01")  # another MAC: not ours, kept
+        assert remove(path, "eth0", mac) and not remove(path, "eth0", mac)
+        assert _link(host) is None and _link("eth0", ns) is None  # the pair went with it
 
         # A name taken in the namespace (another plugin's eth0): refused, nothing made.
         subprocess.run(
