@@ -51,6 +51,9 @@ def exec_on_agent(path: str, env: dict[bytes, bytes], stdin: bytes) -> tuple[int
         s.settimeout(TIMEOUT)
         s.connect(path)
         s.sendall(head.encode() + body)
+        # Said all: werkzeug drains a request for up to 10 ms after answering before it
+        # closes, unless it finds the stream ended (the answer ends with the connection).
+        s.shutdown(_socket.SHUT_WR)
         chunks = []
         while chunk := s.recv(65536):
             chunks.append(chunk)
