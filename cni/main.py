@@ -1,103 +1,181 @@
 """netplugin-cni: a CNI 1.0.0 plugin (ADD, DEL, CHECK, VERSION; configurations of 0.3.x and
 0.4.0 too) that asks this host's netplugin agent to do the work.
 
-A runtime execs it with the CNI_* environment and the network configuration on stdin. It
-answers VERSION itself and posts everything else to the agent's socket: the configuration's
-"socket" key, else $NETPLUGIN_CNI_SOCKET, else /run/netplugin/cni.sock. It imports only the
-standard library and common.cni, so a pod's start does not wait on a heavy import.
+A runtime execs it with the CNI_* environment and the network configuration on stdin, once
+per call, so its start is part of every pod's. It answers VERSION itself. ADD, DEL and CHECK
+it hands to the agent's socket as they came (``POST /cni/exec``: the CNI_* variables and
+stdin, unparsed) and prints what the agent answers, with the exit status it names: the agent
+runs the same checks (common.cni.run), so this process needs neither json nor socket.py,
+whose imports alone cost more than the rest of it. The full path (json, common.cni) is taken
+only for VERSION, for a configuration that may name its own "socket", and when the agent
+does not answer: then the checks run here first, so the error is the one they find.
+The socket: the configuration's "socket" key, else $NETPLUGIN_CNI_SOCKET, else
+/run/netplugin/cni.sock.
+
+``netplugin-cni install DIR`` writes DIR/netplugin-cni, a launcher that starts Python
+without site-packages (``-IS``) and imports this module from where it is installed: about
+a third of the console script's start (docs/BENCHMARKS.md, "CNI").
 """
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import sys
-from typing import Any
 
-from common import cni
-
+# Stdlib only, and little of it: the fast path imports _socket (the C module) and posix.
 TIMEOUT = 60.0  # an ADD waits for the master and the switch; a runtime's own timeout is longer
+DEFAULT_SOCKET = "/run/netplugin/cni.sock"  # = common.cni.DEFAULT_SOCKET
+SOCKET_ENV = "NETPLUGIN_CNI_SOCKET"  # = common.cni.SOCKET_ENV
+EXEC_URL = "/cni/exec"  # = common.cni.EXEC_URL
+EXIT_HEADER = b"netplugin-cni-exit"  # = common.cni.EXIT_HEADER, lower case
 
 
-def _post(path: str, url: str, body: bytes) -> tuple[int, bytes]:
-    """One HTTP/1.0 POST over the unix socket ``path``: (status, body). Raw, not http.client:
-    its import alone costs a pod's start more than this whole module."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+def exec_body(env: dict[bytes, bytes], stdin: bytes) -> bytes:
+    """``POST /cni/exec``'s body: each CNI_* variable as KEY=VALUE and a NUL, one NUL more,
+    then stdin as it came (common.cni.read_exec_body reads it)."""
+    return b"".join(k + b"=" + v + b"\0" for k, v in env.items()) + b"\0" + stdin
+
+
+def exec_on_agent(path: str, env: dict[bytes, bytes], stdin: bytes) -> tuple[int, bytes] | None:
+    """Hand the call to the agent at ``path``: (exit status, what to print), or None for an
+    answer without an exit status (not an agent of this version). OSError: no answer.
+    Raw HTTP/1.0 on _socket: http.client's and socket.py's imports would double our start."""
+    import _socket
+
+    body = exec_body(env, stdin)
+    head = (
+        f"POST {EXEC_URL} HTTP/1.0\r\nHost: netplugin\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
         s.settimeout(TIMEOUT)
         s.connect(path)
-        head = (
-            f"POST {url} HTTP/1.0\r\nHost: netplugin\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        )
         s.sendall(head.encode() + body)
+        # Said all: werkzeug drains a request for up to 10 ms after answering before it
+        # closes, unless it finds the stream ended (the answer ends with the connection).
+        s.shutdown(_socket.SHUT_WR)
         chunks = []
         while chunk := s.recv(65536):
             chunks.append(chunk)
-    raw = b"".join(chunks)
-    header, _, payload = raw.partition(b"\r\n\r\n")
-    status_line = header.split(b"\r\n", 1)[0].split()
-    if len(status_line) < 2 or not status_line[1].isdigit():
-        raise OSError(f"not an HTTP answer: {raw[:80]!r}")
-    return int(status_line[1]), payload
+    finally:
+        s.close()
+    header, _, payload = b"".join(chunks).partition(b"\r\n\r\n")
+    for line in header.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == EXIT_HEADER and value.strip().isdigit():
+            return int(value), payload
+    return None
 
 
-def call_agent(path: str, req: cni.Request) -> dict[str, Any] | None:
-    """POST the call to the agent; its result (None for DEL and CHECK), or CniError."""
-    try:
-        status, body = _post(
-            path, f"/cni/{req.command.lower()}", json.dumps(req.to_json()).encode()
-        )
-    except OSError as e:
-        raise cni.CniError(
-            cni.TRY_AGAIN_LATER,
-            f"the netplugin agent is not answering on {path}: {e}",
-            "is netplugin running on this host (and its --cni-socket this path)?",
-        ) from None
-    try:
-        data = json.loads(body) if body else None
-    except ValueError:
-        raise cni.CniError(cni.IO_FAILURE, f"the agent answered {status} without JSON") from None
-    if status >= 300:
-        if isinstance(data, dict) and "code" in data:
-            raise cni.CniError(
-                int(data["code"]), str(data.get("msg", "")), str(data.get("details", ""))
-            )
-        raise cni.CniError(cni.IO_FAILURE, f"the agent answered {status}: {data}")
-    if req.command in ("DEL", "CHECK"):
-        return None  # the spec: nothing on stdout when they succeed
-    return data if isinstance(data, dict) else None
+def run(
+    env: dict[str, str], stdin: str, failed: OSError | None = None
+) -> tuple[int, dict[str, object] | None]:
+    """One call, the full path: (exit status, what to print). The checks run here, then the
+    agent does the call (``failed``: the agent was asked already, and did not answer)."""
+    import json
 
+    from common import cni
 
-def run(env: dict[str, str], stdin: str) -> tuple[int, dict[str, Any] | None]:
-    """One call: (exit status, what to print)."""
-    version = cni.SUPPORTED_VERSIONS[-1]
-    try:
+    def on_agent(req: cni.Request) -> dict[str, object] | None:
+        raw_env = {k.encode(): v.encode() for k, v in env.items() if k.startswith("CNI_")}
+        path = str(req.config.get("socket") or env.get(cni.SOCKET_ENV) or cni.DEFAULT_SOCKET)
         try:
-            config = json.loads(stdin) if stdin.strip() else {}
-        except ValueError as e:
+            if failed is not None:
+                raise failed
+            answer = exec_on_agent(path, raw_env, stdin.encode())
+        except OSError as e:
             raise cni.CniError(
-                cni.DECODE_FAILURE, f"the network configuration is not JSON: {e}"
+                cni.TRY_AGAIN_LATER,
+                f"the netplugin agent is not answering on {path}: {e}",
+                "is netplugin running on this host (and its --cni-socket this path)?",
             ) from None
-        if not isinstance(config, dict):
-            raise cni.CniError(cni.DECODE_FAILURE, "the network configuration is not a JSON object")
-        if env.get("CNI_COMMAND") == "VERSION":
-            return 0, cni.version_result(config)
-        version = str(config.get("cniVersion") or version)
-        version = cni.config_version(config)
-        req = cni.request_from_env(env, config)
-        path = str(config.get("socket") or env.get(cni.SOCKET_ENV) or cni.DEFAULT_SOCKET)
-        return 0, call_agent(path, req)
-    except cni.CniError as e:
-        return 1, e.to_json(version)
+        if answer is None:
+            raise cni.CniError(cni.IO_FAILURE, f"the agent on {path} did not answer {EXEC_URL}")
+        status, out = answer
+        try:
+            data = json.loads(out) if out.strip() else None
+        except ValueError:
+            raise cni.CniError(
+                cni.IO_FAILURE, f"the agent answered {status} without JSON"
+            ) from None
+        if status != 0:
+            if isinstance(data, dict) and "code" in data:
+                raise cni.CniError(
+                    int(data["code"]), str(data.get("msg", "")), str(data.get("details", ""))
+                )
+            raise cni.CniError(cni.IO_FAILURE, f"the agent answered {status}: {data}")
+        return data if isinstance(data, dict) else None
+
+    return cni.run(env, stdin, on_agent)
 
 
 def main() -> None:
-    status, out = run(dict(os.environ), sys.stdin.read())
-    if out is not None:
-        sys.stdout.write(json.dumps(out) + "\n")
+    if sys.argv[1:2] == ["install"]:
+        sys.exit(install_main(sys.argv[2:]))
+    from posix import environ  # os's environ, without importing os
+
+    stdin = sys.stdin.buffer.read()
+    env = {k: v for k, v in environ.items() if k.startswith(b"CNI_")}
+    failed: OSError | None = None
+    # Any backslash may spell "socket" in a key: the full path parses the configuration.
+    if env.get(b"CNI_COMMAND") != b"VERSION" and b"socket" not in stdin and b"\\" not in stdin:
+        path = (environ.get(SOCKET_ENV.encode()) or DEFAULT_SOCKET.encode()).decode()
+        try:
+            answer = exec_on_agent(path, env, stdin)
+        except OSError as e:
+            answer, failed = None, e  # the full path says so, once the checks passed
+        if answer is not None:
+            status, out = answer
+            sys.stdout.buffer.write(out)
+            sys.stdout.flush()
+            sys.exit(status)
+    import json
+    import os
+
+    status, printed = run(dict(os.environ), stdin.decode(), failed)
+    if printed is not None:
+        sys.stdout.write(json.dumps(printed) + "\n")
     sys.stdout.flush()
     sys.exit(status)
+
+
+LAUNCHER = """#!{python} -IS
+# netplugin-cni, written by `netplugin-cni install`: Python without site-packages (-IS),
+# importing the plugin from {root}.
+import sys
+sys.path.insert(0, {root!r})
+from cni.main import main
+main()
+"""
+
+
+def install(directory: str) -> str:
+    """Write ``directory``/netplugin-cni, the lean launcher (replacing what is there
+    whole); its path."""
+    import os
+
+    import cni
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(cni.__file__)))
+    target = os.path.join(directory, "netplugin-cni")
+    staged = f"{target}.{os.getpid()}.tmp"
+    with open(staged, "w") as f:
+        f.write(LAUNCHER.format(python=sys.executable, root=root))
+    os.chmod(staged, 0o755)
+    os.replace(staged, target)
+    return target
+
+
+def install_main(args: list[str]) -> int:
+    if len(args) != 1:
+        sys.stderr.write("usage: netplugin-cni install DIR  (e.g. /opt/cni/bin)\n")
+        return 2
+    try:
+        print(install(args[0]))
+    except OSError as e:
+        sys.stderr.write(f"netplugin-cni install: {e}\n")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

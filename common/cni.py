@@ -1,6 +1,6 @@
 """The CNI side of netplugin as both ends read it: the netplugin-cni executable (cni/) and
-the agent that serves it (plugin/cni_service.py). Pure and stdlib only, so the executable a
-runtime starts for every pod stays quick to start.
+the agent that serves it (plugin/cni_service.py). Pure and stdlib only: the executable
+imports it on its full path (VERSION, or no agent), which runs the same checks as the agent.
 
 CNI 1.0.0 (https://www.cni.dev/docs/spec/): the runtime execs the plugin with CNI_COMMAND,
 CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME, CNI_ARGS and CNI_PATH set and the network
@@ -11,16 +11,21 @@ Results of configurations of 0.3.0, 0.3.1 and 0.4.0 have an IP "version" each; 1
 
 from __future__ import annotations
 
-from typing import Any
+import json
 
-# No dataclasses, ipaddress or hashlib at import: the executable that imports this module
-# starts once per pod (make bench measures its start), and those take longer to import than
-# the rest of it together.
+# No typing, collections, dataclasses, ipaddress or hashlib at import: the executable
+# imports this module for VERSION, and typing alone costs it 4 ms (about half its own start).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0")
 COMMANDS = ("ADD", "DEL", "CHECK", "VERSION")
 DEFAULT_SOCKET = "/run/netplugin/cni.sock"  # the agent's (netplugin --cni-socket)
 SOCKET_ENV = "NETPLUGIN_CNI_SOCKET"
+EXEC_URL = "/cni/exec"  # the agent's: a call as the runtime made it (read_exec_body)
+EXIT_HEADER = "Netplugin-Cni-Exit"  # /cni/exec's answer: the exit status to exit with
 
 # The spec's error codes; 100 and above are the plugin's own.
 INCOMPATIBLE_VERSION = 1
@@ -174,6 +179,47 @@ def request_from_env(env: dict[str, str], config: dict[str, Any]) -> Request:
     if missing:
         raise CniError(INVALID_ENV, f"{command}: {', '.join(missing)} must be set")
     return req
+
+
+def run(
+    env: Mapping[str, str], stdin: str, call: Callable[[Request], dict[str, Any] | None]
+) -> tuple[int, dict[str, Any] | None]:
+    """One call of the plugin, checked as the spec asks: (exit status, what to print). VERSION
+    is answered here; ``call`` does ADD, DEL and CHECK (its result, or CniError). Both ends
+    run it: the executable before it asks the agent, the agent on what it was handed."""
+    version = SUPPORTED_VERSIONS[-1]
+    try:
+        try:
+            config = json.loads(stdin) if stdin.strip() else {}
+        except ValueError as e:
+            raise CniError(DECODE_FAILURE, f"the network configuration is not JSON: {e}") from None
+        if not isinstance(config, dict):
+            raise CniError(DECODE_FAILURE, "the network configuration is not a JSON object")
+        if env.get("CNI_COMMAND") == "VERSION":
+            return 0, version_result(config)
+        version = str(config.get("cniVersion") or version)  # an error's, if unsupported
+        version = config_version(config)
+        return 0, call(request_from_env(env, config))
+    except CniError as e:
+        return 1, e.to_json(version)
+
+
+def read_exec_body(body: bytes) -> tuple[dict[str, str], str]:
+    """The CNI_* environment and stdin that netplugin-cni hands the agent (cni.main.exec_body:
+    KEY=VALUE NUL ... NUL stdin); CniError (code 6) for a body not of that shape."""
+    env: dict[str, str] = {}
+    at = 0
+    try:
+        while body[at] != 0:
+            end = body.index(b"\0", at)
+            key, sep, value = body[at:end].decode().partition("=")
+            if not sep or not key.startswith("CNI_"):
+                raise ValueError(key)
+            env[key] = value
+            at = end + 1
+        return env, body[at + 1 :].decode()
+    except (IndexError, ValueError) as e:  # UnicodeDecodeError is a ValueError
+        raise CniError(DECODE_FAILURE, f"{EXEC_URL}: not a CNI call ({e})") from None
 
 
 def endpoint_id(container_id: str, ifname: str) -> str:

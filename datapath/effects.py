@@ -150,8 +150,9 @@ class Netns(Protocol):
         """The main routing table of ``netns`` (empty if it is missing)."""
         ...
 
-    def remove(self, netns: str, name: str) -> bool:
-        """Delete ``name`` in ``netns``; False if there was nothing to delete."""
+    def remove(self, netns: str, name: str, mac: str = "") -> bool:
+        """Delete ``name`` in ``netns`` (if its MAC is ``mac``, when given); False if there
+        was nothing of that to delete."""
         ...
 
 

@@ -23,6 +23,7 @@ T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
 IFA_F_NODAD = 0x02  # no duplicate address detection: the address is ours by allocation
 EEXIST = 17
+ENODEV = 19
 MAIN_TABLE = 254
 FAMILIES = (2, 10)  # AF_INET, AF_INET6
 
@@ -46,14 +47,17 @@ class NetnsRoute:
     ifname: str  # the interface it leaves by ("" for a multipath route)
 
 
-def in_netns(path: str, fn: Callable[[], T]) -> T:
-    """Run ``fn`` in the network namespace at ``path`` (a fresh thread that joins it)."""
+def in_netns(path: str, fn: Callable[[], T], first: Callable[[], object] | None = None) -> T:
+    """Run ``fn`` in the network namespace at ``path`` (a fresh thread that joins it), after
+    ``first`` in this host's, on the same thread: one thread per call, whatever it does."""
     box: dict[str, Any] = {}
 
     def body() -> None:
         try:
             fd = os.open(path, os.O_RDONLY)
             try:
+                if first is not None:
+                    first()
                 libc = ctypes.CDLL(None, use_errno=True)
                 if libc.setns(fd, CLONE_NEWNET) != 0:
                     err = ctypes.get_errno()
@@ -88,20 +92,24 @@ def move_into(
     with ``addresses`` ("10.1.0.5/24") and ``routes`` ((dst, gateway)) via it, and only
     those. An interface already there under ``name`` (an ADD retried) is brought in line
     instead; a route the namespace has already, not via this interface, is an error."""
-    with IPRoute() as ip:
-        index = _index(ip, ifname)
-        if index is not None:
-            ip.link("set", index=index, net_ns_fd=netns)
+
+    def move() -> None:
+        # Named as it arrives: the kernel renames in the move (no rename, down and up there).
+        with IPRoute() as ip:
+            index = _index(ip, ifname)
+            if index is not None:
+                ip.link("set", index=index, net_ns_fd=netns, ifname=name)
 
     def configure() -> None:
         with IPRoute() as ip:
             index = _index(ip, ifname)
-            if index is None:
+            if index is not None:  # moved by an earlier ADD that failed before the rename
+                ip.link("set", index=index, state="down")
+                ip.link("set", index=index, ifname=name)
+            else:
                 index = _index(ip, name)
             if index is None:
                 raise OSError(f"interface {ifname} did not arrive in {netns}")
-            ip.link("set", index=index, state="down")
-            ip.link("set", index=index, ifname=name)
             ip.link("set", index=index, state="up")
             for cidr in addresses:
                 iface = ipaddress.ip_interface(cidr)
@@ -127,7 +135,7 @@ def move_into(
                             EEXIST, f"route {dst} exists already in {netns}, not via {name}"
                         ) from None
 
-    in_netns(netns, configure)
+    in_netns(netns, configure, first=move)
 
 
 def _routes(ip: IPRoute) -> frozenset[NetnsRoute]:
@@ -188,16 +196,24 @@ def read(netns: str, name: str) -> NetnsInterface | None:
     return in_netns(netns, look)
 
 
-def remove(netns: str, name: str) -> bool:
-    """Delete ``name`` in the namespace (its veth peer on the host goes with it); False if
-    there is no such interface or namespace."""
+def remove(netns: str, name: str, mac: str = "") -> bool:
+    """Delete ``name`` in the namespace (its veth peer on the host goes with it), only if its
+    MAC is ``mac`` when that is given; False if there was nothing of that to delete."""
 
     def delete() -> bool:
         with IPRoute() as ip:
             index = _index(ip, name)
             if index is None:
                 return False
-            ip.link("del", index=index)
+            try:
+                link = ip.get_links(index)[0]
+                if mac and str(link.get("IFLA_ADDRESS")).lower() != mac.lower():
+                    return False
+                ip.link("del", index=index)
+            except NetlinkError as e:
+                if e.code != ENODEV:  # gone meanwhile (its host end deleted, say)
+                    raise
+                return False
             return True
 
     if not netns or not os.path.exists(netns):
@@ -224,5 +240,5 @@ class NetlinkNetns:
     def routes(self, netns: str) -> frozenset[NetnsRoute]:
         return routes(netns)
 
-    def remove(self, netns: str, name: str) -> bool:
-        return remove(netns, name)
+    def remove(self, netns: str, name: str, mac: str = "") -> bool:
+        return remove(netns, name, mac)

@@ -23,15 +23,19 @@ from typing import Any
 
 import pytest
 
+from cni.main import install
 from common import cni
 from testbed.host import endpoint_port, spare_pool_ports
-from testbed.lab import BIN, NetctlLab, ip_of, run
+from testbed.lab import NetctlLab, ip_of, run
 from testbed.master import MasterProcess
 from testbed.plugin import PluginProcess
 from testbed.site import restart_stopped, serve_stack
 from testbed.wait import wait_for
 
-PLUGIN = BIN / "netplugin-cni"
+# This checkout's plugin as `netplugin-cni install` installs it (the console script in BIN
+# imports the installed package, which may be another checkout's).
+_INSTALLED = tempfile.TemporaryDirectory(prefix="np-cni-bin-")
+PLUGIN = Path(install(_INSTALLED.name))
 CNI_PATH = "/usr/lib/cni"  # Debian's containernetworking-plugins
 
 
@@ -142,7 +146,7 @@ def test_add_check_del_with_the_real_agent(lab: NetctlLab, pods: list[str]) -> N
     mtu = in_ns(name, "cat", "/sys/class/net/eth0/mtu").stdout.strip()
     assert int(mtu) > 0
     host_end = endpoint_port(run("ip", "-o", "link").stdout, cni.endpoint_id(cid, "eth0"))
-    assert host_end in ovs_ports()
+    assert host_end in ovs_ports() and result["interfaces"][0]["name"] == host_end
     wait_for(
         lambda: in_ns(name, "ping", "-c", "1", "-W", "1", peer_ip, check=False).returncode == 0,
         15,
@@ -155,7 +159,8 @@ def test_add_check_del_with_the_real_agent(lab: NetctlLab, pods: list[str]) -> N
     assert exec_plugin("ADD", cid, path, conf(lab)) == (0, result)
     assert exec_plugin("DEL", cid, path, conf(lab)) == (0, None)
     assert "eth0" not in in_ns(name, "ip", "-o", "link").stdout
-    assert host_end not in ovs_ports()
+    assert host_end not in links()  # the pair went with the pod's end; the port follows
+    wait_for(lambda: host_end not in ovs_ports(), 10, f"{host_end} leaves the switch")
     gone = lab.inspect("net", lab.network).get("allocatedAddresses", [])
     assert ip["address"].split("/")[0] not in gone
     assert exec_plugin("DEL", cid, path, conf(lab)) == (0, None)  # twice: fine

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
+from datapath.netns import move_into, read, remove
 from datapath.veth import (
     HOST_END_SYSCTLS,
     create_veth,
+    create_veth_in_netns,
     delete_veth,
     disable_tx_offload,
     host_veths,
@@ -105,3 +108,51 @@ def test_a_pool_port_is_readied_given_back_and_known_by_its_alias() -> None:
     finally:
         subprocess.run(["ip", "link", "del", host], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_a_veth_made_in_the_pods_namespace() -> None:
+    """CNI's pair without the move: the pod's end is made in its namespace, named; the
+    namespace side (addresses, routes) then finds it there; deleting the host end removes
+    both; a name taken in the namespace makes nothing."""
+    eid = uuid.uuid4().hex * 2
+    host, container = veth_names(eid)
+    ns = f"np-vethns-{eid[:6]}"
+    path = f"/run/netns/{ns}"
+    mac = "02:42:0a:00:00:09"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        assert create_veth_in_netns(eid, mac, 1400, path, "eth0", tx_offload=False) == host
+        assert _link(host)["mtu"] == 1400 and _link(host)["state"] == "up"
+        assert _link(container) is None  # nothing of it here but the host end
+        assert _link("eth0", ns) == {"mtu": 1400, "address": mac, "state": "down"}
+        out = subprocess.run(
+            ["ip", "netns", "exec", ns, "ethtool", "-k", "eth0"], capture_output=True, text=True
+        ).stdout
+        assert "tx-checksumming: off" in out
+        for family, key, value in HOST_END_SYSCTLS:
+            path_ = Path(f"/proc/sys/net/{family}/conf/{host}/{key}")
+            assert path_.read_text().strip() == value, path_
+        with IPRoute() as ip:
+            index = ip.link_lookup(ifname=host)[0]
+        assert create_veth_in_netns(eid, mac, 1400, path, "eth0") == host  # kept as it is
+        with IPRoute() as ip:
+            assert ip.link_lookup(ifname=host) == [index]
+        # The namespace side of an ADD finds it in place: up, addressed, routed.
+        move_into(container, path, "eth0", ["10.77.0.5/24"], [("0.0.0.0/0", "10.77.0.1")])
+        there = read(path, "eth0")
+        assert there is not None and there.up and there.addresses == {"10.77.0.5/24"}
+        assert not remove(path, "eth0", "02:00:00:00:00:01")  # another MAC: not ours, kept
+        assert remove(path, "eth0", mac) and not remove(path, "eth0", mac)
+        assert _link(host) is None and _link("eth0", ns) is None  # the pair went with it
+
+        # A name taken in the namespace (another plugin's eth0): refused, nothing made.
+        subprocess.run(
+            ["ip", "netns", "exec", ns, "ip", "link", "add", "eth0", "type", "veth", "peer", "x0"],
+            check=True,
+        )
+        with pytest.raises(NetlinkError):  # EEXIST
+            create_veth_in_netns(eid, mac, 1400, path, "eth0")
+        assert _link(host) is None and _link("eth0", ns)["address"] != mac
+    finally:
+        delete_veth(eid)
+        subprocess.run(["ip", "netns", "del", ns], check=False)

@@ -20,6 +20,7 @@ import ipaddress
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,6 +39,9 @@ from .options import mac_for
 log = logging.getLogger(__name__)
 
 PodLabels = Callable[[str, str], Mapping[str, str]]  # (namespace, name) -> labels
+
+# The reads an ADD starts at once, and the pod's interface removed while DEL frees the rest.
+LOOKUPS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="cni")
 
 
 class Master(attach.Master, Protocol):
@@ -95,18 +99,22 @@ def _prefix(subnet: str) -> int:
 
 
 def attachment(
-    req: cni.Request, net: Network, ep: Endpoint, routes: tuple[Route, ...] = ()
+    req: cni.Request,
+    net: Network,
+    ep: Endpoint,
+    routes: tuple[Route, ...] = (),
+    host_end: str = "",
 ) -> cni.Attachment:
-    """What an ADD made for endpoint ``ep`` on ``net`` with ``routes``, to report."""
+    """What an ADD made for endpoint ``ep`` on ``net`` with ``routes``, to report;
+    ``host_end``: its switch port (a pool port's name; default: its own veth's)."""
     addresses = []
     if ep.ipAddress:
         addresses.append((f"{ep.ipAddress}/{_prefix(net.subnet)}", net.gateway))
     if ep.ipv6Address:
         addresses.append((f"{ep.ipv6Address}/{_prefix(net.ipv6Subnet)}", net.ipv6Gateway))
     dns = req.config.get("dns") if isinstance(req.config.get("dns"), dict) else {}
-    host_end, _ = veth_names(ep.endpointID)
     return cni.Attachment(
-        host_ifname=host_end,
+        host_ifname=host_end or veth_names(ep.endpointID)[0],
         host_mac="",
         ifname=req.ifname,
         mac=ep.macAddress,
@@ -163,16 +171,22 @@ class CniService:
             return self._add(req, version, eid)
 
     def _add(self, req: cni.Request, version: str, eid: str) -> dict[str, Any]:
-        t, net = self._resolve(req)
+        # Three independent reads (two of the master, one of the pod's namespace) at once;
+        # their errors in this order, as if one after the other.
+        resolving = LOOKUPS.submit(self._resolve, req)
+        reading = LOOKUPS.submit(self._routes, req)
+        looking = LOOKUPS.submit(self._existing, eid)
+        t, net = resolving.result()
+        have = reading.result()
+        existing = looking.result()
         requested = requested_routes(req.config)
-        have = self._routes(req)
         routes = plan_routes(requested, net, taken(have, req.ifname))
-        existing = self._existing(eid)
         if existing is not None and self._in_place(req, existing):
             # An ADD retried: the same answer, with the routes that are still there.
             there = via(have, req.ifname)
             kept = tuple(r for r in routes if r in there)
-            return cni.result(version, attachment(req, net, existing, kept))
+            host_end = self._host_end(eid)
+            return cni.result(version, attachment(req, net, existing, kept, host_end))
         mac = mac_for("", "", eid)
         request = EndpointRequest(
             endpointID=eid,
@@ -193,7 +207,7 @@ class CniService:
             if isinstance(e, MasterError):
                 raise _refusal(e, f"endpoint {eid}") from None
             raise cni.CniError(cni.DATAPATH_FAILURE, f"{failed}: {e}") from e
-        a = attachment(req, net, ep, routes)
+        a = attachment(req, net, ep, routes, self._host_end(eid))
         try:
             self.netns.move_into(
                 ifname, req.netns, req.ifname, [cidr for cidr, _ in a.addresses], a.routes
@@ -211,11 +225,15 @@ class CniService:
         )
         return cni.result(version, a)
 
+    def _host_end(self, eid: str) -> str:
+        """The endpoint's switch port on this host ("" if it has none)."""
+        return str(self.datapath.endpoint_oper(eid).get("hostInterface", ""))
+
     def delete(self, req: cni.Request) -> None:
         """Remove whatever there is of the attachment; nothing is fine."""
         eid = cni.endpoint_id(req.container_id, req.ifname)
         with self._one_at_a_time(eid):
-            self._undo(eid, req)
+            self._undo(eid, req, settle=False)
 
     def check(self, req: cni.Request) -> None:
         version = cni.config_version(req.config)
@@ -320,27 +338,34 @@ class CniService:
             and self.datapath.has_endpoint(ep.endpointID)
         )
 
-    def _undo(self, eid: str, req: cni.Request) -> None:
-        """Remove the attachment, whatever of it exists (each step is idempotent)."""
+    def _undo(self, eid: str, req: cni.Request, settle: bool = True) -> None:
+        """Remove the attachment, whatever of it exists (each step is idempotent): the pod's
+        interface (the veth pair goes with it) while the flows and the booking go. Without
+        ``settle`` (DEL), the answer waits for the switch port's removal only if the pair
+        may be left: the runtime may reuse the pod's interface name at once, and a new ADD
+        of this endpoint waits for its old port itself."""
+        removing = LOOKUPS.submit(self._remove_ours, eid, req)
         try:
             detach(self.master, self.datapath, eid)
-            # DEL answers once the port and veth are gone (the runtime may reuse the names).
-            self.datapath.settle(eid)
+            if settle or not removing.result():
+                self.datapath.settle(eid)
         except MasterError as e:
             raise cni.CniError(cni.TRY_AGAIN_LATER, f"endpoint {eid}: {e.message}") from None
         except Exception:
             log.exception("CNI: endpoint %s: removing its port failed", eid[:12])
-        self._remove_ours(eid, req)
+        finally:
+            removing.result()
 
-    def _remove_ours(self, eid: str, req: cni.Request) -> None:
-        if req.netns:
-            try:
-                # Only ours (by its MAC): the name may be another plugin's interface.
-                have = self.netns.read(req.netns, req.ifname)
-                if have is not None and have.mac.lower() == mac_for("", "", eid):
-                    self.netns.remove(req.netns, req.ifname)
-            except OSError as e:
-                log.warning("CNI: %s in %s: %s", req.ifname, req.netns, e)
+    def _remove_ours(self, eid: str, req: cni.Request) -> bool:
+        """Delete the pod's interface if it is ours (by its MAC: the name may be another
+        plugin's interface); whether it was there to delete."""
+        if not req.netns:
+            return False
+        try:
+            return self.netns.remove(req.netns, req.ifname, mac_for("", "", eid))
+        except OSError as e:
+            log.warning("CNI: %s in %s: %s", req.ifname, req.netns, e)
+            return False
 
 
 def _refusal(e: MasterError, what: str) -> cni.CniError:

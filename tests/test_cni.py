@@ -9,6 +9,8 @@ import ipaddress
 import json
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -17,8 +19,10 @@ from typing import Any
 
 import pytest
 from docker_plugin import FakeDatapath
+from prometheus_client.parser import text_string_to_metric_families
 
-from cni.main import run
+from cni import main as cni_main
+from cni.main import exec_body, install, run
 from common import cni
 from common.models import EndpointGroup, Network
 from datapath.netns import NetnsInterface, NetnsRoute
@@ -26,6 +30,7 @@ from plugin.cni_api import create_cni_app
 from plugin.cni_service import CniService, target
 from plugin.kube import PodLabels, api_from_kubeconfig
 from plugin.master_client import MasterClient
+from plugin.metrics import AgentMetrics
 from plugin.server import make_socket_server
 from testbed.real_master import RealMaster, real_master
 
@@ -74,6 +79,40 @@ def test_the_executable_refuses_with_a_cni_error_and_a_nonzero_status(
     assert status == 1 and out is not None
     assert out["code"] == code and says in out["msg"], out
     assert set(out) <= {"cniVersion", "code", "msg", "details"}
+
+
+def test_the_exec_body_carries_the_call_as_it_came() -> None:
+    env = {b"CNI_COMMAND": b"ADD", b"CNI_ARGS": b"", b"CNI_NETNS": b"/run/netns/p=1"}
+    body = exec_body(env, b'{"a": "\\u0000"}\n')
+    assert cni.read_exec_body(body) == (
+        {"CNI_COMMAND": "ADD", "CNI_ARGS": "", "CNI_NETNS": "/run/netns/p=1"},
+        '{"a": "\\u0000"}\n',
+    )
+    assert cni.read_exec_body(exec_body({}, b"")) == ({}, "")
+    for bad in (b"", b"CNI_COMMAND=ADD", b"PATH=/bin\0\0{}", b"CNI_X\0\0", b"\xff=1\0\0"):
+        with pytest.raises(cni.CniError) as e:
+            cni.read_exec_body(bad)
+        assert e.value.code == cni.DECODE_FAILURE
+
+
+def test_the_executable_starts_on_sys_alone() -> None:
+    """What its start imports beside the interpreter's own (the launcher runs -IS): the fast
+    path adds only _socket and posix, both built in or C."""
+    root = str(Path(cni_main.__file__).resolve().parent.parent)
+    code = (
+        "import sys; before = set(sys.modules); sys.path.insert(0, sys.argv[1]); "
+        "import cni.main; print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-IS", "-c", code, root], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert set(out) <= {"__future__", "cni", "cni.main"}, out
+    assert (cni_main.DEFAULT_SOCKET, cni_main.SOCKET_ENV, cni_main.EXEC_URL) == (
+        cni.DEFAULT_SOCKET,
+        cni.SOCKET_ENV,
+        cni.EXEC_URL,
+    )
+    assert cni.EXIT_HEADER.lower().encode() == cni_main.EXIT_HEADER
 
 
 def test_del_needs_no_namespace_and_args_parse() -> None:
@@ -160,11 +199,12 @@ class FakeNetns:
     def routes(self, netns: str) -> frozenset[NetnsRoute]:
         return frozenset(self.tables.get(netns, ()))
 
-    def remove(self, netns: str, name: str) -> bool:
-        self.tables.get(netns, set()).difference_update(
-            {r for r in self.tables.get(netns, ()) if r.ifname == name}
-        )
-        return self.spaces.get(netns, {}).pop(name, None) is not None
+    def remove(self, netns: str, name: str, mac: str = "") -> bool:
+        have = self.spaces.get(netns, {}).get(name)
+        if have is None or (mac and have.mac.lower() != mac.lower()):
+            return False
+        self.tables[netns].difference_update({r for r in self.tables[netns] if r.ifname == name})
+        return self.spaces[netns].pop(name) is not None
 
 
 @pytest.fixture
@@ -214,6 +254,24 @@ def test_add_check_del_and_del_again(
         master.state.endpoints.get(eid)
     svc.delete(req("DEL"))  # again: fine
     svc.delete(req("DEL", CNI_NETNS="", CNI_CONTAINERID="never-seen"))  # unknown: fine
+
+
+def test_del_waits_for_the_switch_port_only_while_the_veth_may_be_left(
+    service: tuple[CniService, FakeDatapath, FakeNetns],
+) -> None:
+    svc, dp, ns = service
+    eid = cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0")
+    pod1 = ns.spaces["/run/netns/pod1"]
+    svc.add(req())
+    svc.delete(req("DEL"))  # the pod's end deleted: the pair went with it
+    assert "eth0" not in pod1 and eid not in dp.ports and dp.settled == []
+    svc.add(req())
+    pod1["eth0"] = NetnsInterface(mac="02:00:00:00:00:01", mtu=1500, up=True, addresses=frozenset())
+    svc.delete(req("DEL"))  # another plugin's eth0 by now: left alone, and DEL waits
+    assert pod1["eth0"].mac == "02:00:00:00:00:01" and dp.settled == [eid]
+    svc.add(req(CNI_IFNAME="net1"))
+    svc.delete(req("DEL", CNI_IFNAME="net1", CNI_NETNS=""))  # the namespace is gone
+    assert dp.settled == [eid, cni.endpoint_id(ENV["CNI_CONTAINERID"], "net1")]
 
 
 def test_a_failed_add_leaks_nothing(
@@ -335,7 +393,8 @@ def test_the_socket_serves_the_executable(
     svc, _, _ = service
     with tempfile.TemporaryDirectory(dir="/tmp") as d:
         path = os.path.join(d, "cni.sock")
-        server = make_socket_server(path, create_cni_app(svc))
+        metrics = AgentMetrics()
+        server = make_socket_server(path, create_cni_app(svc, metrics))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             status, out = run({**ENV, cni.SOCKET_ENV: path}, json.dumps(CONF))
@@ -348,8 +407,50 @@ def test_the_socket_serves_the_executable(
             with socket.socket(socket.AF_UNIX) as s:
                 s.connect(path)  # it is a socket, mode 0600
             assert os.stat(path).st_mode & 0o777 == 0o600
+            # The installed launcher, as a runtime execs it: the call goes to the agent as it
+            # came, and the answers are run()'s.
+            launcher = install(d)
+            env = {**ENV, cni.SOCKET_ENV: path}
+            status, out = launched(launcher, env, json.dumps(CONF))
+            assert status == 0 and out is not None and out["cniVersion"] == "1.0.0"
+            assert out["interfaces"][1]["name"] == "eth0"
+            assert launched(launcher, env, json.dumps(bad)) == run(env, json.dumps(bad))
+            del_env = {**env, "CNI_COMMAND": "DEL"}
+            assert launched(launcher, del_env, json.dumps(CONF)) == (0, None)
+            for stdin in ("{not json", json.dumps({**CONF, "cniVersion": "0.2.0"})):
+                assert launched(launcher, env, stdin) == run(env, stdin)
+            version = launched(launcher, {"CNI_COMMAND": "VERSION"}, '{"cniVersion": "0.4.0"}')
+            assert version == run({"CNI_COMMAND": "VERSION"}, '{"cniVersion": "0.4.0"}')
+            count = "netplugin_docker_requests_total"
+            # By the call's command, refusals too (the launcher's bad JSON and version).
+            assert metric(metrics, count, method="CNI.ADD", outcome="ok") == 2
+            assert metric(metrics, count, method="CNI.ADD", outcome="error") == 3 + 2
+            assert metric(metrics, count, method="CNI.DEL", outcome="ok") == 2
         finally:
             server.shutdown()
+        # No agent: the checks still come first, then "not answering" (code 11).
+        for stdin, code in (("{not json", cni.DECODE_FAILURE), (json.dumps(CONF), 11)):
+            status, out = launched(launcher, env, stdin)
+            assert status == 1 and out is not None and out["code"] == code, out
+
+
+def metric(metrics: AgentMetrics, name: str, **labels: str) -> float:
+    text = metrics.exposition().decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def launched(launcher: str, env: dict[str, str], stdin: str) -> tuple[int, Any]:
+    """Exec the launcher as a runtime does: (exit status, its JSON answer or None)."""
+    proc = subprocess.run(
+        [launcher], input=stdin, capture_output=True, text=True, env=env, timeout=60
+    )
+    assert proc.stderr == ""
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else None
 
 
 # --- the kubeconfig reader ---
