@@ -31,6 +31,7 @@ child of about N / FLOOD_PARTS buckets: 34 at 1,000 endpoints, 167 at 5,000.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from datapath.flows import Action, Group, group
@@ -67,7 +68,7 @@ def flood_groups(segment: int, ports: Iterable[int]) -> list[Group]:
     buckets drops, and the flood flows then need not change."""
     outputs = sorted(set(ports))
     if len(outputs) <= FLOOD_SPLIT:
-        return [group(flood_group_id(segment), ([("output", p)] for p in outputs), "all")]
+        return [_outputs_group(flood_group_id(segment), tuple(outputs))]
     parts: dict[int, list[int]] = {}
     for p in outputs:
         parts.setdefault(1 + p % FLOOD_PARTS, []).append(p)
@@ -79,8 +80,15 @@ def flood_groups(segment: int, ports: Iterable[int]) -> list[Group]:
             f"({FLOOD_BUCKETS})"
         )
     children = [
-        group(flood_group_id(segment, part), ([("output", p)] for p in ps), "all")
+        _outputs_group(flood_group_id(segment, part), tuple(ps))
         for part, ps in sorted(parts.items())
     ]
     parent = group(flood_group_id(segment), ([("group", c.id)] for c in children), "all")
     return [parent, *children]
+
+
+@functools.lru_cache(maxsize=8192)
+def _outputs_group(group_id: int, outputs: tuple[int, ...]) -> Group:
+    """An all group with a bucket per output port (sorted, distinct). Cached: an endpoint's
+    change recompiles its segment's flood, and only one child's ports changed."""
+    return group(group_id, ([("output", p)] for p in outputs), "all")
