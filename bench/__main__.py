@@ -13,6 +13,7 @@ from bench import (
     cni,
     control_plane,
     datapath,
+    goals27,
     kernel,
     kvxlan,
     leader,
@@ -460,6 +461,7 @@ def main() -> int:
         *cni.section(dp["cni"]),
         *designs_section(kv, dp, mh),
         *goals_section(cp, dp, mh),
+        *goals27.section(dp, sc, ch),
         *(churn.section(ch) if ch else []),
         *([scale.marked(sc), ""] if sc else []),  # else write_report keeps the last run's
         *([routing.marked(rt), ""] if rt else []),  # else write_report keeps the last run's
