@@ -77,6 +77,12 @@ class Node:
             f"{{{{end}}}}' {container}"
         ).strip()
 
+    def endpoint_id(self, container: str) -> str:
+        return self.sh(
+            f"docker inspect -f '{{{{range .NetworkSettings.Networks}}}}{{{{.EndpointID}}}}"
+            f"{{{{end}}}}' {container}"
+        ).strip()
+
     def pid(self, container: str) -> str:
         return self.sh(f"docker inspect -f '{{{{.State.Pid}}}}' {container}").strip()
 
