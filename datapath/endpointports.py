@@ -115,10 +115,6 @@ class EndpointPorts:
             plugged.pool is not None and self.pool is not None and self.pool.give_back(plugged.pool)
         )
 
-    def settle(self, endpoint_id: str, timeout: float) -> bool:
-        """Wait until the deleted endpoint's port is given back or removed."""
-        return self.teardown.wait(endpoint_id, timeout)
-
     # --- start, audit, stop ---
 
     def adopt(
