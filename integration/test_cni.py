@@ -245,6 +245,9 @@ def test_an_agent_restart_keeps_pods_talking_and_remakes_nothing(
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     plugin.stop()
+    # Its spare pool ports went with it (the pod's port stays: its pod runs on).
+    assert not spare_pool_ports(run("ip", "-o", "link").stdout)
+    assert host_end in run("ovs-vsctl", "list-ports", "netplugin").stdout.split()
     plugin.start()
     out, _ = pinging.communicate(timeout=30)
     sent, received = (int(x.split()[0]) for x in out.split("\n")[-3].split(",")[:2])
