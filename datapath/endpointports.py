@@ -194,16 +194,8 @@ class EndpointPorts:
         return self.pool.paused() if self.pool is not None else contextlib.nullcontext()
 
     def stop(self, timeout: float) -> int:
-        """Finish what is pending (up to ``timeout``), then remove the pool's free ports
-        (one transaction); how many deleted endpoints' ports are left."""
-        left = self.teardown.stop(timeout)
-        if self.pool is not None and (free := self.pool.drain()):
-            try:
-                bp.remove_ports(self.ovs, self.links, self.bridge, [p.host for p in free])
-            except Exception as e:
-                log.warning(
-                    "port pool: %d free ports are left (the next start adopts them): %s",
-                    len(free),
-                    e,
-                )
-        return left
+        """Finish what is pending (up to ``timeout``); how many deleted endpoints' ports are
+        left. The pool's free ports stay, for the next start to adopt: removing them would
+        change OVSDB, and make ovs-vswitchd reconfigure every running container's port,
+        at every restart."""
+        return self.teardown.stop(timeout)

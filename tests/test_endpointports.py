@@ -133,15 +133,17 @@ def test_the_audit_removes_pool_ports_nobody_has() -> None:
     assert mine.port in h.ovs.ports and free <= set(h.ovs.ports)
 
 
-def test_stop_removes_the_free_ports_in_one_transaction() -> None:
+def test_a_restart_keeps_the_spare_ports_and_adopts_them() -> None:
     h = Host(size=3, batch=3)
     h.pool.refill()
     mine = h.create(ep(2))
-    before = h.ovs.transactions
+    spare = {p.host for p in h.pool.free()}
+    ports = dict(h.ovs.ports)
     assert h.agent.ports.stop(5) == 0
-    assert h.ovs.transactions == before + 1
-    pool_ports = {n for n, i in h.ovs.ports.items() if EXT_POOL in i.external_ids}
-    assert pool_ports == {mine.port}  # the endpoint keeps its port: its container runs on
+    h.agent = h.start([ep(2)])
+    assert h.ovs.ports == ports  # no port made or removed: none of OVSDB's reconfigurations
+    assert {p.host for p in h.pool.free()} == spare and h.pool.refill() == 1
+    assert next(x for x in h.agent.desired().endpoints).port == mine.port
 
 
 @pytest.mark.parametrize("tso", [False, True])
