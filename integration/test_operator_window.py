@@ -72,6 +72,22 @@ class Agent:
         return requests.get(f"{self.api_url}/metrics", timeout=30).text
 
 
+def flows_seen(agent: Agent) -> str:
+    """What a failed wait for the flows should show: the difference, the controller's
+    state (its last error, the switches it saw connect) and the agent's log's end."""
+    flows = agent.inspect("flows")
+    keys = ("connected", "error", "generation", "reconciledGeneration", "settled")
+    brief = {k: flows.get(k) for k in keys}
+    diff = {k: flows.get(k) for k in ("missing", "changed", "extra")}
+    switch = agent.inspect("driver").get("switch")
+    ovs = subprocess.run(["ovs-vsctl", "show"], capture_output=True, text=True).stdout
+    controllers = [line.strip() for line in ovs.splitlines() if "Controller" in line]
+    return (
+        f"{brief} {diff}\nswitch: {switch}\ncontrollers on the host: {controllers}\n"
+        f"agent log:\n{agent.log.read_text()[-4000:]}"
+    )
+
+
 def netctl(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
@@ -184,7 +200,12 @@ def test_docker_calls_show_in_the_window_and_in_both_metrics(
     assert ep["ovsPort"] in ports
     out = netctl("host", "inspect", "--url", agent.api_url, "endpoints")
     assert out.returncode == 0 and eid[:12] in out.stdout, out.stderr
-    wait_for(lambda: agent.inspect("flows")["inSync"], 10, "the switch holds the flows")
+    wait_for(
+        lambda: agent.inspect("flows")["inSync"],
+        30,
+        "the switch holds the flows",
+        last=lambda: flows_seen(agent),
+    )
     flows = agent.inspect("flows")
     assert flows["expected"] == flows["onSwitch"] > 0 and flows["missing"] == []
     cluster = agent.inspect("cluster")
