@@ -93,6 +93,10 @@ class Ovsdb(Protocol):
         """The bridge's ports by name."""
         ...
 
+    def ports_elsewhere(self, bridge: str) -> set[str]:
+        """The names of the other bridges' ports."""
+        ...
+
 
 class HostNat(Protocol):
     """The host's iptables chains: NAT, isolation between networks, published ports."""
@@ -136,10 +140,12 @@ class Netns(Protocol):
         name: str,
         addresses: Sequence[str],
         routes: Sequence[tuple[str, str]],
+        mac: str = "",
     ) -> None:
-        """Move this host's ``ifname`` into ``netns`` as ``name``, up, addressed and with
-        ``routes`` ((dst, gateway)) via it (an interface already there under ``name`` is
-        brought in line; a route the namespace has via another interface is an error)."""
+        """Move this host's ``ifname`` into ``netns`` as ``name``, up, with ``mac`` (set
+        there), addressed and with ``routes`` ((dst, gateway)) via it (an interface already
+        there under ``name`` is brought in line; a route the namespace has via another
+        interface is an error)."""
         ...
 
     def read(self, netns: str, name: str) -> NetnsInterface | None:

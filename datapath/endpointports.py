@@ -7,8 +7,8 @@ A deleted endpoint's port is handled after the answer, on the teardown's thread
 port is removed, in one OVSDB transaction per batch. Plugging an endpoint again (a retried
 CreateEndpoint) first waits for that.
 
-At start, ``adopt`` finds each endpoint's port: its own veth's, or the pool port whose
-kernel alias names it. Pool ports that serve no endpoint are kept for the pool if their
+At start, ``adopt`` finds each endpoint's port: its own veth's, or the pool port recorded
+as serving it (datapath.poollinks). Pool ports that serve no endpoint are kept for the pool if their
 container end is home (up to its size) and removed otherwise.
 """
 
@@ -25,7 +25,15 @@ from . import bridgeports as bp
 from .effects import Links, Ovsdb
 from .local import EndpointState
 from .ovs import PortInfo
-from .portpool import EXT_POOL, PoolLink, PoolPort, PortPool, container_end, is_pool_port
+from .portpool import (
+    EXT_POOL,
+    PoolLink,
+    PoolPort,
+    PortPool,
+    Shape,
+    container_end,
+    is_pool_port,
+)
 from .teardown import Teardown
 from .veth import veth_names
 
@@ -71,7 +79,8 @@ class EndpointPorts:
             return have
         if not self.teardown.wait(endpoint_id, wait):  # a retry: its old port goes first
             raise RuntimeError(f"endpoint {endpoint_id}: its old port is still being removed")
-        taken = self.pool.take(endpoint_id, mac, mtu, offloads_off) if self.pool else None
+        shape = Shape(mtu, offloads_off)
+        taken = self.pool.take(endpoint_id, shape) if self.pool else None
         if taken is not None:
             plugged = Plugged(taken.ofport, taken.host, taken.container, taken)
         else:
@@ -123,7 +132,7 @@ class EndpointPorts:
         endpoints: Iterable[EndpointState],
     ) -> tuple[dict[str, EndpointState], int, list[str]]:
         """After a (re)start: the endpoints whose ports are on the bridge (their own veth's
-        or the pool port named by its alias), with ofport and port read back; how many have
+        or the pool port recorded as serving it), with ofport and port read back; how many have
         none (their veth vanished: they cannot be re-plugged into their container); and the
         pool ports nothing uses any more, to remove (those the pool keeps are its own).
         Ports plugged for endpoints not among ``endpoints`` (not created yet) stay."""
@@ -134,7 +143,7 @@ class EndpointPorts:
         self, ports: Mapping[str, PortInfo], endpoints: list[EndpointState]
     ) -> tuple[dict[str, EndpointState], int, list[str]]:
         survey = self.pool.links.survey() if self.pool is not None else {}
-        serving = {link.alias: host for host, link in survey.items() if link.alias}
+        serving = {link.endpoint: host for host, link in survey.items() if link.endpoint}
         ids = {ep.id for ep in endpoints}
         kept = {e: p for e, p in self._ports.items() if e not in ids}
         found: dict[str, EndpointState] = {}
@@ -160,8 +169,10 @@ class EndpointPorts:
         self, ports: Mapping[str, PortInfo], survey: Mapping[str, PoolLink], used: set[str]
     ) -> list[str]:
         """Pool ports no endpoint uses: whole ones (a port on the bridge, the container end
-        home) go to the pool, up to its size; the names of the rest, to remove."""
-        names = {n for n, info in ports.items() if EXT_POOL in info.external_ids} | set(survey)
+        home) go to the pool, up to its size; the names of the rest, to remove. A pool port
+        of another bridge is another agent's (a host running several): left alone."""
+        names = {n for n, info in ports.items() if EXT_POOL in info.external_ids}
+        names |= set(survey) - self.ovs.ports_elsewhere(self.bridge)  # not another agent's
         whole, broken = [], []
         for name in sorted(names - used):
             info, link = ports.get(name), survey.get(name)
@@ -186,7 +197,8 @@ class EndpointPorts:
             return 0
         with self._pool_paused():
             on_bridge = {n for n, info in ports.items() if EXT_POOL in info.external_ids}
-            stale = sorted((on_bridge | set(self.pool.links.survey())) - self.owned())
+            loose = set(self.pool.links.survey()) - self.ovs.ports_elsewhere(self.bridge)
+            stale = sorted((on_bridge | loose) - self.owned())
             bp.remove_ports(self.ovs, self.links, self.bridge, stale)
         return len(stale)
 

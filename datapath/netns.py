@@ -87,10 +87,12 @@ def move_into(
     name: str,
     addresses: Sequence[str],
     routes: Sequence[tuple[str, str]],
+    mac: str = "",
 ) -> None:
     """Move this host's ``ifname`` into the namespace at ``netns`` as ``name``, bring it up
-    with ``addresses`` ("10.1.0.5/24") and ``routes`` ((dst, gateway)) via it, and only
-    those. An interface already there under ``name`` (an ADD retried) is brought in line
+    with ``mac`` (if given: set there, where ovs-vswitchd does not hear of it),
+    ``addresses`` ("10.1.0.5/24") and ``routes`` ((dst, gateway)) via it, and only those.
+    An interface already there under ``name`` (an ADD retried) is brought in line
     instead; a route the namespace has already, not via this interface, is an error."""
 
     def move() -> None:
@@ -110,7 +112,7 @@ def move_into(
                 index = _index(ip, name)
             if index is None:
                 raise OSError(f"interface {ifname} did not arrive in {netns}")
-            ip.link("set", index=index, state="up")
+            ip.link("set", index=index, state="up", **({"address": mac} if mac else {}))
             for cidr in addresses:
                 iface = ipaddress.ip_interface(cidr)
                 try:
@@ -231,8 +233,9 @@ class NetlinkNetns:
         name: str,
         addresses: Sequence[str],
         routes: Sequence[tuple[str, str]],
+        mac: str = "",
     ) -> None:
-        move_into(ifname, netns, name, addresses, routes)
+        move_into(ifname, netns, name, addresses, routes, mac)
 
     def read(self, netns: str, name: str) -> NetnsInterface | None:
         return read(netns, name)

@@ -393,6 +393,16 @@ class Ovs:
         self._commit(*commands)
         return sum(bool(c.result) for c in commands)
 
+    def ports_elsewhere(self, bridge: str) -> set[str]:
+        """The names of the ports of every other bridge (another agent's, where a host runs
+        several: simulated hosts, tests)."""
+
+        def read(idl: Any) -> set[str]:
+            bridges = idl.tables["Bridge"].rows.values()
+            return {p.name for br in bridges if br.name != bridge for p in br.ports}
+
+        return self._read(read)
+
     def list_ports(self, bridge: str) -> dict[str, PortInfo]:
         """The bridge's ports (without its own internal port) by name."""
 

@@ -4,15 +4,21 @@ gives it back, and neither writes to OVSDB.
 Why: ovs-vswitchd reconfigures every port of the bridge after any change of its database
 (11 ms at 10 ports, 175 ms at 1,000 here), and handles no OpenFlow message meanwhile, so
 a port added or removed on Docker's path costs that much and delays every other
-endpoint's flows. A pool port is a veth pair with names of its own (``vq…`` on the
-bridge, ``vr…`` for the container), already an OVS port with a known ofport:
-- taking one sets the container end's MAC and MTU and the host end's kernel alias (the
-  endpoint's ID: how a restarted agent finds which endpoint a pool port serves) by
-  netlink, and the endpoint's flows go out with the known ofport;
+endpoint's flows. It does the same after any link change the kernel reports in the host's
+namespace (its interface notifier: a MAC, an MTU, an alias, a carrier, on any interface,
+ours or not): at 1,000 ports some 5,000 netlink requests, 50 to 100 ms of its main
+thread. Changes inside a container's namespace it does not see. So a pool port is a veth
+pair with names of its own (``vq…`` on the bridge, ``vr…`` for the container), already an
+OVS port with a known ofport, made the way the last one was taken (MTU, TX checksumming):
+- taking one changes nothing in the kernel when it already has the endpoint's MTU and TX
+  checksumming (the usual case): the container end gets its MAC from Docker, inside the
+  container's namespace (libnetwork sets the MAC the driver answered), or from the CNI
+  plugin, there too; which endpoint a port serves is written to a small file of the
+  agent's (how a restarted agent finds it), and the flows go out with the known ofport;
 - giving one back (Docker has moved the container end back to the host's namespace under
-  its own name, as libnetwork does when it releases a sandbox) clears the alias and keeps
-  it for the next endpoint; a port whose container end did not come back is the caller's
-  to remove;
+  its own name, as libnetwork does when it releases a sandbox) drops that file and keeps
+  the port for the next endpoint; a port whose container end did not come back is the
+  caller's to remove;
 - ``refill`` makes what is missing, in one OVSDB transaction, only when no endpoint was
   taken for ``quiet`` seconds: the reconfiguration then delays nobody;
 - a take that finds the pool empty makes a batch at once, in one transaction, and takes
@@ -63,34 +69,47 @@ class PoolPort:
     host: str  # the host end: a port of the bridge
     container: str  # the end Docker moves into the container and renames
     ofport: int
-    # Whether the container end has TX checksumming off (datapath.offloads); None: not
-    # known (a port adopted at start), so the next claim sets it either way.
+    # Whether the container end has TX checksumming off (datapath.offloads), and the MTU
+    # of both ends; None: not known (a port adopted at start), so the next claim sets it.
     offloads_off: bool | None = False
+    mtu: int | None = None
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a port is readied with for an endpoint: the MTU of both ends, and whether
+    the container end has TX checksumming off."""
+
+    mtu: int
+    offloads_off: bool = False
+
+    def of(self, port: PoolPort) -> bool:
+        """Whether ``port`` has this shape already."""
+        return port.mtu == self.mtu and port.offloads_off == self.offloads_off
 
 
 @dataclass(frozen=True)
 class PoolLink:
     """A pool port's pair as the kernel has it."""
 
-    alias: str  # the endpoint it serves ("" for none)
+    endpoint: str  # the endpoint it serves ("" for none)
     home: bool  # its container end is in the host's namespace under its name
 
 
 class PoolLinks(Protocol):
-    def create_pool_veth(self, host: str, container: str) -> None:
-        """A new pair, the host end up and kept off the host's IP stack."""
+    def create_pool_veth(self, host: str, container: str, shape: Shape) -> None:
+        """A new pair of ``shape``, the host end up and kept off the host's IP stack."""
         ...
 
-    def claim(
-        self, port: PoolPort, endpoint_id: str, mac: str, mtu: int, offloads_off: bool
-    ) -> None:
-        """Ready ``port`` for the endpoint: the container end's MAC, MTU and TX
-        checksumming, the host end's MTU and its alias (the endpoint's ID)."""
+    def claim(self, port: PoolPort, endpoint_id: str, shape: Shape) -> None:
+        """Ready ``port`` for the endpoint: the MTU and TX checksumming of ``shape``
+        where the port's differ (only then does the kernel hear of it), and the record
+        that it serves ``endpoint_id``."""
         ...
 
     def release(self, port: PoolPort) -> bool:
-        """Clear the host end's alias; True if the container end is back in the host's
-        namespace under its name (the port can serve again)."""
+        """Drop the record of the endpoint it served; True if the container end is back
+        in the host's namespace under its name (the port can serve again)."""
         ...
 
     def discard(self, host: str) -> None:
@@ -121,11 +140,14 @@ class PortPool:
         size: int,
         batch: int = 8,
         quiet: float = 0.5,
+        shape: Shape = Shape(1500),
         keys: Callable[[], str] = new_key,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ovs, self.links, self.bridge = ovs, links, bridge
         self.size, self.batch, self.quiet = size, batch, quiet
+        # New ports are made as the last one was taken: the next take then changes nothing.
+        self._shape = shape
         self._keys, self._clock = keys, clock
         self._lock = threading.Lock()
         self._making = threading.Lock()  # held while a batch is made
@@ -136,14 +158,13 @@ class PortPool:
         self.reused = 0  # ports given back and kept
         self.made = 0  # ports made
 
-    def take(
-        self, endpoint_id: str, mac: str, mtu: int, offloads_off: bool = False
-    ) -> PoolPort | None:
-        """A free port readied for the endpoint, or None (no port could be made, or
+    def take(self, endpoint_id: str, shape: Shape) -> PoolPort | None:
+        """A free port readied for the endpoint (``shape``), or None (no port could be made, or
         readying it failed: that port is dropped; the caller plugs a port of its own). An
         empty pool makes a batch first, in one transaction."""
         with self._lock:
             self._last_take = self._clock()
+            self._shape = shape
             empty = not self._free
             if empty:
                 self.missed += 1
@@ -159,13 +180,13 @@ class PortPool:
                 return None
             port = self._free.popleft()
         try:
-            self.links.claim(port, endpoint_id, mac, mtu, offloads_off)
+            self.links.claim(port, endpoint_id, shape)
         except OSError as e:
             log.warning("pool port %s: cannot ready it for %s: %s", port.host, endpoint_id[:12], e)
             return None
         with self._lock:
             self.taken += 1
-        return replace(port, offloads_off=offloads_off)
+        return replace(port, offloads_off=shape.offloads_off, mtu=shape.mtu)
 
     def give_back(self, port: PoolPort) -> bool:
         """Keep ``port`` for the next endpoint; False if it cannot serve again or the pool
@@ -200,10 +221,12 @@ class PortPool:
 
     def _make(self, n: int) -> int:
         names = [pool_names(self._keys()) for _ in range(n)]
+        with self._lock:
+            shape = self._shape
         made: list[tuple[str, str]] = []
         try:
             for host, container in names:
-                self.links.create_pool_veth(host, container)
+                self.links.create_pool_veth(host, container, shape)
                 made.append((host, container))
             ofports = self.ovs.add_ports(self.bridge, [h for h, _ in made], {EXT_POOL: "1"})
         except Exception as e:
@@ -214,7 +237,11 @@ class PortPool:
                 except OSError as gone:
                     log.warning("port pool: %s is left (the audit removes it): %s", host, gone)
             raise
-        ports = [PoolPort(h, c, ofports[h]) for h, c in made if ofports.get(h, 0) > 0]
+        ports = [
+            PoolPort(h, c, ofports[h], shape.offloads_off, shape.mtu)
+            for h, c in made
+            if ofports.get(h, 0) > 0
+        ]
         with self._lock:
             self._free.extend(ports)
             self.made += len(ports)

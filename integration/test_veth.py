@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -68,46 +71,68 @@ def test_veth_lifecycle() -> None:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
-def test_a_pool_port_is_readied_given_back_and_known_by_its_alias() -> None:
+def test_a_pool_port_is_readied_given_back_and_known_by_its_record(tmp_path: Path) -> None:
     from datapath.poollinks import NetlinkPoolLinks
-    from datapath.portpool import PoolLink, PoolPort, pool_names
+    from datapath.portpool import PoolLink, PoolPort, Shape, pool_names
     from datapath.veth import tx_checksumming
 
     key = uuid.uuid4().hex[:11]
     host, container = pool_names(key)
     ns = f"np-pool-{key[:6]}"
-    links = NetlinkPoolLinks()
+    links = NetlinkPoolLinks(tmp_path / "records")
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
-        links.create_pool_veth(host, container)
+        links.create_pool_veth(host, container, Shape(1450, offloads_off=True))
         assert _link(host)["state"] == "up" and _link(container)["state"] == "down"
+        assert _link(host)["mtu"] == _link(container)["mtu"] == 1450
+        assert not tx_checksumming(container)
         for family, key_, value in HOST_END_SYSCTLS:
             path = Path(f"/proc/sys/net/{family}/conf/{host}/{key_}")
             assert path.read_text().strip() == value, path
-        port = PoolPort(host, container, 7)
+        before = _link(container)
+        port = PoolPort(host, container, 7, offloads_off=True, mtu=1450)
         eid = "ab" * 32
-        links.claim(port, eid, "02:42:0a:00:00:09", 1450, offloads_off=True)
-        assert _link(container) == {"mtu": 1450, "address": "02:42:0a:00:00:09", "state": "down"}
-        assert _link(host)["mtu"] == 1450 and links.survey()[host] == PoolLink(eid, True)
-        assert not tx_checksumming(container)
+        # Of the endpoint's shape already: the kernel is not touched, the record is written.
+        with _link_events() as events:
+            links.claim(port, eid, Shape(1450, offloads_off=True))
+        assert events() == [] and _link(container) == before
+        assert links.survey()[host] == PoolLink(eid, True)
+        assert (tmp_path / "records" / host).read_text() == eid
         # Docker hands it back to the host's namespace: the port may serve again.
         assert links.release(port) and links.survey()[host] == PoolLink("", True)
-        # The next endpoint keeps its offloads: TX checksumming comes back.
-        port = PoolPort(host, container, 7, offloads_off=True)
-        links.claim(port, "cd" * 32, "02:42:0a:00:00:0a", 1450, offloads_off=False)
-        assert tx_checksumming(container)
+        # The next endpoint keeps its offloads and has another MTU: both change.
+        links.claim(port, "cd" * 32, Shape(1400, offloads_off=False))
+        assert tx_checksumming(container) and _link(container)["mtu"] == _link(host)["mtu"] == 1400
         # A container end that stays away (a pod's namespace): not reusable.
         with IPRoute() as ip:
             idx = ip.link_lookup(ifname=container)[0]
             ip.link("set", index=idx, net_ns_fd=f"/var/run/netns/{ns}")
         assert not links.release(port) and links.survey()[host] == PoolLink("", False)
         with pytest.raises(OSError, match="not whole"):
-            links.claim(port, eid, "02:42:0a:00:00:09", 1450, offloads_off=False)
+            links.claim(port, eid, Shape(1400))
+        # An older netplugin recorded the endpoint in the host end's alias: still known.
+        subprocess.run(["ip", "link", "set", host, "alias", eid], check=True)
+        assert links.survey()[host] == PoolLink(eid, False)
         links.discard(host)
-        assert host not in links.survey()
+        assert host not in links.survey() and list((tmp_path / "records").iterdir()) == []
     finally:
         subprocess.run(["ip", "link", "del", host], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@contextlib.contextmanager
+def _link_events() -> Iterator[Callable[[], list[str]]]:
+    """The link changes the kernel reports in this namespace meanwhile (``ip monitor``)."""
+    mon = subprocess.Popen(["ip", "-o", "monitor", "link"], stdout=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    time.sleep(0.2)  # subscribed
+    try:
+        yield lambda: lines
+    finally:
+        time.sleep(0.2)  # what was reported has arrived
+        mon.terminate()
+        out, _ = mon.communicate(timeout=5)
+        lines += [line for line in out.splitlines() if line.strip()]
 
 
 def test_a_veth_made_in_the_pods_namespace() -> None:

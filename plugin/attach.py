@@ -2,11 +2,14 @@
 (CreateEndpoint, DeleteEndpoint) and the CNI service (ADD, DEL) alike.
 
 Attach: the port is made while the master books the endpoint (both mostly wait on a socket;
-the MAC is final already), its flows once the master has confirmed the addresses. A failure
-undoes exactly what was done, the port first (a plug that failed removed its own), then the
-booking: no address, OVS port, veth or store key is left. A master's refusal changed
-nothing, so frees nothing; a master that did not answer may have booked, so the endpoint is
-freed all the same.
+the MAC is final already). When the request names its addresses (Docker's RequestAddress
+came first) the flows go out meanwhile too, and the wait for the switch to confirm them
+(an OpenFlow round trip of ~12 ms at 1,000 ports) overlaps the master's; otherwise, or if
+the master booked other addresses, they go out once it has answered. A failure undoes
+exactly what was done, the port and its flows first (a plug that failed removed its own),
+then the booking: no address, OVS port, veth, flow or store key is left. A master's refusal
+changed nothing, so frees nothing; a master that did not answer may have booked, so the
+endpoint is freed all the same.
 """
 
 from __future__ import annotations
@@ -95,7 +98,14 @@ def attach(
     ifname). Raises the master's MasterError, or DatapathFailure; either way nothing is left.
     """
     eid, mac = request.endpointID, request.macAddress
-    plugging = PLUGGING.submit(datapath.plug, eid, net, mac, mtu)
+    group = group_id(request.tenantName, request.groupName)
+    asked = (request.ipAddress, request.ipv6Address)
+    if any(asked):
+        plugging = PLUGGING.submit(
+            datapath.create_endpoint_port, eid, net, mac, *asked, mtu, group=group
+        )
+    else:
+        plugging = PLUGGING.submit(datapath.plug, eid, net, mac, mtu)
     try:
         ep = master.create_endpoint(request)
     except BaseException as e:
@@ -104,16 +114,10 @@ def attach(
         _undo(master, datapath, eid, unplug=plugged, free=not refused)
         raise
     try:
-        plugging.result()
-        ifname = datapath.create_endpoint_port(
-            eid,
-            net,
-            mac,
-            ep.ipAddress or request.ipAddress,
-            ep.ipv6Address or request.ipv6Address,
-            mtu,
-            group=group_id(request.tenantName, request.groupName),
-        )
+        ifname = plugging.result()
+        booked = (ep.ipAddress or request.ipAddress, ep.ipv6Address or request.ipv6Address)
+        if booked != asked:  # the flows wait for the addresses the master chose
+            ifname = datapath.create_endpoint_port(eid, net, mac, *booked, mtu, group=group)
     except Exception as failure:
         log.exception("endpoint %s: datapath port failed; undoing it", eid[:12])
         _undo(master, datapath, eid, unplug=plugging.exception() is None, free=True)

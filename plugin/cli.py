@@ -51,7 +51,8 @@ def parser() -> EnvArgumentParser:
     p.add_argument(
         "--data-dir",
         default="/var/lib/netplugin",
-        help="the embedded store netmaster keeps on this host (without --etcd-endpoints)",
+        help="the embedded store netmaster keeps on this host (without --etcd-endpoints), "
+        "and which endpoint each pool port serves (pool-ports/HOST/)",
     )
     p.add_argument("--etcd-ca", default="", help="CA certificate for etcd TLS")
     p.add_argument("--etcd-cert", default="", help="client certificate for etcd TLS")

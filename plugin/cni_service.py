@@ -210,7 +210,7 @@ class CniService:
         a = attachment(req, net, ep, routes, self._host_end(eid))
         try:
             self.netns.move_into(
-                ifname, req.netns, req.ifname, [cidr for cidr, _ in a.addresses], a.routes
+                ifname, req.netns, req.ifname, [cidr for cidr, _ in a.addresses], a.routes, a.mac
             )
         except Exception as e:
             self._undo(eid, req)

@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from common import keys
@@ -27,7 +28,7 @@ from datapath.netns import NetlinkNetns
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
 from datapath.poollinks import NetlinkPoolLinks
-from datapath.portpool import PortPool
+from datapath.portpool import PortPool, Shape
 from datapath.ports import PortConflict, PublishedPort
 from datapath.report import counts
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
@@ -236,11 +237,16 @@ def _link_mtu(ifname: str) -> int:
         return int(ip.get_links(found[0])[0].get("mtu"))
 
 
-def port_pool(size: int, ovs: Ovs, bridge: str, proc_sys: str) -> PortPool | None:
-    """The switch ports kept ready for new endpoints (--port-pool; 0: none)."""
-    if size <= 0:
+def port_pool(args: Any, ovs: Ovs, mtu: int) -> PortPool | None:
+    """The switch ports kept ready for new endpoints (--port-pool; 0: none), the first of
+    them with ``mtu``; which endpoint each serves is recorded under --data-dir, a
+    directory per --host (simulated hosts may share a data directory)."""
+    if args.port_pool <= 0:
         return None
-    return PortPool(ovs, NetlinkPoolLinks(proc_sys), bridge, size, batch=min(8, size))
+    records = Path(args.data_dir) / "pool-ports" / args.host.replace("/", "_")
+    links = NetlinkPoolLinks(records, args.proc_sys)
+    size = args.port_pool
+    return PortPool(ovs, links, args.bridge, size, batch=min(8, size), shape=Shape(mtu))
 
 
 def open_cluster_store(args: Any) -> Store:
@@ -306,7 +312,7 @@ def run(args: Any) -> None:
         tunnels=underlay is not None,
     )
     links, ports = NetlinkLinks(args.proc_sys), HostPorts(args.proc_sys)
-    pool = port_pool(args.port_pool, ovs, args.bridge, args.proc_sys)
+    pool = port_pool(args, ovs, config.mtu_for("vxlan"))
     agent = HostDatapath(config, ovs, controller, Iptables(), links, ports, pool)
     controller.on_connect = agent.switch_connected
     agent.start()

@@ -10,7 +10,7 @@ from typing import Any
 from datapath.flows import Flow, FlowDiff
 from datapath.hostnat import DNAT_CHAIN, GatewayNet, dnat_rules
 from datapath.ovs import PortInfo
-from datapath.portpool import PoolLink, PoolPort, container_end, is_pool_port
+from datapath.portpool import PoolLink, PoolPort, Shape, container_end, is_pool_port
 from datapath.ports import PortConflict, PublishedPort, overlaps
 from datapath.veth import CONTAINER_PREFIX, HOST_PREFIX, veth_names
 
@@ -22,6 +22,7 @@ class FakeOvs:
 
     def __init__(self) -> None:
         self.ports: dict[str, PortInfo] = {}
+        self.elsewhere: set[str] = set()  # ports of other bridges (another agent's)
         self.next_ofport = 10
         self.bridges: dict[str, dict[str, Any]] = {}
         self.add_port_error: str | None = None
@@ -64,6 +65,9 @@ class FakeOvs:
             self.next_ofport += 1
             self.ports[name] = PortInfo(self.next_ofport, dict(external_ids), {})
         return {n: self.ports[n].ofport or 0 for n in names}
+
+    def ports_elsewhere(self, bridge: str) -> set[str]:
+        return set(self.elsewhere)
 
     def del_port(self, bridge: str, name: str, if_exists: bool = True) -> bool:
         self.transactions += 1
@@ -159,8 +163,11 @@ class FakeLinks:
 
     def __init__(self) -> None:
         self.links: set[str] = set()
-        self.aliases: dict[str, str] = {}  # host end -> the endpoint (pool ports)
-        self.claimed: dict[str, tuple[str, str, int]] = {}  # pool host end -> (ep, MAC, MTU)
+        self.serving: dict[str, str] = {}  # pool host end -> the endpoint (its record)
+        self.claimed: dict[str, tuple[str, Shape]] = {}  # pool host end -> (ep, its shape)
+        # What the pool changed on links (MTU, TX checksumming): each is a link change
+        # ovs-vswitchd hears of; a port of the right shape is taken without any.
+        self.link_changes: list[tuple[str, str]] = []
         self.checksum_off: set[str] = set()  # pool container ends with TX checksumming off
         self.claim_error: OSError | None = None
         self.isolated: list[str] = []
@@ -185,7 +192,7 @@ class FakeLinks:
             raise self.delete_error
         found = ifname in self.links
         self.links.discard(ifname)
-        self.aliases.pop(ifname, None)
+        self.serving.pop(ifname, None)
         if ifname.startswith(HOST_PREFIX):
             self.links.discard(
                 CONTAINER_PREFIX + ifname[len(HOST_PREFIX) :]
@@ -196,27 +203,31 @@ class FakeLinks:
 
     # --- the port pool's (datapath.portpool.PoolLinks) ---
 
-    def create_pool_veth(self, host: str, container: str) -> None:
+    def create_pool_veth(self, host: str, container: str, shape: Shape) -> None:
         self.links.update({host, container})
+        if shape.offloads_off:
+            self.checksum_off.add(container)
 
-    def claim(
-        self, port: PoolPort, endpoint_id: str, mac: str, mtu: int, offloads_off: bool
-    ) -> None:
+    def claim(self, port: PoolPort, endpoint_id: str, shape: Shape) -> None:
         if self.claim_error is not None:
             raise self.claim_error
         if not {port.host, port.container} <= self.links:
             raise OSError(f"pool port {port.host}: its pair is not whole in this namespace")
-        self.aliases[port.host] = endpoint_id
-        self.claimed[port.host] = (endpoint_id, mac, mtu)
-        if offloads_off:
-            self.checksum_off.add(port.container)
-        else:
-            self.checksum_off.discard(port.container)
+        if port.offloads_off != shape.offloads_off:
+            self.link_changes.append((port.container, "tx-checksumming"))
+            if shape.offloads_off:
+                self.checksum_off.add(port.container)
+            else:
+                self.checksum_off.discard(port.container)
+        if port.mtu != shape.mtu:
+            self.link_changes += [(port.container, "mtu"), (port.host, "mtu")]
+        self.serving[port.host] = endpoint_id
+        self.claimed[port.host] = (endpoint_id, shape)
 
     def release(self, port: PoolPort) -> bool:
+        self.serving.pop(port.host, None)
         if port.host not in self.links:
             return False
-        self.aliases.pop(port.host, None)
         return port.container in self.links
 
     def discard(self, host: str) -> None:
@@ -224,7 +235,7 @@ class FakeLinks:
 
     def survey(self) -> dict[str, PoolLink]:
         return {
-            h: PoolLink(self.aliases.get(h, ""), container_end(h) in self.links)
+            h: PoolLink(self.serving.get(h, ""), container_end(h) in self.links)
             for h in self.links
             if is_pool_port(h)
         }

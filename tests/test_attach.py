@@ -83,3 +83,58 @@ def test_a_port_plugged_before_its_flows_failed_is_removed() -> None:
     with pytest.raises(DatapathFailure, match="refused its flows"):
         attach(master, dp, REQ, NET, 1450)
     assert dp.ports == {} and master.booked == {}
+
+
+ASKED = REQ.model_copy(update={"ipAddress": "10.1.0.7", "adoptAddress": True})
+
+
+class Booking(Master):
+    """A master that books what was asked (or ``other``), and notes what the switch held
+    of the endpoint while it was booking."""
+
+    def __init__(self, dp: FakeDatapath, other: str = "", error: MasterError | None = None):
+        super().__init__(error)
+        self.dp, self.other = dp, other
+        self.flows_while_booking: dict[str, Any] | None = None
+
+    def create_endpoint(self, request: EndpointRequest) -> Endpoint:
+        import time
+
+        deadline = time.monotonic() + 5
+        while request.endpointID not in self.dp.ports and time.monotonic() < deadline:
+            time.sleep(0.005)  # the datapath's thread: flows on their way meanwhile
+        self.flows_while_booking = dict(self.dp.ports.get(request.endpointID, {}))
+        if self.error is not None:
+            raise self.error
+        ep = Endpoint(
+            **{
+                **request.model_dump(exclude={"adoptAddress", "swarmTask"}),
+                "ipAddress": self.other or request.ipAddress,
+            }
+        )
+        self.booked[request.endpointID] = ep
+        return ep
+
+
+def test_addresses_docker_named_have_their_flows_sent_while_the_master_books() -> None:
+    dp = FakeDatapath()
+    master = Booking(dp)
+    ep, ifname = attach(master, dp, ASKED, NET, 1450)
+    assert master.flows_while_booking is not None
+    assert master.flows_while_booking.get("ipv4") == "10.1.0.7"  # not after the answer
+    assert ep.ipAddress == "10.1.0.7" and dp.ports[ASKED.endpointID]["ipv4"] == "10.1.0.7"
+    assert ifname == dp.ports[ASKED.endpointID]["name"]
+
+
+def test_flows_sent_ahead_follow_the_addresses_the_master_booked() -> None:
+    dp = FakeDatapath()
+    ep, _ = attach(Booking(dp, other="10.1.0.9"), dp, ASKED, NET, 1450)
+    assert ep.ipAddress == "10.1.0.9" and dp.ports[ASKED.endpointID]["ipv4"] == "10.1.0.9"
+
+
+def test_flows_sent_ahead_are_gone_when_the_master_refuses() -> None:
+    dp = FakeDatapath()
+    master = Booking(dp, error=MasterError("address 10.1.0.7 is taken", 409))
+    with pytest.raises(MasterError, match="taken"):
+        attach(master, dp, ASKED, NET, 1450)
+    assert master.flows_while_booking and dp.ports == {} and master.freed == []

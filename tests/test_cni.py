@@ -171,8 +171,8 @@ def test_which_network_the_layers_choose() -> None:
 
 class FakeNetns:
     """Namespaces as dicts of interfaces and sets of routes; move_into "moves" a host
-    interface of the fake datapath into one (with its port's MAC), refusing a route the
-    namespace has via another interface, as the kernel does."""
+    interface of the fake datapath into one (with the MAC given: a pool port's is set
+    there), refusing a route the namespace has via another interface, as the kernel does."""
 
     def __init__(self, dp: FakeDatapath) -> None:
         self.dp = dp
@@ -180,10 +180,12 @@ class FakeNetns:
         self.tables: dict[str, set[NetnsRoute]] = {"/run/netns/pod1": set()}
         self.fail = False
 
-    def move_into(self, ifname: str, netns: str, name: str, addresses: Any, routes: Any) -> None:
+    def move_into(
+        self, ifname: str, netns: str, name: str, addresses: Any, routes: Any, mac: str = ""
+    ) -> None:
         if self.fail or netns not in self.spaces:
             raise OSError(f"network namespace {netns}: No such file or directory")
-        (mac,) = [p["mac"] for p in self.dp.ports.values() if p["name"] == ifname]
+        assert any(p["name"] == ifname for p in self.dp.ports.values()), ifname
         self.spaces[netns][name] = NetnsInterface(
             mac=mac, mtu=1500, up=True, addresses=frozenset(addresses)
         )

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
-from datapath.portpool import EXT_POOL, PortPool, container_end, pool_names
+from datapath.portpool import EXT_POOL, PortPool, Shape, container_end, pool_names
 from datapath.veth import veth_names
 from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
@@ -30,7 +30,13 @@ class Host:
 
     def start(self, endpoints: list[EndpointState] | None = None) -> HostDatapath:
         pool = PortPool(
-            self.ovs, self.links, "netplugin", self.size, self.batch, 0.0, lambda: next(self.keys)
+            self.ovs,
+            self.links,
+            "netplugin",
+            self.size,
+            self.batch,
+            0.0,
+            keys=lambda: next(self.keys),
         )
         config = HostConfig(datapath_type="netdev", tunnels=True)
         agent = HostDatapath(
@@ -60,7 +66,7 @@ def test_a_pooled_endpoint_costs_ovsdb_nothing() -> None:
     mine = h.create(ep(2))
     assert h.ovs.transactions == before  # no ovs-vswitchd reconfiguration on its path
     assert mine.port.startswith("vq") and mine.ofport == h.ovs.ports[mine.port].ofport
-    assert h.links.aliases[mine.port] == ep(2).id  # how a restarted agent finds it
+    assert h.links.serving[mine.port] == ep(2).id  # how a restarted agent finds it
     assert container_end(mine.port) in h.links.checksum_off  # netdev without TSO
     assert h.agent.endpoint_oper(ep(2).id)["hostInterface"] == mine.port
     assert veth_names(ep(2).id)[0] not in h.links.links
@@ -79,7 +85,7 @@ def test_a_deleted_endpoints_port_serves_the_next_one() -> None:
     first = h.create(ep(2))
     before = h.ovs.transactions
     h.delete(ep(2))
-    assert first.port in h.ovs.ports and first.port not in h.links.aliases
+    assert first.port in h.ovs.ports and first.port not in h.links.serving
     second = h.create(ep(3))
     assert (second.port, second.ofport) == (first.port, first.ofport)
     assert h.ovs.transactions == before and h.links.claimed[first.port][0] == ep(3).id
@@ -94,13 +100,13 @@ def test_a_port_whose_container_end_stayed_away_is_removed() -> None:
     assert mine.port not in {p.host for p in h.pool.free()}
 
 
-def test_a_restart_adopts_pooled_endpoints_by_alias_and_keeps_whole_spares() -> None:
+def test_a_restart_adopts_pooled_endpoints_by_record_and_keeps_whole_spares() -> None:
     h = Host(size=3, batch=3)
     kept = h.create(ep(2))
-    gone = h.create(ep(3))  # deleted while the agent was down: its alias names no endpoint
+    gone = h.create(ep(3))  # deleted while the agent was down: its record names no endpoint
     assert h.pool.state()["free"] == 1
     stray = pool_names("fffffffffff")  # a batch that failed half-way: a pair, no port
-    h.links.create_pool_veth(*stray)
+    h.links.create_pool_veth(*stray, Shape(1500))
     h.agent = h.start([ep(2)])
     mine = next(x for x in h.agent.desired().endpoints if x.id == ep(2).id)
     assert (mine.port, mine.ofport) == (kept.port, kept.ofport)
@@ -126,11 +132,28 @@ def test_the_audit_removes_pool_ports_nobody_has() -> None:
     mine = h.create(ep(2))
     free = {p.host for p in h.pool.free()}
     orphan = pool_names("eeeeeeeeeee")
-    h.links.create_pool_veth(*orphan)
+    h.links.create_pool_veth(*orphan, Shape(1500))
     h.ovs.add_ports("netplugin", [orphan[0]], {EXT_POOL: "1"})
     h.agent.audit()
     assert orphan[0] not in h.ovs.ports and orphan[0] not in h.links.links
     assert mine.port in h.ovs.ports and free <= set(h.ovs.ports)
+
+
+def test_another_agents_pool_ports_are_left_alone() -> None:
+    """Several agents on one host (simulated hosts, the test suite): a stopped agent keeps
+    its spare pool ports on its own bridge for its next start; the pairs are in the same
+    namespace, and another agent's start and audit must neither adopt nor remove them
+    (a landing CI run's agent tried to remove one from its own bridge, and its cluster
+    sync failed on that until the test gave up)."""
+    h = Host()
+    theirs = pool_names("ddddddddddd")
+    h.links.create_pool_veth(*theirs, Shape(1500))
+    h.ovs.elsewhere.add(theirs[0])
+    h.agent = h.start()
+    assert h.report["removed"] == 0 and set(theirs) <= h.links.links
+    assert theirs[0] not in {p.host for p in h.pool.free()}
+    h.agent.audit()
+    assert set(theirs) <= h.links.links
 
 
 def test_a_restart_keeps_the_spare_ports_and_adopts_them() -> None:
