@@ -25,7 +25,7 @@ import pytest
 
 from cni.main import install
 from common import cni
-from testbed.host import endpoint_port, spare_pool_ports
+from testbed.host import AGENT_DATA_DIR, endpoint_port, pool_records, spare_pool_ports
 from testbed.lab import NetctlLab, ip_of, run
 from testbed.master import MasterProcess
 from testbed.plugin import PluginProcess
@@ -65,11 +65,21 @@ def in_ns(ns: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess
     return run("ip", "netns", "exec", ns, *cmd, check=check)
 
 
+# The agents' data directories, where they record which endpoint each pool port serves.
+DATA_DIRS: list[Path] = []
+
+
+def records() -> dict[str, str]:
+    return pool_records(*DATA_DIRS)
+
+
 @pytest.fixture(scope="module")
 def stack(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[MasterProcess, PluginProcess]]:
-    yield from serve_stack(tmp_path_factory)
+    for master, plugin in serve_stack(tmp_path_factory):
+        DATA_DIRS.append(plugin.data_dir or AGENT_DATA_DIR)
+        yield master, plugin
 
 
 @pytest.fixture(autouse=True)
@@ -112,7 +122,7 @@ def conf(lab: NetctlLab, version: str = "1.0.0", **extra: Any) -> dict[str, Any]
 def links() -> set[str]:
     """The host's interfaces but the networks' gateway ports and spare pool ports (see
     ovs_ports)."""
-    spare = spare_pool_ports(run("ip", "-o", "link").stdout)
+    spare = spare_pool_ports(run("ip", "-o", "link").stdout, records())
     return {n for n in os.listdir("/sys/class/net") if not n.startswith("npgw")} - spare
 
 
@@ -120,7 +130,7 @@ def ovs_ports() -> set[str]:
     """The bridge's ports but the networks' gateways (made for a network on its first
     endpoint here, they stay while it exists, as for Docker's containers) and the port
     pool's spare ones (made ahead of demand, when the agent likes)."""
-    spare = spare_pool_ports(run("ip", "-o", "link").stdout)
+    spare = spare_pool_ports(run("ip", "-o", "link").stdout, records())
     return {
         p
         for p in run("ovs-vsctl", "list-ports", "netplugin").stdout.split()
@@ -145,7 +155,7 @@ def test_add_check_del_with_the_real_agent(lab: NetctlLab, pods: list[str]) -> N
     assert f"default via {gateway} dev eth0" in in_ns(name, "ip", "route").stdout
     mtu = in_ns(name, "cat", "/sys/class/net/eth0/mtu").stdout.strip()
     assert int(mtu) > 0
-    host_end = endpoint_port(run("ip", "-o", "link").stdout, cni.endpoint_id(cid, "eth0"))
+    host_end = endpoint_port(records(), cni.endpoint_id(cid, "eth0"))
     assert host_end in ovs_ports() and result["interfaces"][0]["name"] == host_end
     wait_for(
         lambda: in_ns(name, "ping", "-c", "1", "-W", "1", peer_ip, check=False).returncode == 0,
@@ -237,14 +247,14 @@ def test_an_agent_restart_keeps_pods_talking_and_remakes_nothing(
         15,
         "the pod reaches the docker container",
     )
-    host_end = endpoint_port(run("ip", "-o", "link").stdout, cni.endpoint_id(cid, "eth0"))
+    host_end = endpoint_port(records(), cni.endpoint_id(cid, "eth0"))
     index = Path(f"/sys/class/net/{host_end}/ifindex").read_text()
     ofport = run("ovs-vsctl", "get", "interface", host_end, "ofport").stdout
     pinging = subprocess.Popen(
         ["ip", "netns", "exec", name, "ping", "-q", "-i", "0.05", "-w", "12", peer_ip],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    spare = spare_pool_ports(run("ip", "-o", "link").stdout)
+    spare = spare_pool_ports(run("ip", "-o", "link").stdout, records())
     plugin.stop()
     plugin.start()
     out, _ = pinging.communicate(timeout=30)
@@ -253,7 +263,7 @@ def test_an_agent_restart_keeps_pods_talking_and_remakes_nothing(
     assert Path(f"/sys/class/net/{host_end}/ifindex").read_text() == index  # not re-made
     assert run("ovs-vsctl", "get", "interface", host_end, "ofport").stdout == ofport
     # The spare pool ports were kept across the restart (none removed).
-    assert spare and spare <= spare_pool_ports(run("ip", "-o", "link").stdout)
+    assert spare and spare <= spare_pool_ports(run("ip", "-o", "link").stdout, records())
     assert exec_plugin("CHECK", cid, path, {**conf(lab), "prevResult": result}) == (0, None)
     assert exec_plugin("DEL", cid, path, conf(lab)) == (0, None)
 

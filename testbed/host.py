@@ -7,10 +7,12 @@ is reachable, so they are built locally from busybox-static).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import docker
@@ -207,21 +209,49 @@ def ovs_datapath() -> str:
     return "system" if Path("/sys/module/openvswitch").is_dir() else "netdev"
 
 
-def endpoint_port(ip_link: str, endpoint_id: str) -> str:
-    """The switch port of an endpoint, from `ip -o link`'s lines: the pool port whose alias
-    is the endpoint's ID, else its own veth's host end (vp + the ID's first 11)."""
-    for line in ip_link.splitlines():
-        if f" alias {endpoint_id}" in line:
-            return line.split(":")[1].strip().split("@")[0]
+AGENT_DATA_DIR = Path("/var/lib/netplugin")  # the agent's --data-dir unless given
+LIST_POOL_RECORDS = "cd {root}/pool-ports 2>/dev/null && grep -r . || true"
+
+
+def pool_records(*roots: Path) -> dict[str, str]:
+    """Pool port -> the endpoint it serves, from the agents' records under these data
+    directories (``<data-dir>/pool-ports/<host>/<port>``; every host's: port names are
+    unique)."""
+    out: dict[str, str] = {}
+    for root in roots or (AGENT_DATA_DIR,):
+        for path in (root / "pool-ports").glob("*/*"):
+            with contextlib.suppress(OSError):
+                if not path.name.startswith("."):
+                    out[path.name] = path.read_text().strip()
+    return out
+
+
+def parse_pool_records(listing: str) -> dict[str, str]:
+    """The same from ``LIST_POOL_RECORDS``'s output, run where the agent is (a VM)."""
+    out = {}
+    for line in listing.splitlines():
+        path, sep, endpoint = line.partition(":")
+        name = path.rsplit("/", 1)[-1]
+        if sep and not name.startswith("."):
+            out[name] = endpoint.strip()
+    return out
+
+
+def endpoint_port(records: Mapping[str, str], endpoint_id: str) -> str:
+    """The switch port of an endpoint: the pool port recorded as serving it (``records``:
+    pool_records'), else its own veth's host end (vp + the ID's first 11)."""
+    for port, endpoint in records.items():
+        if endpoint == endpoint_id:
+            return port
     return "vp" + endpoint_id[:11]
 
 
-def spare_pool_ports(ip_link: str) -> set[str]:
+def spare_pool_ports(ip_link: str, records: Mapping[str, str]) -> set[str]:
     """From `ip -o link`'s lines: the port pool's pairs that serve no endpoint (the agent
     makes and keeps these as it likes: leak checks leave them out)."""
     spare = set()
     for line in ip_link.splitlines():
         name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        if name.startswith("vr") or (name.startswith("vq") and " alias " not in line):
+        if name.startswith("vr") or (name.startswith("vq") and name not in records):
             spare.add(name)
     return spare

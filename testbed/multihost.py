@@ -37,7 +37,14 @@ from common import keys
 from store import Store, open_store
 
 from .etcd import EtcdServer
-from .host import BUSYBOX_IMAGE, TEST_LABEL, ensure_test_image, read_pid, spare_pool_ports
+from .host import (
+    BUSYBOX_IMAGE,
+    TEST_LABEL,
+    ensure_test_image,
+    pool_records,
+    read_pid,
+    spare_pool_ports,
+)
 from .master import MasterProcess
 from .ovs import OvsInstance, stop_pid
 from .pki import MasterSecurity
@@ -280,9 +287,9 @@ class SimHost:
         return self.ovs.vsctl("list-ports", bridge).split()
 
     def endpoint_ports(self, bridge: str = "netplugin") -> list[str]:
-        """The switch ports serving endpoints: veths' (vp...) and pool ports' (vq...) whose
-        alias names an endpoint; not the pool's spare ones."""
-        spare = spare_pool_ports(self.ns("ip", "-o", "link"))
+        """The switch ports serving endpoints: veths' (vp...) and pool ports' (vq...) the
+        agent recorded as serving one; not the pool's spare ones."""
+        spare = spare_pool_ports(self.ns("ip", "-o", "link"), pool_records())
         return [p for p in self.ovs_ports(bridge) if p[:2] in ("vp", "vq") and p not in spare]
 
     def tunnels(self) -> set[str]:

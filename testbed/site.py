@@ -25,8 +25,10 @@ import requests
 
 from .docker26 import dockerd_command
 from .host import (
+    AGENT_DATA_DIR,
     ensure_host_daemons,
     ensure_test_image,
+    pool_records,
     restart_dockerd,
     restart_ovs_vswitchd,
     sweep_test_leftovers,
@@ -62,6 +64,11 @@ class Site:
     version: str
     docker_host: str  # DOCKER_HOST of its dockerd ("" for the host's default socket)
     agent_log: Path
+    agent_data_dir: Path = AGENT_DATA_DIR  # the agent's --data-dir
+
+    def pool_records(self) -> dict[str, str]:
+        """Pool port -> the endpoint it serves, as the agent recorded it."""
+        return pool_records(self.agent_data_dir)
 
     def api(self, method: str, path: str, **kw: Any) -> requests.Response:
         raise NotImplementedError
@@ -137,6 +144,7 @@ class SystemSite(Site):
     def __init__(self, master: MasterProcess, plugin: PluginProcess) -> None:
         self.master, self.plugin = master, plugin
         self.agent_log = plugin.log
+        self.agent_data_dir = plugin.data_dir or AGENT_DATA_DIR
 
     def api(self, method: str, path: str, **kw: Any) -> requests.Response:
         url = f"{self.master.url}/api/v1/{path.lstrip('/')}"

@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from testbed.host import IPERF_IMAGE, TEST_LABEL, endpoint_port
+from testbed.host import (
+    AGENT_DATA_DIR,
+    IPERF_IMAGE,
+    LIST_POOL_RECORDS,
+    TEST_LABEL,
+    endpoint_port,
+    parse_pool_records,
+)
 from testbed.vm.image import Image
 from testbed.vm.lab import Lab
 from testbed.vm.node import CHECKOUT, Node, copy_checkout
@@ -93,11 +100,12 @@ def test_run_ping_isolation_nat_and_a_published_port(host: Node) -> None:
     host.sh(f"{create} --subnet 10.11.0.0/24 k1 && {create} --subnet 10.12.0.0/24 k2")
     a, b, c = host.box("ka", "k1"), host.box("kb", "k1"), host.box("kc", "k2")
     assert host.pings(b, host.ip(a))
-    # Their ports (pool ports, found by the alias naming their endpoint) are on the kernel
-    # datapath, and the echo went through it.
-    links, kernel_ports = host.sh("ip -o link"), host.sh("ovs-dpctl show")
+    # Their ports (pool ports, found by the agent's records of whom each serves) are on the
+    # kernel datapath, and the echo went through it.
+    records = parse_pool_records(host.sh(LIST_POOL_RECORDS.format(root=AGENT_DATA_DIR)))
+    kernel_ports = host.sh("ovs-dpctl show")
     for box in (a, b, c):
-        port = endpoint_port(links, host.endpoint_id(box))
+        port = endpoint_port(records, host.endpoint_id(box))
         assert re.search(rf"port \d+: {port}\n", kernel_ports), (port, kernel_ports)
     assert f"ipv4(src={host.ip(b)}" in host.sh("ovs-dpctl dump-flows")
     assert host.pings(a, "10.11.0.1")  # the gateway
