@@ -38,9 +38,10 @@ SCALE = sections.SCALE
 HOST_TTL = 10  # the agent's default --host-ttl
 REPEATS = 5  # creations of each kind per run
 IDLE_S = 10.0  # the idle window: registrations kept alive, nothing created
-# Threads per simulated agent: a mirror thread per prefix (11), registration, lease
-# keep-alive, and the watch threads: one reader per stream (legacy: 11), or a hub's two.
-THREADS = {"legacy": 11 + 2 + 11, "hub": 11 + 2 + 2, "shared": 11 + 2}
+# Threads per simulated agent: the view's feed, the registration (which keeps its lease
+# alive) and, in hub mode, the reader of the view's own stream (shared: one reader and one
+# hub thread per worker process). Before the feed it was 15 (hub) and 24 (legacy).
+THREADS = {"hub": 3, "shared": 2}
 THREAD_BUDGET = 16_000  # of the machine's pid_max (32768), shared with everyone else
 START_BUDGET_S = 900.0  # for all agents of a run to register and sync
 METRICS = (
@@ -425,11 +426,12 @@ METHOD = (
     "only) and busy over the creations; the leader is its gunicorn arbiter and worker. "
     "Watchers and streams: etcd's /metrics (`etcd_debugging_mvcc_watcher_total`, "
     "`etcd_debugging_mvcc_watch_stream_total`). Agent MiB per host: the workers' RSS growth "
-    "from before their agents to all synced, divided by the hosts. Watches: `legacy` is "
-    "each mirror on its own stream with prev_kv (11 per agent, before issue 27); `hub` one "
-    "stream per agent without prev_kv (store.hub, the agent's default now); `shared` one "
-    "stream per worker process for all its agents (what a relay in front of etcd would "
-    "give). Runs over this bench's thread budget are not tried, and a run whose agents are "
+    "from before their agents to all synced, divided by the hosts. Watches: `hub` one "
+    "stream per agent without prev_kv, its mirrors fed by one thread (the agent's default; "
+    "`legacy`, a stream and a thread per mirror with prev_kv, is the code before issue 27); "
+    "`shared` one stream per worker process for all its agents (store.hub: what a relay in "
+    "front of etcd would give)."
+    " Runs over this bench's thread budget are not tried, and a run whose agents are "
     "not all up within 15 min has no figures (it says why)."
 )
 

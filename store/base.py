@@ -158,24 +158,28 @@ class Lease:
         self._stop.set()
 
     def start_keepalive(self) -> None:
-        """Refresh every ttl/3 in a daemon thread until stopped; sets ``lost`` when gone.
-
-        Refresh failures other than LeaseNotFound (an outage) are retried until the TTL
-        measured from the last successful refresh has passed; then the lease counts as lost.
-        """
+        """Keep the lease alive (keep_alive) in a daemon thread of its own until stopped."""
         if self._thread is not None:
             return
         self._thread = threading.Thread(
-            target=self._keepalive_loop, name=f"lease-keepalive:{self.id:x}", daemon=True
+            target=self.keep_alive, name=f"lease-keepalive:{self.id:x}", daemon=True
         )
         self._thread.start()
 
-    def _keepalive_loop(self) -> None:
+    def keep_alive(self, sleep: Callable[[float], bool] | None = None) -> None:
+        """Refresh every ttl/3 in the caller's thread until stopped or lost (``lost`` set).
+
+        ``sleep(seconds)`` waits between refreshes and answers True when the caller wants
+        it to stop (by default: stop_keepalive() or revoke()). Refresh failures other than
+        LeaseNotFound (an outage) are retried until the TTL measured from the last
+        successful refresh has passed; then the lease counts as lost.
+        """
+        wait = sleep or self._stop.wait
         ttl = max(self.ttl, 1)
         # The lease is certain to live until deadline: ttl after the last refresh was sent.
         deadline = time.monotonic() + ttl
         interval = ttl / 3
-        while not self._stop.wait(interval):
+        while not wait(interval) and not self._stop.is_set():
             sent = time.monotonic()
             try:
                 ttl = max(self.refresh(), 1)
