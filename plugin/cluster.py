@@ -112,7 +112,7 @@ class PrefixMirror(Generic[R]):
 
     def start(self) -> PrefixMirror[R]:
         """Keep this mirror alone, in a thread of its own."""
-        self._feed = MirrorFeed((self,), self.prefix, self.watches.watch).start()
+        self._feed = MirrorFeed(self.store, (self,), self.prefix, self.watches.watch).start()
         return self
 
     def stop(self) -> None:
@@ -182,10 +182,10 @@ class PrefixMirror(Generic[R]):
 
 
 class MirrorFeed(Reconciler):
-    """Mirrors kept by one thread: each pass reads the prefix of every mirror that needs it,
-    then follows one watch of ``prefix`` (theirs, or a parent of them all) from the oldest
-    read on, handing each event to the mirrors it falls under (a mirror skips what its read
-    held).
+    """Mirrors kept by one thread: each pass opens one watch of ``prefix`` (theirs, or a
+    parent of them all) from the store's next revision (or from the oldest read a mirror
+    resumes from), reads the prefix of every mirror that needs it, then follows the watch,
+    handing each event to the mirrors it falls under (a mirror skips what its read held).
 
     The watch ending ends the pass: history compacted away (``Compacted``; ``Missed`` from
     a hub) makes every mirror on it read again after reread_pause, any other error after
@@ -195,10 +195,12 @@ class MirrorFeed(Reconciler):
 
     def __init__(
         self,
+        store: Store,
         mirrors: Iterable[PrefixMirror[Any]],
         prefix: str,
         watch: Callable[[str, int], Watch],
     ) -> None:
+        self.store = store
         self.mirrors = tuple(mirrors)
         if any(not m.prefix.startswith(prefix) for m in self.mirrors):
             raise ValueError(f"a mirror is not under the feed's prefix {prefix!r}")
@@ -215,17 +217,28 @@ class MirrorFeed(Reconciler):
         )
 
     def _read_and_follow(self) -> float | None:
-        for m in self.mirrors:
-            if m.read_at is None:
-                m.read()
-        self.backoff.reset()
-        start = min(m.read_at or 0 for m in self.mirrors) + 1
         mirrors = self.mirrors
+        # The watch starts before the reads, from now (etcd then has no history to catch
+        # it up on) or from the oldest read a mirror resumes from; its events queue up
+        # while the mirrors read.
+        start = min([m.read_at for m in mirrors if m.read_at is not None], default=None)
+        if start is None or any(m.read_at is None for m in mirrors):
+            now = self.store.revision()
+            start = now if start is None else min(start, now)
+        self._watch = watch = self._open(self.prefix, start + 1)
         try:
-            self._watch = self._open(self.prefix, start)
             if self.stopped:  # stop() came before there was a watch to cancel
-                self._watch.cancel()
-            for ev in self._watch:
+                watch.cancel()
+            watch.begin()
+            for m in mirrors:
+                if m.read_at is None:
+                    m.read()
+        except BaseException:
+            watch.cancel()
+            raise
+        self.backoff.reset()
+        try:
+            for ev in watch:
                 key = ev.kv.key
                 for m in mirrors:
                     if key.startswith(m.prefix):
@@ -339,7 +352,7 @@ class ClusterView:
         )
         # The store's stream carries every key under ROOT: previous values would be waste.
         watch = watches.watch if watches is not None else partial(store.watch, prev_kv=False)
-        self.feed = MirrorFeed(self._mirrors, keys.ROOT, watch)
+        self.feed = MirrorFeed(store, self._mirrors, keys.ROOT, watch)
 
     def start(self) -> ClusterView:
         self.feed.start()

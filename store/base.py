@@ -206,6 +206,9 @@ class Watch(abc.ABC):
     @abc.abstractmethod
     def cancel(self) -> None: ...
 
+    def begin(self) -> None:  # noqa: B027 (a hook: most watches need nothing here)
+        """Start following now, not at the first iteration (etcd: open the stream)."""
+
 
 class Store(abc.ABC):
     """One interface, two backends (embedded SQLite, etcd)."""

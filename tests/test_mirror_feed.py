@@ -27,6 +27,7 @@ class Scripted(Watch):
         self.prefix, self.start = prefix, start
         self.items: queue.SimpleQueue[Event | BaseException | None] = queue.SimpleQueue()
         self.cancelled = threading.Event()
+        self.begun = False
 
     def __iter__(self) -> Iterator[Event]:
         while (item := self.items.get()) is not None:
@@ -37,6 +38,9 @@ class Scripted(Watch):
     def cancel(self) -> None:
         self.cancelled.set()
         self.items.put(None)
+
+    def begin(self) -> None:
+        self.begun = True
 
 
 class Store:
@@ -49,13 +53,18 @@ class Store:
         self.fail: dict[str, Exception] = {}
         self.reads: list[tuple[str, int]] = []
         self.watches: list[Scripted] = []
+        self.begun_before_read: list[bool] = []
 
     def range(self, prefix: str) -> RangeResult:
+        self.begun_before_read.append(all(w.begun for w in self.watches))
         if prefix in self.fail:
             raise self.fail.pop(prefix)
         self.reads.append((prefix, self.rev))
         kvs = [KV(k, v, 1, 1, 1) for k, v in sorted(self.data.items()) if k.startswith(prefix)]
         return RangeResult(kvs, self.rev)
+
+    def revision(self) -> int:
+        return self.rev
 
     def watch(self, prefix: str, start_revision: int) -> Scripted:
         self.watches.append(Scripted(prefix, start_revision))
@@ -75,7 +84,19 @@ def feed_of(
 
     a = PrefixMirror(store, A, lambda: changed(A))  # type: ignore[arg-type]
     b = PrefixMirror(store, B, lambda: changed(B))  # type: ignore[arg-type]
-    return MirrorFeed((a, b), "/r/", store.watch), a, b
+    return MirrorFeed(store, (a, b), "/r/", store.watch), a, b
+
+
+def test_the_first_watch_starts_at_the_next_revision_before_the_reads() -> None:
+    store = Store()
+    feed, a, b = feed_of(store)
+    feed.start()
+    try:
+        assert a.synced.wait(WAIT) and b.synced.wait(WAIT)
+        assert [(w.prefix, w.start) for w in store.watches] == [("/r/", 11)]
+        assert store.begun_before_read == [True, True]  # the stream opened, then the reads
+    finally:
+        feed.stop()
 
 
 def test_one_watch_from_the_oldest_read_feeds_each_mirror_what_its_read_did_not_hold() -> None:
@@ -125,8 +146,8 @@ def test_compacted_history_makes_every_mirror_on_the_watch_read_again() -> None:
         store.rev = 20
         store.data = {B + "k": b'{"v": 2}'}
         store.watches[0].items.put(Missed(15))  # a hub's history fell short: no pause
-        wait_for(lambda: len(store.watches) == 2, WAIT, "a second watch")
-        assert store.watches[1].start == 21
+        wait_for(lambda: len(store.reads) == 4, WAIT, "the mirrors read again")
+        assert store.watches[1].start == 21  # opened before they read: from now
         assert store.reads[2:] == [(A, 20), (B, 20)]
         assert (a.restarts, b.restarts) == (1, 1) and b.get("k") == {"v": 2}
         assert (a.failures, b.failures) == (0, 0)
@@ -142,8 +163,9 @@ def test_a_failed_read_is_retried_and_the_mirrors_already_read_keep_theirs() -> 
     feed.start()
     try:
         assert b.synced.wait(WAIT)
-        wait_for(lambda: store.watches, WAIT, "the watch")
         assert store.reads == [(A, 10), (B, 10)]  # a read once
+        first, again = store.watches
+        assert first.cancelled.is_set() and again.start == 11  # from a's read on
         assert (a.failures, b.failures, feed.failures) == (0, 1, 1)
         assert (a.restarts, b.restarts) == (0, 0)  # no watch was lost
     finally:
@@ -158,8 +180,7 @@ def test_a_watch_that_fails_otherwise_counts_a_failure_and_reads_again() -> None
     try:
         wait_for(lambda: store.watches, WAIT, "the first watch")
         store.watches[0].items.put(StoreUnavailable("the shared stream failed"))
-        wait_for(lambda: len(store.watches) == 2, WAIT, "a second watch")
-        assert len(store.reads) == 4
+        wait_for(lambda: len(store.reads) == 4, WAIT, "the mirrors read again")
         assert (a.restarts, b.failures, feed.failures) == (1, 1, 1)
     finally:
         feed.stop()
