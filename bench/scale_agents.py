@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -61,11 +62,29 @@ def rss_bytes(pid: int | str = "self") -> int:
     return 0
 
 
+def _until(done: Callable[[], bool], conn: Connection, timeout: float) -> bool:
+    """Wait for ``done()`` (asked every 50 ms), unless the driver sends something first."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if conn.poll(0.05) or time.monotonic() > deadline:
+            return False
+    return True
+
+
 def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, wave: int) -> None:
-    """One worker process: its agents, started ``wave`` at a time (each wave synced before
-    the next: hundreds of agents reading every endpoint at once in one process starve
-    each other of the GIL past the store's read timeout, and read again), until ("stop",)."""
+    """One worker process: its agents, until ("stop",). Every registration first (``wave``
+    at a time, each wave registered before the next), then the views ``wave`` at a time
+    (each wave synced before the next: hundreds of agents reading every endpoint at once in
+    one process starve each other of the GIL past the store's read timeout, and read
+    again). Registering first keeps the start linear in the simulator: started together,
+    each registration is an event that every view already up decodes (N² in all, on the
+    simulator's two cores; each real agent has a CPU of its own), and at 1,000 hosts that
+    starved the keep-alives past the TTL: leases expired and hosts registered again,
+    making more events (a livelock, seen 2026-11-29)."""
     threading.stack_size(256 * 1024)  # thousands of threads: keep their stacks small
+    # Below etcd and the masters: each real agent has a CPU of its own, so the simulator's
+    # load must not starve etcd's apply loop (it then refuses lease renewals) or the leader.
+    os.nice(10)
     logging.disable(logging.WARNING)  # retries are counted (failures), not logged
     from common.records import HostRecord
     from plugin.cluster import ClusterView, HostRegistration
@@ -90,13 +109,23 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
         views.append(ClusterView(store, changed, watches=hub))
         info = HostRecord(host=host, vtep_ip=f"10.{200 + i // 65536}.{i // 256 % 256}.{i % 256}")
         regs.append(HostRegistration(store, info, ttl))
-    synced = True
-    for first in range(0, len(views), wave):
-        for view, reg in zip(views[first : first + wave], regs[first : first + wave], strict=True):
+    registered = True
+    for first in range(0, len(regs), wave):
+        if conn.poll():
+            break  # the driver gave up (a stop): answer it
+        for reg in regs[first : first + wave]:
             reg.start()
+        batch = regs[first : first + wave]
+        registered &= _until(lambda b=batch: all(r.registered.is_set() for r in b), conn, 60)
+    synced = registered
+    for first in range(0, len(views), wave):
+        if conn.poll():
+            break  # the driver gave up (a stop): answer it
+        for view in views[first : first + wave]:
             view.start()
-        synced &= all(v.wait_synced(600) for v in views[first : first + wave])
-    synced &= all(r.registered.wait(60) for r in regs)
+        batch_v = views[first : first + wave]
+        synced &= _until(lambda b=batch_v: all(v.wait_synced(0) for v in b), conn, 600)
+    synced &= _until(lambda: all(r.registered.is_set() for r in regs), conn, 60)
     conn.send(
         {
             "synced": synced,
@@ -129,6 +158,8 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
                     "threads": threading.active_count(),
                     "hub_received": sum(h.received for h in hubs),
                     "hub_delivered": sum(h.delivered for h in hubs),
+                    # A registration's pass ends when its lease is lost (or fails).
+                    "leases_lost": sum(r.passes for r in regs),
                     "reg_failures": sum(r.failures for r in regs),
                 }
             )

@@ -113,3 +113,11 @@ def test_bench_scale_rewrites_only_its_section_and_make_bench_keeps_it(tmp_path:
     assert text.index("## Simulated hosts") < text.index("routing figures")
     assert sections.extract(text, scale.SCALE) == scale.marked(RUN)
     assert sections.extract(sections.keep(text, "# Benchmarks\n"), scale.SCALE)
+
+
+def test_etcd_keeps_its_data_in_memory_when_the_machine_has_a_tmpfs(tmp_path: Path) -> None:
+    shm = tmp_path / "shm"
+    assert scale.etcd_dir(tmp_path / "run", shm) == tmp_path / "run" / "etcd"  # none
+    shm.mkdir()
+    d = scale.etcd_dir(tmp_path / "run", shm)
+    assert d.parent == shm and d.is_dir()
