@@ -44,6 +44,11 @@ IDLE_S = 10.0  # the idle window: registrations kept alive, nothing created
 # hub thread per worker process). Before the feed it was 15 (hub) and 24 (legacy).
 THREADS = {"hub": 3, "shared": 2}
 THREAD_BUDGET = 16_000  # of the machine's pid_max (32768), shared with everyone else
+# Lease refreshes per second the simulated agents sustain (each a thread and a `requests`
+# call, in 2 GIL-bound processes): 500 hosts (150/s) ran; at 1,000 (300/s) they fell to
+# ~76/s while the views started, leases expired and hosts registered again, five times
+# over (docs/research/issue27-flood-groups-and-etcd-watches.md, section 3).
+REFRESH_BUDGET = 200.0
 START_BUDGET_S = 900.0  # for all agents of a run to register and sync
 METRICS = (
     "etcd_debugging_mvcc_watcher_total",
@@ -88,11 +93,21 @@ def _cpu_now(pid: int) -> float:
     return meter.cpu_percent()
 
 
-def refusal(mode: str, hosts: int, budget: int = THREAD_BUDGET) -> str:
-    """Why a run is not tried ("" if it is): the threads it needs."""
+def refusal(
+    mode: str, hosts: int, budget: int = THREAD_BUDGET, refreshes: float = REFRESH_BUDGET
+) -> str:
+    """Why a run is not tried ("" if it is): the threads it needs, or the lease refreshes
+    (one per host every third of the TTL)."""
     need = THREADS[mode] * hosts
     if need > budget:
         return f"needs ~{need:,} threads, over this bench's budget of {budget:,}"
+    rate = hosts * 3 / HOST_TTL
+    if rate > refreshes:
+        return (
+            f"needs ~{rate:,.0f} lease refreshes/s, over the ~{refreshes:,.0f} this "
+            "simulator's agents sustain on 2 cores (at 1,000 hosts they fell behind the TTL "
+            "and hosts registered again: see the research note, section 3)"
+        )
     return ""
 
 
@@ -446,9 +461,11 @@ METHOD = (
     "stream per agent without prev_kv, its mirrors fed by one thread (the agent's default; "
     "`legacy`, a stream and a thread per mirror with prev_kv, is the code before issue 27); "
     "`shared` one stream per worker process for all its agents (store.hub: what a relay in "
-    "front of etcd would give)."
-    " Runs over this bench's thread budget are not tried, and a run whose agents are "
-    "not all up within 15 min has no figures (it says why)."
+    "front of etcd would give). Every host registers before the views start (so a view's "
+    "first read holds them all), the workers run at nice 10 below etcd and the masters, "
+    "and etcd keeps its data on /dev/shm when there is one. Runs over this bench's thread "
+    "or lease-refresh budget are not tried, and a run whose agents are not all up within "
+    "15 min has no figures (it says why)."
 )
 
 

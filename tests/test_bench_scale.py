@@ -53,8 +53,10 @@ def test_standing_endpoints_are_per_host_up_to_the_cap() -> None:
 
 
 def test_a_run_over_the_thread_budget_is_refused_with_its_need() -> None:
-    assert scale.refusal("hub", 1000) == ""
+    assert scale.refusal("hub", 500) == ""
     assert "30,000 threads" in scale.refusal("hub", 10_000)
+    assert "300 lease refreshes/s" in scale.refusal("hub", 1000)
+    assert scale.refusal("hub", 1000, refreshes=300) == ""
 
 
 def test_spread_is_over_the_agents_that_saw_it_and_counts_the_others() -> None:
