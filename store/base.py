@@ -172,8 +172,8 @@ class Lease:
 
         ``sleep(seconds)`` waits between refreshes and answers True when the caller wants
         it to stop (by default: stop_keepalive() or revoke()). Refresh failures other than
-        LeaseNotFound (an outage) are retried until the TTL measured from the last
-        successful refresh has passed; then the lease counts as lost.
+        LeaseNotFound (an outage) are retried, ever further apart, until the TTL measured
+        from the last successful refresh has passed; then the lease counts as lost.
         """
         wait = sleep or self._stop.wait
         ttl = max(self.ttl, 1)
@@ -182,6 +182,7 @@ class Lease:
         # The first refresh comes a random part sooner: a thousand hosts that registered
         # together (etcd back after an outage) then do not refresh together ever after.
         interval = ttl / 3 * (1.0 - 0.5 * random.random())
+        retry = 0.25
         while not wait(interval) and not self._stop.is_set():
             sent = time.monotonic()
             try:
@@ -194,10 +195,15 @@ class Lease:
                     log.warning("lease %x lost: no refresh within its TTL: %s", self.id, e)
                     self.lost.set()
                     return
-                interval = min(ttl / 3, 0.5, max(deadline - time.monotonic(), 0.01))
+                # Doubling and jittered (0.25-0.5 s first): a thousand hosts retrying every
+                # 0.5 s would add 2,000 requests/s to an etcd too slow to answer them.
+                retry = min(retry * 2, ttl / 3)
+                left = max(deadline - time.monotonic(), 0.01)
+                interval = min(retry * (1.0 - 0.5 * random.random()), left)
                 continue
             deadline = sent + ttl
             interval = ttl / 3
+            retry = 0.25
 
 
 class Watch(abc.ABC):

@@ -245,3 +245,25 @@ def test_a_compaction_pauses_the_read_again() -> None:
         wait_for(lambda: len(store.reads) == 4, WAIT, "the mirrors read again")
     finally:
         feed.stop()
+
+
+class Unreachable(EmbeddedStore):
+    def lease_refresh(self, lease_id: int) -> int:
+        raise StoreUnavailable("etcd too slow to answer")
+
+
+def test_refresh_retries_are_spaced_ever_further_apart(tmp_path: Path) -> None:
+    with Unreachable(str(tmp_path / "state.db")) as store:
+        lease = store.lease_grant(30)
+        waits: list[float] = []
+
+        def sleep(seconds: float) -> bool:
+            waits.append(seconds)
+            return len(waits) > 7
+
+        lease.keep_alive(sleep)
+        retries = waits[1:]  # after the first, jittered, refresh
+        assert retries[0] <= 0.5 and max(retries) <= 10.0
+        rising = retries[:5]  # 0.5, 1, 2, 4, 8 s, each less up to half: then capped at ttl/3
+        assert rising == sorted(rising) and retries[-1] > 4 * retries[0]
+        assert not lease.lost.is_set()  # within its TTL: not lost
