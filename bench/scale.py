@@ -19,6 +19,7 @@ import json
 import multiprocessing
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -38,10 +39,16 @@ SCALE = sections.SCALE
 HOST_TTL = 10  # the agent's default --host-ttl
 REPEATS = 5  # creations of each kind per run
 IDLE_S = 10.0  # the idle window: registrations kept alive, nothing created
-# Threads per simulated agent: a mirror thread per prefix (11), registration, lease
-# keep-alive, and the watch threads: one reader per stream (legacy: 11), or a hub's two.
-THREADS = {"legacy": 11 + 2 + 11, "hub": 11 + 2 + 2, "shared": 11 + 2}
+# Threads per simulated agent: the view's feed, the registration (which keeps its lease
+# alive) and, in hub mode, the reader of the view's own stream (shared: one reader and one
+# hub thread per worker process). Before the feed it was 15 (hub) and 24 (legacy).
+THREADS = {"hub": 3, "shared": 2}
 THREAD_BUDGET = 16_000  # of the machine's pid_max (32768), shared with everyone else
+# Lease refreshes per second the simulated agents sustain (each a thread and a `requests`
+# call, in 2 GIL-bound processes): 500 hosts (150/s) ran; at 1,000 (300/s) they fell to
+# ~76/s while the views started, leases expired and hosts registered again, five times
+# over (docs/research/issue27-flood-groups-and-etcd-watches.md, section 3).
+REFRESH_BUDGET = 200.0
 START_BUDGET_S = 900.0  # for all agents of a run to register and sync
 METRICS = (
     "etcd_debugging_mvcc_watcher_total",
@@ -69,17 +76,38 @@ def too_slow(budget: float, etcd_cpu: float) -> str:
     )
 
 
+def etcd_dir(work: Path, tmpfs: Path = Path("/dev/shm")) -> Path:
+    """Where the run's etcd keeps its data: in memory when the machine has a tmpfs there.
+    This VM's disk is shared with other work: in a 1,000-host start a WAL fsync took 21 ms
+    on average, etcd's apply fell behind, and it refused lease renewals ("waiting for the
+    applied index took too long"), so leases expired and hosts registered again. The
+    figures are meant to be etcd's CPU and memory, as on the fast disk etcd asks for."""
+    if tmpfs.is_dir():
+        return Path(tempfile.mkdtemp(prefix="netplugin-scale-etcd-", dir=tmpfs))
+    return work / "etcd"
+
+
 def _cpu_now(pid: int) -> float:
     meter = Meter([pid])
     time.sleep(2)
     return meter.cpu_percent()
 
 
-def refusal(mode: str, hosts: int, budget: int = THREAD_BUDGET) -> str:
-    """Why a run is not tried ("" if it is): the threads it needs."""
+def refusal(
+    mode: str, hosts: int, budget: int = THREAD_BUDGET, refreshes: float = REFRESH_BUDGET
+) -> str:
+    """Why a run is not tried ("" if it is): the threads it needs, or the lease refreshes
+    (one per host every third of the TTL)."""
     need = THREADS[mode] * hosts
     if need > budget:
         return f"needs ~{need:,} threads, over this bench's budget of {budget:,}"
+    rate = hosts * 3 / HOST_TTL
+    if rate > refreshes:
+        return (
+            f"needs ~{rate:,.0f} lease refreshes/s, over the ~{refreshes:,.0f} this "
+            "simulator's agents sustain on 2 cores (at 1,000 hosts they fell behind the TTL "
+            "and hosts registered again: see the research note, section 3)"
+        )
     return ""
 
 
@@ -208,7 +236,7 @@ def run_one(
     row: dict[str, Any] = {"mode": mode, "hosts": hosts}
     if why := refusal(mode, hosts):
         return {**row, "refused": why}
-    etcd = EtcdServer(work / "etcd")
+    etcd = EtcdServer(etcd_dir(work))
     etcd.start()
     extra = ["--host-reclaim-grace", "0"]
     masters = [MasterProcess(work / f"m{i}", etcd.endpoint, extra=extra) for i in range(2)]
@@ -235,6 +263,7 @@ def run_one(
                 target=worker, args=(child, etcd.endpoint, names[w::workers], mode, HOST_TTL, wave)
             )
             p.start()
+            child.close()  # the worker's end: a worker that dies then reads as EOF here
             procs.append(p)
             conns.append(parent)
         deadline = time.monotonic() + START_BUDGET_S
@@ -269,6 +298,8 @@ def run_one(
         row["mirror_failures"] = sum(s["failures"] for s in stats)
         row["hub_received"] = sum(s["hub_received"] for s in stats)
         row["hub_delivered"] = sum(s["hub_delivered"] for s in stats)
+        row["leases_lost"] = sum(s["leases_lost"] for s in stats)
+        row["registration_failures"] = sum(s["reg_failures"] for s in stats)
         return row
     finally:
         for c in conns:
@@ -285,6 +316,7 @@ def run_one(
         for m in masters:
             m.stop()
         etcd.cleanup()
+        shutil.rmtree(etcd.base_dir, ignore_errors=True)
 
 
 def run(
@@ -425,12 +457,15 @@ METHOD = (
     "only) and busy over the creations; the leader is its gunicorn arbiter and worker. "
     "Watchers and streams: etcd's /metrics (`etcd_debugging_mvcc_watcher_total`, "
     "`etcd_debugging_mvcc_watch_stream_total`). Agent MiB per host: the workers' RSS growth "
-    "from before their agents to all synced, divided by the hosts. Watches: `legacy` is "
-    "each mirror on its own stream with prev_kv (11 per agent, before issue 27); `hub` one "
-    "stream per agent without prev_kv (store.hub, the agent's default now); `shared` one "
-    "stream per worker process for all its agents (what a relay in front of etcd would "
-    "give). Runs over this bench's thread budget are not tried, and a run whose agents are "
-    "not all up within 15 min has no figures (it says why)."
+    "from before their agents to all synced, divided by the hosts. Watches: `hub` one "
+    "stream per agent without prev_kv, its mirrors fed by one thread (the agent's default; "
+    "`legacy`, a stream and a thread per mirror with prev_kv, is the code before issue 27); "
+    "`shared` one stream per worker process for all its agents (store.hub: what a relay in "
+    "front of etcd would give). Every host registers before the views start (so a view's "
+    "first read holds them all), the workers run at nice 10 below etcd and the masters, "
+    "and etcd keeps its data on /dev/shm when there is one. Runs over this bench's thread "
+    "or lease-refresh budget are not tried, and a run whose agents are not all up within "
+    "15 min has no figures (it says why)."
 )
 
 

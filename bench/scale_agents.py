@@ -13,14 +13,17 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-# Watches: "legacy": each of a view's mirrors watches on its own (11 streams, prev_kv, as
-# before issue 27); "hub": the view's mirrors share one watch (the agent's default now);
-# "shared": every view of the worker process shares one watch (a relay in front of etcd).
-MODES = ("legacy", "hub", "shared")
+# Watches: "hub": each view follows one watch of its own (the agent's default: one stream,
+# the view's mirrors fed by one thread); "shared": every view of the worker process shares
+# one watch (store.hub.WatchHub: what a relay in front of etcd would give). "legacy" (a
+# stream and a thread per mirror, as before issue 27) is gone with that code: its rows in
+# docs/research/issue27-flood-groups-and-etcd-watches.md were measured before.
+MODES = ("hub", "shared")
 
 
 @dataclass
@@ -59,11 +62,29 @@ def rss_bytes(pid: int | str = "self") -> int:
     return 0
 
 
+def _until(done: Callable[[], bool], conn: Connection, timeout: float) -> bool:
+    """Wait for ``done()`` (asked every 50 ms), unless the driver sends something first."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if conn.poll(0.05) or time.monotonic() > deadline:
+            return False
+    return True
+
+
 def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, wave: int) -> None:
-    """One worker process: its agents, started ``wave`` at a time (each wave synced before
-    the next: hundreds of agents reading every endpoint at once in one process starve
-    each other of the GIL past the store's read timeout, and read again), until ("stop",)."""
+    """One worker process: its agents, until ("stop",). Every registration first (``wave``
+    at a time, each wave registered before the next), then the views ``wave`` at a time
+    (each wave synced before the next: hundreds of agents reading every endpoint at once in
+    one process starve each other of the GIL past the store's read timeout, and read
+    again). Registering first keeps the start linear in the simulator: started together,
+    each registration is an event that every view already up decodes (N² in all, on the
+    simulator's two cores; each real agent has a CPU of its own), and at 1,000 hosts that
+    starved the keep-alives past the TTL: leases expired and hosts registered again,
+    making more events (a livelock, seen 2026-11-29)."""
     threading.stack_size(256 * 1024)  # thousands of threads: keep their stacks small
+    # Below etcd and the masters: each real agent has a CPU of its own, so the simulator's
+    # load must not starve etcd's apply loop (it then refuses lease renewals) or the leader.
+    os.nice(10)
     logging.disable(logging.WARNING)  # retries are counted (failures), not logged
     from common.records import HostRecord
     from plugin.cluster import ClusterView, HostRegistration
@@ -81,21 +102,30 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
     for i, host in enumerate(hosts):
         store = EtcdStore([etcd])
         stores.append(store)
-        watches = store if mode == "legacy" else hub
 
         def changed(i: int = i) -> None:
             probe.check(i, views[i])
 
-        views.append(ClusterView(store, changed, watches=watches))
+        views.append(ClusterView(store, changed, watches=hub))
         info = HostRecord(host=host, vtep_ip=f"10.{200 + i // 65536}.{i // 256 % 256}.{i % 256}")
         regs.append(HostRegistration(store, info, ttl))
-    synced = True
-    for first in range(0, len(views), wave):
-        for view, reg in zip(views[first : first + wave], regs[first : first + wave], strict=True):
+    registered = True
+    for first in range(0, len(regs), wave):
+        if conn.poll():
+            break  # the driver gave up (a stop): answer it
+        for reg in regs[first : first + wave]:
             reg.start()
+        batch = regs[first : first + wave]
+        registered &= _until(lambda b=batch: all(r.registered.is_set() for r in b), conn, 60)
+    synced = registered
+    for first in range(0, len(views), wave):
+        if conn.poll():
+            break  # the driver gave up (a stop): answer it
+        for view in views[first : first + wave]:
             view.start()
-        synced &= all(v.wait_synced(600) for v in views[first : first + wave])
-    synced &= all(r.registered.wait(60) for r in regs)
+        batch_v = views[first : first + wave]
+        synced &= _until(lambda b=batch_v: all(v.wait_synced(0) for v in b), conn, 600)
+    synced &= _until(lambda: all(r.registered.is_set() for r in regs), conn, 60)
     conn.send(
         {
             "synced": synced,
@@ -118,8 +148,8 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
                 conn.send([probe.seen.get(i) for i in range(len(views))])
         elif cmd[0] == "stats":
             restarts = sum(m.restarts for v in views for m in v.mirrors())
-            hubs = [hub] if hub is not None else [v._hub for v in views if v._hub is not None]
-            failures = sum(m.failures for v in views for m in v.mirrors())
+            hubs = [hub] if hub is not None else []
+            failures = sum(v.feed.failures for v in views)
             conn.send(
                 {
                     "rss": rss_bytes(),
@@ -128,6 +158,9 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
                     "threads": threading.active_count(),
                     "hub_received": sum(h.received for h in hubs),
                     "hub_delivered": sum(h.delivered for h in hubs),
+                    # A registration's pass ends when its lease is lost (or fails).
+                    "leases_lost": sum(r.passes for r in regs),
+                    "reg_failures": sum(r.failures for r in regs),
                 }
             )
         elif cmd[0] == "stop":

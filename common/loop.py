@@ -116,6 +116,10 @@ class Reconciler:
     def stopped(self) -> bool:
         return self._stop.is_set()
 
+    def sleep(self, seconds: float) -> bool:
+        """Wait inside a pass, cut short by stop(): True if stopped."""
+        return self._stop.wait(seconds)
+
     def _run(self) -> None:
         wait = self.interval
         failing = False

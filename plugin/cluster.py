@@ -5,9 +5,10 @@ watches.
 Every read is a mirror of one key prefix: a range at some revision, then a watch from the
 next one. The store's watch rides out backend outages and resumes where it stopped, so no
 event is lost or seen twice; history compacted away makes the mirror range again (after a
-random pause, so a thousand agents do not read at once). A ClusterView's mirrors share one
-watch of the store (store.hub): one etcd stream per agent, not one per prefix. What the
-agent derives from the mirrors (peers, other hosts' endpoints) is computed by pure functions.
+random pause, so a thousand agents do not read at once). A ClusterView's mirrors are kept
+by one thread on one watch of the store: one etcd stream and two threads per agent, not a
+stream and a thread per prefix. What the agent derives from the mirrors (peers, other
+hosts' endpoints) is computed by pure functions.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from common import keys
@@ -34,8 +36,8 @@ from common.records import (
 )
 from datapath.desired import FwdMode
 from datapath.local import EndpointState
-from store import KV, Compacted, Lease, Store, StoreError
-from store.hub import Missed, WatchHub, WatchSource
+from store import KV, Compacted, Event, Lease, Store, StoreError, Watch
+from store.hub import Missed, WatchSource
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +70,13 @@ def decode_bgp(value: bytes) -> Bgp:
     return decode_config(Bgp, value)
 
 
-class PrefixMirror(Reconciler, Generic[R]):
-    """The keys under one prefix, kept current in a thread; ``on_change`` after each change.
+class PrefixMirror(Generic[R]):
+    """The keys under one prefix, kept current; ``on_change`` after each change.
 
     Values are kept as ``decode`` reads them (a record of common.records; plain JSON by
-    default). A value that does not decode is logged and left out. ``watches`` gives the
-    watch (a WatchHub shared with other mirrors; the store itself by default).
+    default). A value that does not decode is logged and left out. A mirror is kept by a
+    MirrorFeed: its own (start()), watching ``watches`` (the store by default), or its
+    ClusterView's, shared with the view's other mirrors.
     """
 
     def __init__(
@@ -87,26 +90,34 @@ class PrefixMirror(Reconciler, Generic[R]):
         self.store = store
         self.watches: WatchSource = watches if watches is not None else store
         self.prefix = prefix
+        self.name = f"cluster state {prefix}"
         self.on_change = on_change
         self.decoder = decoder
         self.synced = threading.Event()
         self._data: dict[str, R] = {}
         self._lock = threading.Lock()
-        self._watch: Any = None
-        super().__init__(
-            f"cluster state {prefix}",
-            self._read_and_follow,
-            coalesce=0,
-            expected=(StoreError,),
-            on_stop=lambda: self._watch is not None and self._watch.cancel(),
-            run_at_start=True,
-        )
+        self._feed: MirrorFeed | None = None
         # For the operator (plugin.inspect_api) and the metrics: the store revision the
         # mirror holds everything up to, how often its watch had to read the prefix again
-        # (compacted history, the store unreachable) and when it last read it whole.
+        # (compacted history, the store unreachable) and when it last read it whole;
+        # ``passes``: whole reads, ``failures``: failed reads and watches (as a loop's).
         self.revision = 0
         self.restarts = 0
         self.last_read: float | None = None  # time.time()
+        self.passes = 0
+        self.failures = 0
+        # The revision of the last whole read (the watch's events up to it are in it), or
+        # None: the mirror must read its prefix before following it.
+        self.read_at: int | None = None
+
+    def start(self) -> PrefixMirror[R]:
+        """Keep this mirror alone, in a thread of its own."""
+        self._feed = MirrorFeed(self.store, (self,), self.prefix, self.watches.watch).start()
+        return self
+
+    def stop(self) -> None:
+        if self._feed is not None:
+            self._feed.stop()
 
     def values(self) -> dict[str, R]:
         """Key (without the prefix) -> decoded value."""
@@ -133,46 +144,123 @@ class PrefixMirror(Reconciler, Generic[R]):
         else:
             data[name] = value
 
-    def _read_and_follow(self) -> float | None:
-        """One pass: read the prefix whole, then follow its watch until that ends."""
-        watching = False  # a watch that ends in an error is a restart; a first read's is not
+    def read(self) -> None:
+        """Read the prefix whole (its watch then resumes after read_at)."""
         try:
             rr = self.store.range(self.prefix)
-            data: dict[str, R] = {}
-            for kv in rr.kvs:
-                self._put(data, kv)
-            with self._lock:
-                self._data = data
-            self.revision, self.last_read = rr.revision, time.time()
-            if not self.synced.is_set():
-                log.info("cluster state %s: %d key(s)", self.prefix, len(rr.kvs))
-            self.synced.set()
-            self.on_change()
-            self.backoff.reset()
-            self._watch = self.watches.watch(self.prefix, rr.revision + 1)
-            watching = True
-            for ev in self._watch:
-                with self._lock:
-                    if ev.type == "put":
-                        self._put(self._data, ev.kv)
-                    else:
-                        self._data.pop(ev.kv.key[len(self.prefix) :], None)
-                    self.revision = max(self.revision, ev.kv.mod_revision)
-                self.on_change()
+        except Exception:
+            self.failures += 1
+            raise
+        data: dict[str, R] = {}
+        for kv in rr.kvs:
+            self._put(data, kv)
+        with self._lock:
+            self._data = data
+        self.revision, self.last_read, self.read_at = rr.revision, time.time(), rr.revision
+        self.passes += 1
+        if not self.synced.is_set():
+            log.info("cluster state %s: %d key(s)", self.prefix, len(rr.kvs))
+        self.synced.set()
+        self.on_change()
+
+    def apply(self, ev: Event) -> None:
+        """One event of the watch: applied, unless the last read already held it."""
+        if self.read_at is None or ev.kv.mod_revision <= self.read_at:
+            return
+        with self._lock:
+            if ev.type == "put":
+                self._put(self._data, ev.kv)
+            else:
+                self._data.pop(ev.kv.key[len(self.prefix) :], None)
+            self.revision = max(self.revision, ev.kv.mod_revision)
+        self.on_change()
+
+    def lost_watch(self) -> None:
+        """The watch it followed ended: read the prefix again before following it."""
+        self.restarts += 1
+        self.read_at = None
+
+
+class MirrorFeed(Reconciler):
+    """Mirrors kept by one thread: each pass opens one watch of ``prefix`` (theirs, or a
+    parent of them all) from the store's next revision (or from the oldest read a mirror
+    resumes from), reads the prefix of every mirror that needs it, then follows the watch,
+    handing each event to the mirrors it falls under (a mirror skips what its read held).
+
+    The watch ending ends the pass: history compacted away (``Compacted``; ``Missed`` from
+    a hub) makes every mirror on it read again after reread_pause, any other error after
+    the loop's backoff. A mirror whose read failed reads again on the next pass; one that
+    had read resumes from that read.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        mirrors: Iterable[PrefixMirror[Any]],
+        prefix: str,
+        watch: Callable[[str, int], Watch],
+    ) -> None:
+        self.store = store
+        self.mirrors = tuple(mirrors)
+        if any(not m.prefix.startswith(prefix) for m in self.mirrors):
+            raise ValueError(f"a mirror is not under the feed's prefix {prefix!r}")
+        self.prefix = prefix
+        self._open = watch
+        self._watch: Watch | None = None
+        super().__init__(
+            f"cluster state {prefix}",
+            self._read_and_follow,
+            coalesce=0,
+            expected=(StoreError,),
+            on_stop=lambda: self._watch is not None and self._watch.cancel(),
+            run_at_start=True,
+        )
+
+    def _read_and_follow(self) -> float | None:
+        mirrors = self.mirrors
+        # The watch starts before the reads, from now (etcd then has no history to catch
+        # it up on) or from the oldest read a mirror resumes from; its events queue up
+        # while the mirrors read.
+        start = min([m.read_at for m in mirrors if m.read_at is not None], default=None)
+        if start is None or any(m.read_at is None for m in mirrors):
+            now = self.store.revision()
+            start = now if start is None else min(start, now)
+        self._watch = watch = self._open(self.prefix, start + 1)
+        try:
+            if self.stopped:  # stop() came before there was a watch to cancel
+                watch.cancel()
+            watch.begin()
+            for m in mirrors:
+                if m.read_at is None:
+                    m.read()
+        except BaseException:
+            watch.cancel()
+            raise
+        self.backoff.reset()
+        try:
+            for ev in watch:
+                key = ev.kv.key
+                for m in mirrors:
+                    if key.startswith(m.prefix):
+                        m.apply(ev)
         except Compacted as e:
-            self.restarts += watching
+            for m in mirrors:
+                m.lost_watch()
             pause = reread_pause(e)
             log.info("cluster state %s: %s; reading it again in %.1fs", self.prefix, e, pause)
             return pause
         except Exception:
-            self.restarts += watching
+            for m in mirrors:
+                m.lost_watch()
+                m.failures += 1
             raise
         return 0.0
 
 
 class HostRegistration(Reconciler):
     """Keeps keys.host(name) alive under a lease, registering again if the lease is lost
-    (an etcd outage longer than the TTL); revoking it on stop removes the host at once."""
+    (an etcd outage longer than the TTL); revoking it on stop removes the host at once.
+    The loop's own thread keeps the lease alive."""
 
     def __init__(self, store: Store, info: HostRecord, ttl: int) -> None:
         self.store = store
@@ -210,8 +298,9 @@ class HostRegistration(Reconciler):
                 log.warning("host %s: could not revoke its lease: %s", self.info.host, e)
 
     def _register(self) -> float | None:
-        """One pass: register under a new lease, and hold it until it is lost or we stop."""
-        lease = self.store.lease_grant(self.ttl, keepalive=True)
+        """One pass: register under a new lease, and keep it alive until it is lost or we
+        stop."""
+        lease = self.store.lease_grant(self.ttl)
         self._lease = lease
         value = self.info.encode()
         self.store.put(keys.host(self.info.host), value, lease=lease.id)
@@ -219,8 +308,7 @@ class HostRegistration(Reconciler):
             self.store.put(keys.vtep(self.info.host), value)
         log.info("host %s registered (lease %x, ttl %ds)", self.info.host, lease.id, self.ttl)
         self.registered.set()
-        while not self.stopped and not lease.lost.wait(0.5):
-            pass
+        lease.keep_alive(self.sleep)
         if not self.stopped:
             log.warning("host %s: registration lease lost; registering again", self.info.host)
             self.registered.clear()
@@ -228,10 +316,9 @@ class HostRegistration(Reconciler):
 
 
 class ClusterView:
-    """The mirrors one agent needs, with a single change callback.
-
-    Their watches share one (``watches``): by default a WatchHub of the view's own over
-    keys.ROOT, one etcd stream; the store itself gives each mirror a stream of its own.
+    """The mirrors one agent needs, with a single change callback, kept by one MirrorFeed
+    (``feed``, one thread) on one watch of keys.ROOT: by default the store's own, without
+    previous values; ``watches`` may give it instead (a WatchHub shared by many views).
     """
 
     def __init__(
@@ -241,11 +328,9 @@ class ClusterView:
         watches: WatchSource | None = None,
     ) -> None:
         self.store = store
-        self._hub = WatchHub(store, keys.ROOT) if watches is None else None
-        src = watches if watches is not None else self._hub
 
         def mirror(prefix: str, decoder: Callable[[bytes], R]) -> PrefixMirror[R]:
-            return PrefixMirror(store, prefix, on_change, decoder, src)
+            return PrefixMirror(store, prefix, on_change, decoder, watches)
 
         self.hosts = mirror(keys.HOSTS, HostRecord.decode)
         self.vteps = mirror(keys.VTEPS, HostRecord.decode)
@@ -265,24 +350,17 @@ class ClusterView:
         self._mirrors: tuple[PrefixMirror[Any], ...] = tuple(
             m for m in vars(self).values() if isinstance(m, PrefixMirror)
         )
+        # The store's stream carries every key under ROOT: previous values would be waste.
+        watch = watches.watch if watches is not None else partial(store.watch, prev_kv=False)
+        self.feed = MirrorFeed(store, self._mirrors, keys.ROOT, watch)
 
     def start(self) -> ClusterView:
-        self.follow_ahead()
-        for m in self._mirrors:
-            m.start()
+        self.feed.start()
         return self
 
-    def follow_ahead(self) -> None:
-        """Start the shared watch before the mirrors read, so none of them reads twice
-        (one store request; a store that cannot answer leaves it to the first mirror)."""
-        if self._hub is not None:
-            self._hub.follow()
-
     def stop(self) -> None:
-        for m in self._mirrors:
-            m.stop()
-        if self._hub is not None:
-            self._hub.close()
+        """Stop following (the watch is cancelled)."""
+        self.feed.stop()
 
     def mirrors(self) -> tuple[PrefixMirror[Any], ...]:
         return self._mirrors

@@ -400,7 +400,7 @@ def run(args: Any) -> None:
         inspect = make_socket_server(args.api_socket, inspect_app, error_body=inspect_parse_error)
         api_servers.append(inspect)
         threading.Thread(target=inspect.serve_forever, name="inspect", daemon=True).start()
-    loops: list[Reconciler] = [*view.mirrors(), registration, cluster_sync]
+    loops: list[Reconciler] = [view.feed, registration, cluster_sync]
     if args.swarm:
         sweep = SwarmSweep(master, docker.swarm_networks)
         # dockerd or the master away: the next pass.
@@ -425,8 +425,6 @@ def run(args: Any) -> None:
         agent.teardown,
         pool,
     )
-    # The shared watch first (off the start's path: etcd may be down), then the mirrors.
-    threading.Thread(target=view.follow_ahead, name="watch-ahead", daemon=True).start()
     for loop in loops:
         loop.start()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -158,24 +159,31 @@ class Lease:
         self._stop.set()
 
     def start_keepalive(self) -> None:
-        """Refresh every ttl/3 in a daemon thread until stopped; sets ``lost`` when gone.
-
-        Refresh failures other than LeaseNotFound (an outage) are retried until the TTL
-        measured from the last successful refresh has passed; then the lease counts as lost.
-        """
+        """Keep the lease alive (keep_alive) in a daemon thread of its own until stopped."""
         if self._thread is not None:
             return
         self._thread = threading.Thread(
-            target=self._keepalive_loop, name=f"lease-keepalive:{self.id:x}", daemon=True
+            target=self.keep_alive, name=f"lease-keepalive:{self.id:x}", daemon=True
         )
         self._thread.start()
 
-    def _keepalive_loop(self) -> None:
+    def keep_alive(self, sleep: Callable[[float], bool] | None = None) -> None:
+        """Refresh every ttl/3 in the caller's thread until stopped or lost (``lost`` set).
+
+        ``sleep(seconds)`` waits between refreshes and answers True when the caller wants
+        it to stop (by default: stop_keepalive() or revoke()). Refresh failures other than
+        LeaseNotFound (an outage) are retried, ever further apart, until the TTL measured
+        from the last successful refresh has passed; then the lease counts as lost.
+        """
+        wait = sleep or self._stop.wait
         ttl = max(self.ttl, 1)
         # The lease is certain to live until deadline: ttl after the last refresh was sent.
         deadline = time.monotonic() + ttl
-        interval = ttl / 3
-        while not self._stop.wait(interval):
+        # The first refresh comes a random part sooner: a thousand hosts that registered
+        # together (etcd back after an outage) then do not refresh together ever after.
+        interval = ttl / 3 * (1.0 - 0.5 * random.random())
+        retry = 0.25
+        while not wait(interval) and not self._stop.is_set():
             sent = time.monotonic()
             try:
                 ttl = max(self.refresh(), 1)
@@ -187,10 +195,15 @@ class Lease:
                     log.warning("lease %x lost: no refresh within its TTL: %s", self.id, e)
                     self.lost.set()
                     return
-                interval = min(ttl / 3, 0.5, max(deadline - time.monotonic(), 0.01))
+                # Doubling and jittered (0.25-0.5 s first): a thousand hosts retrying every
+                # 0.5 s would add 2,000 requests/s to an etcd too slow to answer them.
+                retry = min(retry * 2, ttl / 3)
+                left = max(deadline - time.monotonic(), 0.01)
+                interval = min(retry * (1.0 - 0.5 * random.random()), left)
                 continue
             deadline = sent + ttl
             interval = ttl / 3
+            retry = 0.25
 
 
 class Watch(abc.ABC):
@@ -201,6 +214,9 @@ class Watch(abc.ABC):
 
     @abc.abstractmethod
     def cancel(self) -> None: ...
+
+    def begin(self) -> None:  # noqa: B027 (a hook: most watches need nothing here)
+        """Start following now, not at the first iteration (etcd: open the stream)."""
 
 
 class Store(abc.ABC):

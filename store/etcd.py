@@ -234,13 +234,19 @@ class _EtcdWatch(Watch):
         self._error: BaseException | None = None
         self._accepted = False  # whether etcd confirmed the current stream's watch
 
-    def __iter__(self) -> Iterator[Event]:
+    def begin(self) -> None:
+        """Open the stream now (iterating opens it too): etcd then serves it from the
+        revision it starts at as that revision is written, with no history to catch up on,
+        while the consumer does something else first (a mirror's read)."""
         with self._lock:
             if self._thread is None and not self._cancelled.is_set():
                 self._thread = threading.Thread(
                     target=self._run, name=f"etcd-watch:{self._prefix}", daemon=True
                 )
                 self._thread.start()
+
+    def __iter__(self) -> Iterator[Event]:
+        self.begin()
         while not self._cancelled.is_set():
             if self._error is not None:
                 raise self._error

@@ -53,8 +53,10 @@ def test_standing_endpoints_are_per_host_up_to_the_cap() -> None:
 
 
 def test_a_run_over_the_thread_budget_is_refused_with_its_need() -> None:
-    assert scale.refusal("hub", 100) == ""
-    assert "24,000 threads" in scale.refusal("legacy", 1000)
+    assert scale.refusal("hub", 500) == ""
+    assert "30,000 threads" in scale.refusal("hub", 10_000)
+    assert "300 lease refreshes/s" in scale.refusal("hub", 1000)
+    assert scale.refusal("hub", 1000, refreshes=300) == ""
 
 
 def test_spread_is_over_the_agents_that_saw_it_and_counts_the_others() -> None:
@@ -113,3 +115,11 @@ def test_bench_scale_rewrites_only_its_section_and_make_bench_keeps_it(tmp_path:
     assert text.index("## Simulated hosts") < text.index("routing figures")
     assert sections.extract(text, scale.SCALE) == scale.marked(RUN)
     assert sections.extract(sections.keep(text, "# Benchmarks\n"), scale.SCALE)
+
+
+def test_etcd_keeps_its_data_in_memory_when_the_machine_has_a_tmpfs(tmp_path: Path) -> None:
+    shm = tmp_path / "shm"
+    assert scale.etcd_dir(tmp_path / "run", shm) == tmp_path / "run" / "etcd"  # none
+    shm.mkdir()
+    d = scale.etcd_dir(tmp_path / "run", shm)
+    assert d.parent == shm and d.is_dir()

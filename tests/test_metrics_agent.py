@@ -17,7 +17,7 @@ from plugin.cluster import PrefixMirror
 from plugin.driver import Driver
 from plugin.master_client import MasterClient
 from plugin.metrics import AgentMetrics
-from store import Compacted
+from store import Compacted, Watch
 from store.embedded import EmbeddedStore
 from testbed.wait import wait_for
 
@@ -95,16 +95,22 @@ class CompactedOnce:
     def range(self, prefix: str) -> Any:
         return self.store.range(prefix)
 
-    def watch(self, prefix: str, start: int) -> Any:
+    def revision(self) -> int:
+        return self.store.revision()
+
+    def watch(self, prefix: str, start: int) -> Watch:
         self.watches += 1
         if self.watches == 1:
-            return self._compacted()
+            return CompactedWatch()
         return self.store.watch(prefix, start)
 
-    @staticmethod
-    def _compacted() -> Iterator[Any]:
+
+class CompactedWatch(Watch):
+    def __iter__(self) -> Iterator[Any]:
         raise Compacted(1)
-        yield
+
+    def cancel(self) -> None:
+        pass
 
 
 def test_a_mirror_counts_its_watch_restarts_and_follows_the_revision(tmp_path: Path) -> None:

@@ -206,13 +206,17 @@ def test_a_cluster_view_follows_every_prefix_on_one_store_watch(tmp_path: Path) 
 
 def test_a_cluster_view_may_be_given_its_watches(tmp_path: Path) -> None:
     with CountingStore(str(tmp_path / "state.db")) as store:
-        view = ClusterView(store, lambda: None, watches=store).start()
+        hub = WatchHub(store, keys.ROOT)
+        view = ClusterView(store, lambda: None, watches=hub).start()
         try:
             assert view.wait_synced(WAIT)
-            wait_for(lambda: len(store.watches) == len(view.mirrors()), WAIT, "a watch each")
-            assert all(prev_kv for _, prev_kv in store.watches)
+            wait_for(lambda: hub.watching() == 1, WAIT, "the view's one watch on the hub")
+            store.put(keys.host("h1"), b'{"host": "h1"}')
+            wait_for(lambda: set(view.hosts.values()) == {"h1"}, WAIT, "h1 mirrored")
+            assert store.watches == [(keys.ROOT, False)]  # the hub's
         finally:
             view.stop()
+            hub.close()
 
 
 def test_a_hub_started_ahead_serves_watches_that_read_after_it() -> None:
