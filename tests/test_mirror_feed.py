@@ -3,44 +3,20 @@ scripted store; and the registration keeping its lease alive in its own loop."""
 
 from __future__ import annotations
 
-import queue
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 from common import keys
 from common.records import HostRecord
 from plugin.cluster import ClusterView, HostRegistration, MirrorFeed, PrefixMirror
-from store.base import KV, Compacted, Event, RangeResult, StoreUnavailable, Watch
+from store.base import KV, Compacted, Event, RangeResult, StoreUnavailable
 from store.embedded import EmbeddedStore
 from store.hub import Missed
+from testbed.scripted_watch import ScriptedWatch
 from testbed.wait import wait_for
 
 WAIT = 10.0  # only a bound on a hung test
 A, B = "/r/a/", "/r/b/"
-
-
-class Scripted(Watch):
-    """A watch whose events and end the test scripts."""
-
-    def __init__(self, prefix: str, start: int) -> None:
-        self.prefix, self.start = prefix, start
-        self.items: queue.SimpleQueue[Event | BaseException | None] = queue.SimpleQueue()
-        self.cancelled = threading.Event()
-        self.begun = False
-
-    def __iter__(self) -> Iterator[Event]:
-        while (item := self.items.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    def cancel(self) -> None:
-        self.cancelled.set()
-        self.items.put(None)
-
-    def begin(self) -> None:
-        self.begun = True
 
 
 class Store:
@@ -52,7 +28,7 @@ class Store:
         self.rev = 10
         self.fail: dict[str, Exception] = {}
         self.reads: list[tuple[str, int]] = []
-        self.watches: list[Scripted] = []
+        self.watches: list[ScriptedWatch] = []
         self.begun_before_read: list[bool] = []
 
     def range(self, prefix: str) -> RangeResult:
@@ -66,8 +42,8 @@ class Store:
     def revision(self) -> int:
         return self.rev
 
-    def watch(self, prefix: str, start_revision: int) -> Scripted:
-        self.watches.append(Scripted(prefix, start_revision))
+    def watch(self, prefix: str, start_revision: int) -> ScriptedWatch:
+        self.watches.append(ScriptedWatch(prefix, start_revision))
         return self.watches[-1]
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import queue
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,38 +15,20 @@ from plugin.cluster import COMPACTED_PAUSE, ClusterView, reread_pause
 from store.base import KV, Compacted, Event, StoreError, Watch
 from store.embedded import EmbeddedStore
 from store.hub import Missed, WatchHub
+from testbed.scripted_watch import ScriptedWatch
 from testbed.wait import wait_for
 
 WAIT = 10.0  # only a bound on a hung test
-
-
-class Upstream(Watch):
-    """A store watch whose events and end the test scripts."""
-
-    def __init__(self, prefix: str, start: int, prev_kv: bool) -> None:
-        self.prefix, self.start, self.prev_kv = prefix, start, prev_kv
-        self.items: queue.SimpleQueue[Event | BaseException | None] = queue.SimpleQueue()
-        self.cancelled = False
-
-    def __iter__(self) -> Iterator[Event]:
-        while (item := self.items.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        self.items.put(None)
 
 
 class Store:
     """The part of a Store a hub uses: watch (recorded) and revision."""
 
     def __init__(self) -> None:
-        self.upstreams: list[Upstream] = []
+        self.upstreams: list[ScriptedWatch] = []
 
-    def watch(self, prefix: str, start_revision: int, *, prev_kv: bool = True) -> Upstream:
-        self.upstreams.append(Upstream(prefix, start_revision, prev_kv))
+    def watch(self, prefix: str, start_revision: int, *, prev_kv: bool = True) -> ScriptedWatch:
+        self.upstreams.append(ScriptedWatch(prefix, start_revision, prev_kv))
         return self.upstreams[-1]
 
     def revision(self) -> int:
@@ -101,7 +81,7 @@ def test_watches_of_several_prefixes_share_one_stream_without_prev_kv() -> None:
     assert take(b, 1) == [("/r/b/2", 11)]  # b started after revision 10
     assert (hub.received, hub.delivered) == (5, 3)
     hub.close()
-    assert up.cancelled
+    assert up.cancelled.is_set()
 
 
 def test_a_watch_from_a_revision_already_passed_gets_it_from_the_history() -> None:
