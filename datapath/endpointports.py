@@ -172,7 +172,7 @@ class EndpointPorts:
         home) go to the pool, up to its size; the names of the rest, to remove. A pool port
         of another bridge is another agent's (a host running several): left alone."""
         names = {n for n, info in ports.items() if EXT_POOL in info.external_ids}
-        names |= set(survey) - self.ovs.ports_elsewhere(self.bridge)  # not another agent's
+        names |= self._not_elsewhere(survey)
         whole, broken = [], []
         for name in sorted(names - used):
             info, link = ports.get(name), survey.get(name)
@@ -197,10 +197,15 @@ class EndpointPorts:
             return 0
         with self._pool_paused():
             on_bridge = {n for n, info in ports.items() if EXT_POOL in info.external_ids}
-            loose = set(self.pool.links.survey()) - self.ovs.ports_elsewhere(self.bridge)
+            loose = self._not_elsewhere(self.pool.links.survey())
             stale = sorted((on_bridge | loose) - self.owned())
             bp.remove_ports(self.ovs, self.links, self.bridge, stale)
         return len(stale)
+
+    def _not_elsewhere(self, survey: Mapping[str, PoolLink]) -> set[str]:
+        """The surveyed pool pairs that are not ports of another bridge (another agent's,
+        on a host that runs several)."""
+        return set(survey) - self.ovs.ports_elsewhere(self.bridge)
 
     def _pool_paused(self) -> AbstractContextManager[object]:
         return self.pool.paused() if self.pool is not None else contextlib.nullcontext()

@@ -57,16 +57,15 @@ class NetlinkPoolLinks:
             raise OSError(
                 f"pool port {port.host}: its pair is not whole in this namespace"
             ) from None
-        if not shape.of(port):
-            if port.offloads_off is None or port.offloads_off != shape.offloads_off:
-                set_tx_checksumming(port.container, not shape.offloads_off)
-            if port.mtu != shape.mtu:
-                try:
-                    with IPRoute() as ip:
-                        ip.link("set", index=container, mtu=shape.mtu)
-                        ip.link("set", index=host, mtu=shape.mtu)
-                except NetlinkError as e:
-                    raise OSError(f"pool port {port.host}: {e}") from e
+        if port.offloads_off != shape.offloads_off:  # None (not known) included
+            set_tx_checksumming(port.container, not shape.offloads_off)
+        if port.mtu != shape.mtu:
+            try:
+                with IPRoute() as ip:
+                    ip.link("set", index=container, mtu=shape.mtu)
+                    ip.link("set", index=host, mtu=shape.mtu)
+            except NetlinkError as e:
+                raise OSError(f"pool port {port.host}: {e}") from e
         self._record(port.host, endpoint_id)
 
     def release(self, port: PoolPort) -> bool:

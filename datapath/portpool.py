@@ -83,10 +83,6 @@ class Shape:
     mtu: int
     offloads_off: bool = False
 
-    def of(self, port: PoolPort) -> bool:
-        """Whether ``port`` has this shape already."""
-        return port.mtu == self.mtu and port.offloads_off == self.offloads_off
-
 
 @dataclass(frozen=True)
 class PoolLink:
