@@ -18,7 +18,7 @@ from collections.abc import Collection, Iterable, Mapping
 from .effects import Links, Ovsdb
 from .hostnat import FABRIC_PORT
 from .ovs import PortInfo
-from .veth import veth_names
+from .veth import Into, veth_names
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +90,27 @@ def remove_unowned(
 
 
 def plug_endpoint(
-    ovs: Ovsdb, links: Links, bridge: str, endpoint_id: str, network_id: str, mac: str, mtu: int
+    ovs: Ovsdb,
+    links: Links,
+    bridge: str,
+    endpoint_id: str,
+    network_id: str,
+    mac: str,
+    mtu: int,
+    offloads_off: bool = False,
+    into: Into | None = None,
 ) -> tuple[int, str, str]:
-    """The endpoint's veth pair, its host end a port of the bridge: (ofport, host end,
-    container end). A failure removes what it made."""
-    host, container = links.create_veth(endpoint_id, mac, mtu)
+    """The endpoint's veth pair, its host end a port of the bridge, its container end here
+    or made in ``into`` (TX checksumming off on it if ``offloads_off``): (ofport, host end,
+    container end here, "" if made in ``into``). A failure removes what it made."""
+    if into is None:
+        host, container = links.create_veth(endpoint_id, mac, mtu)
+    else:
+        host = links.create_veth_in_netns(endpoint_id, mac, mtu, into, not offloads_off)
+        container = ""
     try:
+        if offloads_off and container:
+            links.disable_tx_offload(container)
         ext = {EXT_ENDPOINT: endpoint_id, EXT_NETWORK: network_id}
         return ovs.add_port(bridge, host, external_ids=ext), host, container
     except BaseException:

@@ -16,6 +16,7 @@ from datapath.hostnat import GatewayNet
 from datapath.netns import NetnsInterface, NetnsRoute
 from datapath.ovs import PortInfo
 from datapath.ports import PublishedPort
+from datapath.veth import Into
 
 
 class Links(Protocol):
@@ -23,6 +24,13 @@ class Links(Protocol):
 
     def create_veth(self, endpoint_id: str, mac: str, mtu: int) -> tuple[str, str]:
         """Create the endpoint's pair (kept if complete); (host end, container end)."""
+        ...
+
+    def create_veth_in_netns(
+        self, endpoint_id: str, mac: str, mtu: int, into: Into, tx_offload: bool
+    ) -> str:
+        """Create the endpoint's pair with its container end made in ``into``'s namespace
+        under ``into.name`` (kept if complete: a retry); the host end."""
         ...
 
     def delete_veth(self, endpoint_id: str) -> bool:
@@ -144,8 +152,8 @@ class Netns(Protocol):
     ) -> None:
         """Move this host's ``ifname`` into ``netns`` as ``name``, up, with ``mac`` (set
         there), addressed and with ``routes`` ((dst, gateway)) via it (an interface already
-        there under ``name`` is brought in line; a route the namespace has via another
-        interface is an error)."""
+        there under ``name`` is brought in line, as is the one made there, ``ifname`` "";
+        a route the namespace has via another interface is an error)."""
         ...
 
     def read(self, netns: str, name: str) -> NetnsInterface | None:
@@ -156,9 +164,10 @@ class Netns(Protocol):
         """The main routing table of ``netns`` (empty if it is missing)."""
         ...
 
-    def remove(self, netns: str, name: str, mac: str = "") -> bool:
-        """Delete ``name`` in ``netns`` (if its MAC is ``mac``, when given); False if there
-        was nothing of that to delete."""
+    def remove(self, netns: str, name: str, mac: str = "", home: str = "") -> bool:
+        """Delete ``name`` in ``netns`` (if its MAC is ``mac``, when given), or with
+        ``home`` move it back to this host's namespace under that name (deleted if it cannot
+        be); False if there was nothing of that to remove."""
         ...
 
 

@@ -35,7 +35,7 @@ from .portpool import (
     is_pool_port,
 )
 from .teardown import Teardown
-from .veth import veth_names
+from .veth import Into, veth_names
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class Plugged:
 
     ofport: int
     host: str  # the end on the bridge
-    container: str  # the end the container gets
+    container: str  # the end the container gets, here ("": made in the container's namespace)
     pool: PoolPort | None = None  # the pool port it is, if it is one
 
 
@@ -69,10 +69,20 @@ class EndpointPorts:
         return self._ports.get(endpoint_id)
 
     def plug(
-        self, endpoint_id: str, network_id: str, mac: str, mtu: int, offloads_off: bool, wait: float
+        self,
+        endpoint_id: str,
+        network_id: str,
+        mac: str,
+        mtu: int,
+        offloads_off: bool,
+        wait: float,
+        into: Into | None = None,
     ) -> Plugged:
         """The endpoint's port (made or taken now, or the one it has): a pool port if the
-        pool has or can make one, else its own veth pair. Raises, leaving nothing, if it
+        pool has or can make one, else its own veth pair. With ``into`` (a CNI pod's
+        namespace), a free pool port, whose container end then has to move there; if none is
+        free, its own pair, the container end made there: a new port costs ovs-vswitchd one
+        reconfiguration either way, and that saves the move. Raises, leaving nothing, if it
         cannot be plugged, or if its old port (same names) is still being removed after
         ``wait`` seconds."""
         if (have := self._ports.get(endpoint_id)) is not None:
@@ -80,19 +90,12 @@ class EndpointPorts:
         if not self.teardown.wait(endpoint_id, wait):  # a retry: its old port goes first
             raise RuntimeError(f"endpoint {endpoint_id}: its old port is still being removed")
         shape = Shape(mtu, offloads_off)
-        taken = self.pool.take(endpoint_id, shape) if self.pool else None
+        taken = self.pool.take(endpoint_id, shape, make=into is None) if self.pool else None
         if taken is not None:
             plugged = Plugged(taken.ofport, taken.host, taken.container, taken)
-        else:
-            args = self.ovs, self.links, self.bridge
-            ofport, host, container = bp.plug_endpoint(*args, endpoint_id, network_id, mac, mtu)
-            plugged = Plugged(ofport, host, container)
-            try:
-                if offloads_off:
-                    self.links.disable_tx_offload(container)
-            except BaseException:
-                bp.unplug_endpoint(*args, endpoint_id)
-                raise
+        else:  # (the pool's refill makes its ports again after a quiet moment)
+            args = self.ovs, self.links, self.bridge, endpoint_id, network_id, mac, mtu
+            plugged = Plugged(*bp.plug_endpoint(*args, offloads_off, into))
         self._ports[endpoint_id] = plugged
         return plugged
 

@@ -34,7 +34,7 @@ from .portpool import PortPool
 from .ports import PublishedPort
 from .services import ServiceState
 from .tunnels import ensure_tunnels, present_tunnels
-from .veth import NetlinkLinks
+from .veth import Into, NetlinkLinks
 
 __all__ = ["EndpointState", "HostConfig", "HostDatapath", "NetworkState"]
 
@@ -325,14 +325,17 @@ class HostDatapath:
 
     # --- endpoints ---
 
-    def plug(self, endpoint_id: str, network_id: str, mac: str) -> str:
+    def plug(self, endpoint_id: str, network_id: str, mac: str, into: Into | None = None) -> str:
         """An endpoint's veth and switch port without its flows (those need its addresses,
-        which the master confirms meanwhile); the container-side interface name."""
+        which the master confirms meanwhile); the container-side interface name here, or ""
+        if it was made in ``into`` (datapath.endpointports)."""
         self._wait_ready()
         with self._lock:
-            return self._plug(endpoint_id, network_id, mac).container
+            return self._plug(endpoint_id, network_id, mac, into).container
 
-    def _plug(self, endpoint_id: str, network_id: str, mac: str) -> Plugged:
+    def _plug(
+        self, endpoint_id: str, network_id: str, mac: str, into: Into | None = None
+    ) -> Plugged:
         if (plugged := self.ports.get(endpoint_id)) is not None:
             return plugged
         net = self._state.networks.get(network_id)
@@ -341,7 +344,7 @@ class HostDatapath:
         dp, tso, tunnels = self.datapath_type, self.switch_tso, self.config.tunnels
         off = not keeps_offloads(dp, tso, net.encap, tunnels)
         mtu, wait = self.config.mtu_for(net.encap), self.ready_timeout
-        return self.ports.plug(endpoint_id, network_id, mac, mtu, off, wait)
+        return self.ports.plug(endpoint_id, network_id, mac, mtu, off, wait, into)
 
     def create_endpoint_port(self, endpoint: EndpointState) -> str:
         """Plug an endpoint into the bridge (or take the port plug() made) and send its

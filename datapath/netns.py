@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ipaddress
+import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 CLONE_NEWNET = 0x40000000
 IFA_F_NODAD = 0x02  # no duplicate address detection: the address is ours by allocation
 EEXIST = 17
@@ -92,10 +94,13 @@ def move_into(
     """Move this host's ``ifname`` into the namespace at ``netns`` as ``name``, bring it up
     with ``mac`` (if given: set there, where ovs-vswitchd does not hear of it),
     ``addresses`` ("10.1.0.5/24") and ``routes`` ((dst, gateway)) via it, and only those.
-    An interface already there under ``name`` (an ADD retried) is brought in line
-    instead; a route the namespace has already, not via this interface, is an error."""
+    An interface already there under ``name`` (made there: ``ifname`` "", or an ADD
+    retried) is brought in line instead; a route the namespace has already, not via this
+    interface, is an error."""
 
     def move() -> None:
+        if not ifname:
+            return
         # Named as it arrives: the kernel renames in the move (no rename, down and up there).
         with IPRoute() as ip:
             index = _index(ip, ifname)
@@ -104,7 +109,7 @@ def move_into(
 
     def configure() -> None:
         with IPRoute() as ip:
-            index = _index(ip, ifname)
+            index = _index(ip, ifname) if ifname else None
             if index is not None:  # moved by an earlier ADD that failed before the rename
                 ip.link("set", index=index, state="down")
                 ip.link("set", index=index, ifname=name)
@@ -198,9 +203,15 @@ def read(netns: str, name: str) -> NetnsInterface | None:
     return in_netns(netns, look)
 
 
-def remove(netns: str, name: str, mac: str = "") -> bool:
+def remove(netns: str, name: str, mac: str = "", home: str = "") -> bool:
     """Delete ``name`` in the namespace (its veth peer on the host goes with it), only if its
-    MAC is ``mac`` when that is given; False if there was nothing of that to delete."""
+    MAC is ``mac`` when that is given; with ``home``, move it back to this host's namespace
+    under that name instead (a pool port's container end: the port serves again), or delete
+    it if that fails. False if there was nothing of that to remove."""
+    fds: list[int] = []
+
+    def open_home() -> None:  # on the thread, before it joins the namespace
+        fds.append(os.open("/proc/thread-self/ns/net", os.O_RDONLY))
 
     def delete() -> bool:
         with IPRoute() as ip:
@@ -211,6 +222,8 @@ def remove(netns: str, name: str, mac: str = "") -> bool:
                 link = ip.get_links(index)[0]
                 if mac and str(link.get("IFLA_ADDRESS")).lower() != mac.lower():
                     return False
+                if fds and _moved(ip, index, fds[0], home):
+                    return True
                 ip.link("del", index=index)
             except NetlinkError as e:
                 if e.code != ENODEV:  # gone meanwhile (its host end deleted, say)
@@ -220,7 +233,24 @@ def remove(netns: str, name: str, mac: str = "") -> bool:
 
     if not netns or not os.path.exists(netns):
         return False
-    return in_netns(netns, delete)
+    try:
+        return in_netns(netns, delete, first=open_home if home else None)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _moved(ip: IPRoute, index: int, home_fd: int, home: str) -> bool:
+    """Move the interface to the namespace of ``home_fd`` as ``home`` (the kernel takes it
+    down and drops its addresses and routes on the way); False if it could not."""
+    try:
+        ip.link("set", index=index, net_ns_fd=home_fd, ifname=home)
+    except NetlinkError as e:
+        if e.code == ENODEV:
+            raise
+        log.warning("cannot move interface %d home as %s (deleting it): %s", index, home, e)
+        return False
+    return True
 
 
 class NetlinkNetns:
@@ -243,5 +273,5 @@ class NetlinkNetns:
     def routes(self, netns: str) -> frozenset[NetnsRoute]:
         return routes(netns)
 
-    def remove(self, netns: str, name: str, mac: str = "") -> bool:
-        return remove(netns, name, mac)
+    def remove(self, netns: str, name: str, mac: str = "", home: str = "") -> bool:
+        return remove(netns, name, mac, home)

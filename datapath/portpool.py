@@ -154,16 +154,18 @@ class PortPool:
         self.reused = 0  # ports given back and kept
         self.made = 0  # ports made
 
-    def take(self, endpoint_id: str, shape: Shape) -> PoolPort | None:
+    def take(self, endpoint_id: str, shape: Shape, make: bool = True) -> PoolPort | None:
         """A free port readied for the endpoint (``shape``), or None (no port could be made, or
         readying it failed: that port is dropped; the caller plugs a port of its own). An
-        empty pool makes a batch first, in one transaction."""
+        empty pool makes a batch first, in one transaction, if ``make``."""
         with self._lock:
             self._last_take = self._clock()
             self._shape = shape
             empty = not self._free
             if empty:
                 self.missed += 1
+        if empty and not make:
+            return None
         if empty:
             try:
                 with self._making:  # one batch at a time: the refill's may just have come

@@ -9,6 +9,7 @@ import os
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyroute2 import IPRoute
@@ -18,6 +19,15 @@ HOST_PREFIX = "vp"  # the end on the OVS bridge
 CONTAINER_PREFIX = "vc"  # the end docker moves into the container and renames
 _ID_CHARS = 11  # 2 + 11 = 13 characters, inside the kernel's 15-character limit
 _HEX = re.compile(r"^[0-9a-f]+$")
+
+
+@dataclass(frozen=True)
+class Into:
+    """Where an endpoint's container end is made, instead of this host's namespace: a
+    network namespace (its path) and the interface's name there (a CNI pod's)."""
+
+    netns: str
+    name: str
 
 
 def veth_names(endpoint_id: str) -> tuple[str, str]:
@@ -222,6 +232,13 @@ class NetlinkLinks:
 
     def create_veth(self, endpoint_id: str, mac: str, mtu: int) -> tuple[str, str]:
         return create_veth(endpoint_id, mac, mtu, self.proc_sys)
+
+    def create_veth_in_netns(
+        self, endpoint_id: str, mac: str, mtu: int, into: Into, tx_offload: bool
+    ) -> str:
+        return create_veth_in_netns(
+            endpoint_id, mac, mtu, into.netns, into.name, tx_offload, self.proc_sys
+        )
 
     def delete_veth(self, endpoint_id: str) -> bool:
         return delete_veth(endpoint_id)

@@ -157,6 +157,7 @@ def test_add_check_del_with_the_real_agent(lab: NetctlLab, pods: list[str]) -> N
     assert int(mtu) > 0
     host_end = endpoint_port(records(), cni.endpoint_id(cid, "eth0"))
     assert host_end in ovs_ports() and result["interfaces"][0]["name"] == host_end
+    assert host_end in records()  # a spare pool port's, moved into the pod
     wait_for(
         lambda: in_ns(name, "ping", "-c", "1", "-W", "1", peer_ip, check=False).returncode == 0,
         15,
@@ -169,8 +170,13 @@ def test_add_check_del_with_the_real_agent(lab: NetctlLab, pods: list[str]) -> N
     assert exec_plugin("ADD", cid, path, conf(lab)) == (0, result)
     assert exec_plugin("DEL", cid, path, conf(lab)) == (0, None)
     assert "eth0" not in in_ns(name, "ip", "-o", "link").stdout
-    assert host_end not in links()  # the pair went with the pod's end; the port follows
-    wait_for(lambda: host_end not in ovs_ports(), 10, f"{host_end} leaves the switch")
+    # Its end came home: the pool port serves again, still on the switch.
+    wait_for(
+        lambda: host_end in spare_pool_ports(run("ip", "-o", "link").stdout, records()),
+        10,
+        f"{host_end} is a spare pool port again",
+    )
+    assert host_end in run("ovs-vsctl", "list-ports", "netplugin").stdout.split()
     gone = lab.inspect("net", lab.network).get("allocatedAddresses", [])
     assert ip["address"].split("/")[0] not in gone
     assert exec_plugin("DEL", cid, path, conf(lab)) == (0, None)  # twice: fine
@@ -266,6 +272,43 @@ def test_an_agent_restart_keeps_pods_talking_and_remakes_nothing(
     assert spare and spare <= spare_pool_ports(run("ip", "-o", "link").stdout, records())
     assert exec_plugin("CHECK", cid, path, {**conf(lab), "prevResult": result}) == (0, None)
     assert exec_plugin("DEL", cid, path, conf(lab)) == (0, None)
+
+
+def test_without_a_pool_port_the_pods_end_is_made_in_its_namespace(
+    stack: tuple[MasterProcess, PluginProcess], pods: list[str]
+) -> None:
+    """An agent without spare pool ports (here: none kept, `--port-pool 0`) makes the pod
+    its own pair with the pod's end made in the pod's namespace: it works as a moved one
+    does, and DEL leaves nothing."""
+    master, plugin = stack
+    plugin.stop()
+    plugin.extra = ["--port-pool", "0"]
+    try:
+        plugin.start()
+        with NetctlLab(master.url, f"10.245.{next(_SUBNETS)}.0/24") as lab:
+            peer_ip = ip_of(lab.container(lab.network))
+            name, path = pod(pods)
+            cid = uuid.uuid4().hex
+            status, result = exec_plugin("ADD", cid, path, conf(lab))
+            assert status == 0, result
+            host_end = "vp" + cni.endpoint_id(cid, "eth0")[:11]  # its own pair's
+            assert result["interfaces"][0]["name"] == host_end and host_end in ovs_ports()
+            wait_for(
+                lambda: (
+                    in_ns(name, "ping", "-c", "1", "-W", "1", peer_ip, check=False).returncode == 0
+                ),
+                15,
+                "the pod reaches the docker container",
+            )
+            assert exec_plugin("CHECK", cid, path, {**conf(lab), "prevResult": result}) == (0, None)
+            assert exec_plugin("DEL", cid, path, conf(lab)) == (0, None)
+            assert "eth0" not in in_ns(name, "ip", "-o", "link").stdout
+            assert host_end not in links()  # the pair went with the pod's end
+            wait_for(lambda: host_end not in ovs_ports(), 10, f"{host_end} leaves the switch")
+    finally:
+        plugin.stop()
+        plugin.extra = []
+        plugin.start()
 
 
 def test_podman_runs_a_container_on_a_netplugin_network(lab: NetctlLab, tmp_path: Path) -> None:

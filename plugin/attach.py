@@ -15,12 +15,14 @@ endpoint is freed all the same.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from common.client import MasterError
 from common.models import Endpoint, EndpointRequest, Network, group_id
 from datapath.ports import PublishedPort
+from datapath.veth import Into
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +45,12 @@ class Datapath(Protocol):
         ``group`` is TENANT:GROUP of its endpoint group ("" outside one)."""
         ...
 
-    def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str:
+    def plug(
+        self, endpoint_id: str, network: Network, mac: str, mtu: int, into: Into | None = None
+    ) -> str:
         """The endpoint's port without its flows, made while the master books it (flows
-        follow in create_endpoint_port); the container-side ifname."""
+        follow in create_endpoint_port); the container-side ifname, or "" if the container
+        end was made in ``into`` (its namespace, under its name there)."""
         ...
 
     def delete_endpoint_port(self, endpoint_id: str) -> None:
@@ -92,10 +97,16 @@ PLUGGING = ThreadPoolExecutor(max_workers=8, thread_name_prefix="plug")
 
 
 def attach(
-    master: Master, datapath: Datapath, request: EndpointRequest, net: Network, mtu: int
+    master: Master,
+    datapath: Datapath,
+    request: EndpointRequest,
+    net: Network,
+    mtu: int,
+    into: Into | None = None,
 ) -> tuple[Endpoint, str]:
     """Book ``request`` and plug it into ``net``: (the booked endpoint, the container-side
-    ifname). Raises the master's MasterError, or DatapathFailure; either way nothing is left.
+    ifname here, or "" if it was made in ``into``, which a request with addresses does not
+    use). Raises the master's MasterError, or DatapathFailure; either way nothing is left.
     """
     eid, mac = request.endpointID, request.macAddress
     group = group_id(request.tenantName, request.groupName)
@@ -105,7 +116,7 @@ def attach(
             datapath.create_endpoint_port, eid, net, mac, *asked, mtu, group=group
         )
     else:
-        plugging = PLUGGING.submit(datapath.plug, eid, net, mac, mtu)
+        plugging = PLUGGING.submit(datapath.plug, eid, net, mac, mtu, into)
     try:
         ep = master.create_endpoint(request)
     except BaseException as e:
@@ -125,10 +136,23 @@ def attach(
     return ep, ifname
 
 
-def detach(master: Master, datapath: Datapath, endpoint_id: str) -> None:
+def detach(
+    master: Master,
+    datapath: Datapath,
+    endpoint_id: str,
+    first: Callable[[], object] | None = None,
+) -> None:
     """Remove the endpoint's port and free its booking, both at once (each is idempotent:
-    if either fails, a retry finishes the other); raises what failed (a 404 is done)."""
-    unplugging = PLUGGING.submit(datapath.delete_endpoint_port, endpoint_id)
+    if either fails, a retry finishes the other); raises what failed (a 404 is done). The
+    port's removal waits for ``first`` (the container's end leaving its namespace: a pool
+    port whose end is home serves again)."""
+
+    def unplug() -> None:
+        if first is not None:
+            first()
+        datapath.delete_endpoint_port(endpoint_id)
+
+    unplugging = PLUGGING.submit(unplug)
     try:
         master.delete_endpoint(endpoint_id)
     except MasterError as e:

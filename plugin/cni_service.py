@@ -29,7 +29,8 @@ from common.client import MasterError
 from common.models import Endpoint, EndpointRequest, Network
 from datapath.effects import Netns
 from datapath.netns import NetnsRoute
-from datapath.veth import veth_names
+from datapath.portpool import container_end, is_pool_port
+from datapath.veth import Into, veth_names
 
 from . import attach
 from .attach import Datapath, detach
@@ -201,7 +202,9 @@ class CniService:
         )
         failed = f"container {req.container_id[:12]}: {req.ifname}"
         try:
-            ep, ifname = attach.attach(self.master, self.datapath, request, net, self.mtu)
+            # A free pool port, moved in; if there is none, the pod's end made there.
+            into = Into(req.netns, req.ifname)
+            ep, ifname = attach.attach(self.master, self.datapath, request, net, self.mtu, into)
         except Exception as e:  # attach undid itself; an interface of an earlier ADD may be left
             self._remove_ours(eid, req)
             if isinstance(e, MasterError):
@@ -340,13 +343,14 @@ class CniService:
 
     def _undo(self, eid: str, req: cni.Request, settle: bool = True) -> None:
         """Remove the attachment, whatever of it exists (each step is idempotent): the pod's
-        interface (the veth pair goes with it) while the flows and the booking go. Without
-        ``settle`` (DEL), the answer waits for the switch port's removal only if the pair
-        may be left: the runtime may reuse the pod's interface name at once, and a new ADD
-        of this endpoint waits for its old port itself."""
+        interface (a pool port's goes home, to serve again; the pair of its own is deleted)
+        while the booking goes, then the flows and the port. Without ``settle`` (DEL), the
+        answer waits for the switch port's removal only if the pair may be left: the runtime
+        may reuse the pod's interface name at once, and a new ADD of this endpoint waits for
+        its old port itself."""
         removing = LOOKUPS.submit(self._remove_ours, eid, req)
         try:
-            detach(self.master, self.datapath, eid)
+            detach(self.master, self.datapath, eid, first=removing.exception)
             if settle or not removing.result():
                 self.datapath.settle(eid)
         except MasterError as e:
@@ -357,12 +361,15 @@ class CniService:
             removing.result()
 
     def _remove_ours(self, eid: str, req: cni.Request) -> bool:
-        """Delete the pod's interface if it is ours (by its MAC: the name may be another
-        plugin's interface); whether it was there to delete."""
+        """Take the pod's interface out if it is ours (by its MAC: the name may be another
+        plugin's interface): a pool port's container end back to this host, any other
+        deleted; whether it was there."""
         if not req.netns:
             return False
+        host = self._host_end(eid)
+        home = container_end(host) if is_pool_port(host) else ""
         try:
-            return self.netns.remove(req.netns, req.ifname, mac_for("", "", eid))
+            return self.netns.remove(req.netns, req.ifname, mac_for("", "", eid), home)
         except OSError as e:
             log.warning("CNI: %s in %s: %s", req.ifname, req.netns, e)
             return False

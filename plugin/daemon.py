@@ -32,7 +32,7 @@ from datapath.portpool import PortPool, Shape
 from datapath.ports import PortConflict, PublishedPort
 from datapath.report import counts
 from datapath.underlay import Underlay, discover, ensure_userspace_tunneling
-from datapath.veth import NetlinkLinks
+from datapath.veth import Into, NetlinkLinks
 from store import Store, StoreError
 from store.startup import open_store_at_start
 
@@ -107,8 +107,10 @@ class AgentDatapath:
         ep = EndpointState(endpoint_id, network_id, mac, ipv4, ipv6, group)
         return self.agent.create_endpoint_port(ep)
 
-    def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str:
-        return self.agent.plug(endpoint_id, self._ensure_network(network), mac)
+    def plug(
+        self, endpoint_id: str, network: Network, mac: str, mtu: int, into: Into | None = None
+    ) -> str:
+        return self.agent.plug(endpoint_id, self._ensure_network(network), mac, into)
 
     def delete_endpoint_port(self, endpoint_id: str) -> None:
         self.agent.delete_endpoint_port(endpoint_id)

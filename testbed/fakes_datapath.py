@@ -12,7 +12,7 @@ from datapath.hostnat import DNAT_CHAIN, GatewayNet, dnat_rules
 from datapath.ovs import PortInfo
 from datapath.portpool import PoolLink, PoolPort, Shape, container_end, is_pool_port
 from datapath.ports import PortConflict, PublishedPort, overlaps
-from datapath.veth import CONTAINER_PREFIX, HOST_PREFIX, veth_names
+from datapath.veth import CONTAINER_PREFIX, HOST_PREFIX, Into, veth_names
 
 
 class FakeOvs:
@@ -163,6 +163,8 @@ class FakeLinks:
 
     def __init__(self) -> None:
         self.links: set[str] = set()
+        # Host end -> where its container end was made (Into) and its TX checksumming.
+        self.made_in: dict[str, tuple[Into, bool]] = {}
         self.serving: dict[str, str] = {}  # pool host end -> the endpoint (its record)
         self.claimed: dict[str, tuple[str, Shape]] = {}  # pool host end -> (ep, its shape)
         # What the pool changed on links (MTU, TX checksumming): each is a link change
@@ -184,6 +186,15 @@ class FakeLinks:
         self.links.update({host, container})
         return host, container
 
+    def create_veth_in_netns(
+        self, endpoint_id: str, mac: str, mtu: int, into: Into, tx_offload: bool
+    ) -> str:
+        """The host end here; the container end in ``made_in`` (not in ``links``)."""
+        host = veth_names(endpoint_id)[0]
+        self.links.add(host)
+        self.made_in[host] = (into, tx_offload)
+        return host
+
     def delete_veth(self, endpoint_id: str) -> bool:
         return self.delete_link(veth_names(endpoint_id)[0])
 
@@ -192,6 +203,7 @@ class FakeLinks:
             raise self.delete_error
         found = ifname in self.links
         self.links.discard(ifname)
+        self.made_in.pop(ifname, None)
         self.serving.pop(ifname, None)
         if ifname.startswith(HOST_PREFIX):
             self.links.discard(

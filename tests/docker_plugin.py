@@ -30,6 +30,7 @@ class FakeDatapath:
         self.fail = False
         self.removed_networks: list[str] = []
         self.published: dict[str, list[Any]] = {}
+        self.host_ends: dict[str, str] = {}  # endpoint -> its switch port, when a test says
 
     def create_endpoint_port(
         self,
@@ -44,17 +45,19 @@ class FakeDatapath:
         if self.fail:
             raise RuntimeError("ovs-vsctl add-port failed")
         name = f"vport{endpoint_id[:8]}"
+        into = self.ports.get(endpoint_id, {}).get("into")  # plugged first, made there
         self.ports[endpoint_id] = {
-            "name": name, "mac": mac, "ipv4": ipv4, "mtu": mtu, "group": group,
+            "name": name, "mac": mac, "ipv4": ipv4, "mtu": mtu, "group": group, "into": into,
         }  # fmt: skip
-        return name
+        return name if into is None else ""
 
-    def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int) -> str:
+    def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int, into: Any = None) -> str:
+        """The container end here (its name), or made in ``into`` (""), as AgentDatapath."""
         if self.fail:
             raise RuntimeError("ovs-vsctl add-port failed")
         name = f"vport{endpoint_id[:8]}"
-        self.ports.setdefault(endpoint_id, {"name": name, "mac": mac, "ipv4": "", "mtu": mtu})
-        return name
+        port = {"name": name, "mac": mac, "ipv4": "", "mtu": mtu, "into": into}
+        return name if self.ports.setdefault(endpoint_id, port).get("into") is None else ""
 
     def delete_endpoint_port(self, endpoint_id: str) -> None:
         self.ports.pop(endpoint_id, None)
@@ -69,7 +72,8 @@ class FakeDatapath:
         self.removed_networks.append(network_id)
 
     def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]:
-        return {"port": self.ports.get(endpoint_id, {}).get("name", "")}
+        name = self.ports.get(endpoint_id, {}).get("name", "")
+        return {"port": name, "hostInterface": self.host_ends.get(endpoint_id, "")}
 
     def publish(self, endpoint_id: str, mappings: list[Any]) -> list[Any]:
         """Records the bindings; one with the host port open gets the first it allows (or

@@ -26,6 +26,7 @@ from cni.main import exec_body, install, run
 from common import cni
 from common.models import EndpointGroup, Network
 from datapath.netns import NetnsInterface, NetnsRoute
+from datapath.veth import Into
 from plugin.cni_api import create_cni_app
 from plugin.cni_service import CniService, target
 from plugin.kube import PodLabels, api_from_kubeconfig
@@ -179,13 +180,17 @@ class FakeNetns:
         self.spaces: dict[str, dict[str, NetnsInterface]] = {"/run/netns/pod1": {}}
         self.tables: dict[str, set[NetnsRoute]] = {"/run/netns/pod1": set()}
         self.fail = False
+        self.sent_home: dict[str, str] = {}  # pod's interface -> the name it went home as
 
     def move_into(
         self, ifname: str, netns: str, name: str, addresses: Any, routes: Any, mac: str = ""
     ) -> None:
         if self.fail or netns not in self.spaces:
             raise OSError(f"network namespace {netns}: No such file or directory")
-        assert any(p["name"] == ifname for p in self.dp.ports.values()), ifname
+        if ifname:  # a port's container end here, moved
+            assert any(p["name"] == ifname for p in self.dp.ports.values()), ifname
+        else:  # made there by the datapath
+            assert any(p.get("into") == Into(netns, name) for p in self.dp.ports.values())
         self.spaces[netns][name] = NetnsInterface(
             mac=mac, mtu=1500, up=True, addresses=frozenset(addresses)
         )
@@ -201,10 +206,12 @@ class FakeNetns:
     def routes(self, netns: str) -> frozenset[NetnsRoute]:
         return frozenset(self.tables.get(netns, ()))
 
-    def remove(self, netns: str, name: str, mac: str = "") -> bool:
+    def remove(self, netns: str, name: str, mac: str = "", home: str = "") -> bool:
         have = self.spaces.get(netns, {}).get(name)
         if have is None or (mac and have.mac.lower() != mac.lower()):
             return False
+        if home:
+            self.sent_home[name] = home
         self.tables[netns].difference_update({r for r in self.tables[netns] if r.ifname == name})
         return self.spaces[netns].pop(name) is not None
 
@@ -244,6 +251,8 @@ def test_add_check_del_and_del_again(
     ]
     assert result["routes"] == [{"dst": "0.0.0.0/0", "gw": "10.9.0.1"}]
     assert eid in dp.ports and "eth0" in ns.spaces["/run/netns/pod1"]
+    # Made in the pod's namespace under its name, not moved there.
+    assert dp.ports[eid]["into"] == Into("/run/netns/pod1", "eth0")
     assert svc.add(req()) == result  # retried: the same, nothing new
     svc.check(req("CHECK", {**CONF, "prevResult": result}))
     ns.spaces["/run/netns/pod1"].clear()
@@ -274,6 +283,24 @@ def test_del_waits_for_the_switch_port_only_while_the_veth_may_be_left(
     svc.add(req(CNI_IFNAME="net1"))
     svc.delete(req("DEL", CNI_IFNAME="net1", CNI_NETNS=""))  # the namespace is gone
     assert dp.settled == [eid, cni.endpoint_id(ENV["CNI_CONTAINERID"], "net1")]
+
+
+def test_del_sends_a_pool_ports_end_home_before_the_port_goes(
+    service: tuple[CniService, FakeDatapath, FakeNetns],
+) -> None:
+    """A pod on a pool port: DEL moves its end back to the host under the pool's name, so
+    the port serves again (no OVSDB change), and only then removes the endpoint's port."""
+    svc, dp, ns = service
+    eid = cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0")
+    svc.add(req())
+    dp.host_ends[eid] = "vq0123456789a"  # as the datapath reports a pool port
+    order: list[str] = []
+    remove, delete_port = ns.remove, dp.delete_endpoint_port
+    ns.remove = lambda *a: order.append("home") or remove(*a)  # type: ignore[method-assign]
+    dp.delete_endpoint_port = lambda e: order.append("port") or delete_port(e)  # type: ignore[method-assign]
+    svc.delete(req("DEL"))
+    assert ns.sent_home == {"eth0": "vr0123456789a"} and order == ["home", "port"]
+    assert "eth0" not in ns.spaces["/run/netns/pod1"] and dp.settled == []
 
 
 def test_a_failed_add_leaks_nothing(

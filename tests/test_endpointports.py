@@ -9,7 +9,7 @@ import pytest
 
 from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
 from datapath.portpool import EXT_POOL, PortPool, Shape, container_end, pool_names
-from datapath.veth import veth_names
+from datapath.veth import Into, veth_names
 from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
 
 NET = NetworkState(id="default:n1", tag=7, subnet="10.1.0.0/24", gateway="10.1.0.1")
@@ -182,3 +182,38 @@ def test_offloads_follow_the_network_through_reuse(tso: bool) -> None:
     assert again.port == mine.port
     # VLAN networks keep offloads when ovs-vswitchd has userspace TSO.
     assert (container_end(again.port) in h.links.checksum_off) is (not tso)
+
+
+def test_into_a_namespace_a_free_pool_port_is_taken_else_a_pair_is_made_there() -> None:
+    """CNI: a free pool port (its end then moves into the pod); with none free, the pod's
+    own pair with its end made in the pod's namespace: a port costs ovs-vswitchd a
+    reconfiguration either way, and that saves the move. The pool makes nothing then."""
+    h = Host(size=1, batch=1)
+    assert h.pool.refill() == 1
+    into = Into("/run/netns/pod1", "eth0")
+    pooled = h.agent.plug(ep(2).id, NET.id, ep(2).mac, into)
+    assert pooled.startswith("vr") and pooled in h.links.links  # to move there
+    made = h.pool.made
+    assert h.agent.plug(ep(3).id, NET.id, ep(3).mac, into) == ""  # nothing to move here
+    assert h.pool.made == made and h.pool.missed == 1
+    host = veth_names(ep(3).id)[0]
+    assert h.links.made_in[host] == (into, False)  # netdev without TSO: checksums off there
+    assert h.ovs.ports[host].ofport > 0 and veth_names(ep(3).id)[1] not in h.links.links
+    mine = h.create(ep(3))  # its flows on that port
+    assert (mine.port, mine.ofport) == ("", h.ovs.ports[host].ofport)
+    assert h.agent.endpoint_oper(ep(3).id)["hostInterface"] == host
+    h.agent.delete_endpoint_port(ep(3).id)
+    assert h.agent.settle(5) == 0
+    assert host not in h.ovs.ports and host not in h.links.links  # removed, not pooled
+    assert not h.pool.free()
+
+
+def test_a_port_made_in_a_namespace_is_adopted_after_a_restart() -> None:
+    h = Host(size=0)
+    h.agent.plug(ep(3).id, NET.id, ep(3).mac, Into("/run/netns/pod1", "eth0"))
+    made = h.create(ep(3))
+    h.agent = h.start([ep(3)])
+    again = next(x for x in h.agent.desired().endpoints if x.id == ep(3).id)
+    assert again.ofport == made.ofport and h.report["missing"] == 0
+    host = veth_names(ep(3).id)[0]
+    assert host in h.ovs.ports and host in h.links.links  # kept: the pod's traffic goes on
