@@ -39,16 +39,20 @@ SCALE = sections.SCALE
 HOST_TTL = 10  # the agent's default --host-ttl
 REPEATS = 5  # creations of each kind per run
 IDLE_S = 10.0  # the idle window: registrations kept alive, nothing created
-# Threads per simulated agent: the view's feed, the registration (which keeps its lease
-# alive) and, in hub mode, the reader of the view's own stream (shared: one reader and one
-# hub thread per worker process). Before the feed it was 15 (hub) and 24 (legacy).
+# Threads per simulated agent: the view's feed, the registration (blocked while the
+# worker's lease keeper keeps its lease alive) and, in hub mode, the reader of the view's
+# own stream (shared: one reader and one hub thread per worker process). Before the feed it
+# was 15 (hub) and 24 (legacy). Per worker process: the keeper's scheduler and KEEPERS.
 THREADS = {"hub": 3, "shared": 2}
 THREAD_BUDGET = 16_000  # of the machine's pid_max (32768), shared with everyone else
-# Lease refreshes per second the simulated agents sustain (each a thread and a `requests`
-# call, in 2 GIL-bound processes): 500 hosts (150/s) ran; at 1,000 (300/s) they fell to
-# ~76/s while the views started, leases expired and hosts registered again, five times
-# over (docs/research/issue27-flood-groups-and-etcd-watches.md, section 3).
-REFRESH_BUDGET = 200.0
+KEEPERS = 8  # refreshing threads of each worker's lease keeper (bench/lease_keeper.py)
+# Lease refreshes per second one worker's keeper is asked for at most (one per host every
+# third of the TTL). Measured (`python -m bench.lease_keeper --leases 300,1000 --ttl 2`,
+# 8 threads, etcd on the same 2 cores, 2026-11-29): one keeper alone in its process did
+# 445 of 450/s asked with a mean lag of 2 ms, and 933/s at most (1,500 asked: mean lag
+# 0.38 s, no lease lost). In a worker it shares the GIL with hundreds of views reading and
+# decoding, so the budget is a third of that ceiling.
+REFRESH_BUDGET = 300.0
 START_BUDGET_S = 900.0  # for all agents of a run to register and sync
 METRICS = (
     "etcd_debugging_mvcc_watcher_total",
@@ -94,21 +98,40 @@ def _cpu_now(pid: int) -> float:
 
 
 def refusal(
-    mode: str, hosts: int, budget: int = THREAD_BUDGET, refreshes: float = REFRESH_BUDGET
+    mode: str,
+    hosts: int,
+    workers: int = 2,
+    budget: int = THREAD_BUDGET,
+    refreshes: float = REFRESH_BUDGET,
 ) -> str:
     """Why a run is not tried ("" if it is): the threads it needs, or the lease refreshes
-    (one per host every third of the TTL)."""
-    need = THREADS[mode] * hosts
+    asked of each worker's keeper (one per host every third of the TTL)."""
+    workers = max(min(workers, hosts), 1)
+    need = THREADS[mode] * hosts + (KEEPERS + 1) * workers
     if need > budget:
         return f"needs ~{need:,} threads, over this bench's budget of {budget:,}"
-    rate = hosts * 3 / HOST_TTL
+    rate = hosts * 3 / HOST_TTL / workers
     if rate > refreshes:
         return (
-            f"needs ~{rate:,.0f} lease refreshes/s, over the ~{refreshes:,.0f} this "
-            "simulator's agents sustain on 2 cores (at 1,000 hosts they fell behind the TTL "
-            "and hosts registered again: see the research note, section 3)"
+            f"needs ~{rate:,.0f} lease refreshes/s of each worker's keeper, over the "
+            f"{refreshes:,.0f} budgeted (more workers: --workers)"
         )
     return ""
+
+
+def keeper_sum(stats: list[dict[str, float]]) -> dict[str, float]:
+    """The workers' lease keepers as one: counts summed, the worst lag, the mean lag
+    weighted by refreshes sent."""
+    sent = [s["refreshes"] + s["failures"] for s in stats]
+    out = {k: sum(s[k] for s in stats) for k in ("refreshes", "failures", "lost", "late_over_1s")}
+    out["late_max_s"] = max((s["late_max_s"] for s in stats), default=0.0)
+    total = sum(sent)
+    out["late_mean_s"] = (
+        sum(s["late_mean_s"] * n for s, n in zip(stats, sent, strict=True)) / total
+        if total
+        else 0.0
+    )
+    return out
 
 
 def spread(latencies: list[float | None]) -> dict[str, float | int]:
@@ -234,7 +257,7 @@ def run_one(
     from testbed.master import MasterProcess, children
 
     row: dict[str, Any] = {"mode": mode, "hosts": hosts}
-    if why := refusal(mode, hosts):
+    if why := refusal(mode, hosts, workers):
         return {**row, "refused": why}
     etcd = EtcdServer(etcd_dir(work))
     etcd.start()
@@ -260,7 +283,8 @@ def run_one(
         for w in range(min(workers, hosts)):
             parent, child = ctx.Pipe()
             p = ctx.Process(
-                target=worker, args=(child, etcd.endpoint, names[w::workers], mode, HOST_TTL, wave)
+                target=worker,
+                args=(child, etcd.endpoint, names[w::workers], mode, HOST_TTL, wave, KEEPERS),
             )
             p.start()
             child.close()  # the worker's end: a worker that dies then reads as EOF here
@@ -300,6 +324,8 @@ def run_one(
         row["hub_delivered"] = sum(s["hub_delivered"] for s in stats)
         row["leases_lost"] = sum(s["leases_lost"] for s in stats)
         row["registration_failures"] = sum(s["reg_failures"] for s in stats)
+        row["keeper"] = keeper_sum([s["keeper"] for s in stats])
+        row["keeper_at_sync"] = keeper_sum([s["keeper"] for s in started])
         return row
     finally:
         for c in conns:

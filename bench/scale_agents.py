@@ -71,7 +71,15 @@ def _until(done: Callable[[], bool], conn: Connection, timeout: float) -> bool:
     return True
 
 
-def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, wave: int) -> None:
+def worker(
+    conn: Connection,
+    etcd: str,
+    hosts: list[str],
+    mode: str,
+    ttl: int,
+    wave: int,
+    keepers: int = 8,
+) -> None:
     """One worker process: its agents, until ("stop",). Every registration first (``wave``
     at a time, each wave registered before the next), then the views ``wave`` at a time
     (each wave synced before the next: hundreds of agents reading every endpoint at once in
@@ -86,12 +94,17 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
     # load must not starve etcd's apply loop (it then refuses lease renewals) or the leader.
     os.nice(10)
     logging.disable(logging.WARNING)  # retries are counted (failures), not logged
+    from bench.lease_keeper import LeaseKeeper
     from common.records import HostRecord
     from plugin.cluster import ClusterView, HostRegistration
     from store.etcd import EtcdStore
     from store.hub import WatchHub
 
     probe = Probe()
+    # Every agent's lease (one each, as in production) kept alive by one keeper: a
+    # scheduler thread and a few refreshing threads, not a thread and a request loop per
+    # lease (bench/lease_keeper.py says why).
+    keeper = LeaseKeeper(keepers).start()
     stores: list[EtcdStore] = []
     views: list[ClusterView] = []
     regs: list[HostRegistration] = []
@@ -108,7 +121,7 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
 
         views.append(ClusterView(store, changed, watches=hub))
         info = HostRecord(host=host, vtep_ip=f"10.{200 + i // 65536}.{i // 256 % 256}.{i % 256}")
-        regs.append(HostRegistration(store, info, ttl))
+        regs.append(HostRegistration(store, info, ttl, keep=keeper.keep))
     registered = True
     for first in range(0, len(regs), wave):
         if conn.poll():
@@ -133,6 +146,7 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
             "rss_growth": rss_bytes() - rss0,
             "threads": threading.active_count(),
             "pid": os.getpid(),
+            "keeper": keeper.stats.as_dict(),
         }
     )
     while True:
@@ -161,6 +175,7 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
                     # A registration's pass ends when its lease is lost (or fails).
                     "leases_lost": sum(r.passes for r in regs),
                     "reg_failures": sum(r.failures for r in regs),
+                    "keeper": keeper.stats.as_dict(),
                 }
             )
         elif cmd[0] == "stop":
@@ -168,6 +183,7 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
                 v.stop()
             for r in regs:
                 r.stop()
+            keeper.close()
             for s in stores:
                 s.close()
             if hub is not None:

@@ -1,0 +1,304 @@
+"""One keeper for the leases of every simulated agent in a bench/scale.py worker process.
+
+Each simulated agent has its own lease, as in production; what is shared is the refreshing:
+one scheduler thread with a heap of due times hands each due lease to a small fixed pool of
+threads that call its ``refresh()``. A thread and a `requests` call per agent (the
+agent's own ``Lease.keep_alive``) cannot keep 1,000 leases alive in two GIL-bound processes
+on two cores (docs/research/issue27-flood-groups-and-etcd-watches.md, section 3); a fixed
+pool bounds the requests in flight, so a slow etcd meets no more of them than the pool.
+
+The rules are ``Lease.keep_alive``'s: the first refresh a random part of ttl/3 early, then
+every ttl/3 after the last one answered; a failure other than LeaseNotFound is retried ever
+further apart (0.25-0.5 s first, doubling to ttl/3, jittered, never past the TTL measured
+from the last refresh sent); LeaseNotFound, or no refresh within the TTL, loses the lease.
+``Schedule`` holds those decisions (pure: the clock and the random draws are passed in);
+``LeaseKeeper`` runs them.
+
+``python -m bench.lease_keeper`` measures how many refreshes a second one keeper sustains
+against a real etcd (the figure bench/scale.py's refresh budget rests on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import json
+import queue
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from store.base import Lease, LeaseNotFound
+
+RETRY_FIRST = 0.25  # as Lease.keep_alive: the first retry 0.25-0.5 s after a failure
+STOP_POLL = 5.0  # how often a registration blocked in keep() looks whether it was stopped
+
+
+@dataclass(eq=False)
+class Kept:
+    """One lease under the keeper: when it is due, and until when it surely lives."""
+
+    lease: Lease
+    ttl: float
+    due: float = 0.0
+    deadline: float = 0.0  # ttl after the last refresh sent (or the grant)
+    retry: float = RETRY_FIRST
+    lost: bool = False
+    ended: threading.Event = field(default_factory=threading.Event)
+
+
+class Schedule:
+    """The keeper's decisions: which leases are due, and when each goes again."""
+
+    def __init__(self, rand: Callable[[], float] = random.random) -> None:
+        self._rand = rand
+        self._heap: list[tuple[float, int, Kept]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def _push(self, item: Kept, due: float) -> bool:
+        """Schedule ``item`` at ``due``; True if it is now the first due."""
+        item.due = due
+        heapq.heappush(self._heap, (due, next(self._seq), item))
+        return self._heap[0][2] is item
+
+    def add(self, item: Kept, now: float) -> bool:
+        """A lease just granted (or handed over): it lives ttl from now; its first refresh
+        comes a random part (up to half) of ttl/3 early, so leases granted together are
+        not refreshed together ever after."""
+        ttl = max(item.ttl, 1.0)
+        item.deadline = now + ttl
+        item.retry = RETRY_FIRST
+        return self._push(item, now + ttl / 3 * (1.0 - 0.5 * self._rand()))
+
+    def pop_due(self, now: float) -> list[Kept]:
+        """Every lease due by ``now`` (an ended one is dropped), earliest first."""
+        out = []
+        while self._heap and self._heap[0][0] <= now:
+            item = heapq.heappop(self._heap)[2]
+            if not item.ended.is_set():
+                out.append(item)
+        return out
+
+    def wait(self, now: float) -> float | None:
+        """Seconds until the next lease is due (0 if one is), None if none is kept."""
+        return max(self._heap[0][0] - now, 0.0) if self._heap else None
+
+    def refreshed(self, item: Kept, sent: float, now: float, ttl: float) -> bool:
+        """A refresh sent at ``sent`` answered at ``now`` with ``ttl``: it lives ttl from
+        ``sent``, and the next refresh is ttl/3 from now. True if it is the first due."""
+        item.ttl = max(ttl, 1.0)
+        item.deadline = sent + item.ttl
+        item.retry = RETRY_FIRST
+        return self._push(item, now + item.ttl / 3)
+
+    def failed(self, item: Kept, now: float) -> float | None:
+        """A refresh failed (not LeaseNotFound): the seconds until it is tried again, or
+        None when the TTL from the last refresh sent has passed (the lease is lost)."""
+        if now >= item.deadline:
+            return None
+        item.retry = min(item.retry * 2, max(item.ttl, 1.0) / 3)
+        delay = min(item.retry * (1.0 - 0.5 * self._rand()), max(item.deadline - now, 0.01))
+        self._push(item, now + delay)
+        return delay
+
+
+@dataclass
+class KeeperStats:
+    """What the keeper did: refreshes answered, failed and leases lost; how late the
+    refreshes were sent after they were due (the keeper's own lag)."""
+
+    refreshes: int = 0
+    failures: int = 0
+    lost: int = 0
+    late_max: float = 0.0
+    late_total: float = 0.0
+    late_over_1s: int = 0
+
+    def sent_late(self, late: float) -> None:
+        self.late_max = max(self.late_max, late)
+        self.late_total += late
+        self.late_over_1s += late > 1.0
+
+    def as_dict(self) -> dict[str, float]:
+        sent = self.refreshes + self.failures
+        return {
+            "refreshes": self.refreshes,
+            "failures": self.failures,
+            "lost": self.lost,
+            "late_max_s": self.late_max,
+            "late_mean_s": self.late_total / sent if sent else 0.0,
+            "late_over_1s": self.late_over_1s,
+        }
+
+
+class LeaseKeeper:
+    """Keeps many leases alive: one scheduler thread and ``workers`` refreshing threads.
+
+    ``keep(lease, sleep)`` is a HostRegistration keep-alive: it hands the lease over and
+    blocks the caller until the lease is lost (``lease.lost`` set) or ``sleep(0)`` says the
+    caller was stopped (looked at every STOP_POLL seconds, and at close()).
+    """
+
+    def __init__(self, workers: int = 8, rand: Callable[[], float] = random.random) -> None:
+        self.workers = workers
+        self.stats = KeeperStats()
+        self._schedule = Schedule(rand)
+        self._cond = threading.Condition()
+        self._work: queue.SimpleQueue[Kept | None] = queue.SimpleQueue()
+        self._closed = False
+        self._kept: set[Kept] = set()
+        self._threads = [threading.Thread(target=self._schedule_loop, name="keeper", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._refresh_loop, name=f"keeper-{i}", daemon=True)
+            for i in range(workers)
+        ]
+
+    def start(self) -> LeaseKeeper:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def close(self) -> None:
+        """Stop refreshing; every keep() returns."""
+        with self._cond:
+            self._closed = True
+            kept, self._kept = self._kept, set()
+            self._cond.notify()
+        for item in kept:
+            item.ended.set()
+        for _ in range(self.workers):
+            self._work.put(None)
+
+    def add(self, lease: Lease) -> Kept:
+        item = Kept(lease, float(lease.ttl))
+        with self._cond:
+            if self._closed:
+                item.ended.set()
+                return item
+            self._kept.add(item)
+            if self._schedule.add(item, time.monotonic()):
+                self._cond.notify()
+        return item
+
+    def remove(self, item: Kept) -> None:
+        item.ended.set()  # the schedule drops it when it comes due
+        with self._cond:
+            self._kept.discard(item)
+
+    def keep(self, lease: Lease, sleep: Callable[[float], bool]) -> None:
+        item = self.add(lease)
+        try:
+            while not item.ended.wait(STOP_POLL):
+                if sleep(0):
+                    break
+        finally:
+            self.remove(item)
+
+    def _lose(self, item: Kept) -> None:
+        item.lost = True
+        with self._cond:
+            self.stats.lost += 1
+            self._kept.discard(item)
+        item.lease.lost.set()
+        item.ended.set()
+
+    def _schedule_loop(self) -> None:
+        with self._cond:
+            while not self._closed:
+                now = time.monotonic()
+                for item in self._schedule.pop_due(now):
+                    self._work.put(item)
+                self._cond.wait(self._schedule.wait(time.monotonic()))
+
+    def _refresh_loop(self) -> None:
+        while (item := self._work.get()) is not None:
+            if item.ended.is_set():
+                continue
+            sent = time.monotonic()
+            try:
+                ttl = item.lease.refresh()
+            except LeaseNotFound:
+                self._lose(item)
+                continue
+            except Exception:  # an outage, a timeout: retried until the TTL has passed
+                with self._cond:
+                    self.stats.failures += 1
+                    self.stats.sent_late(sent - item.due)
+                    if item.ended.is_set():
+                        continue
+                    if self._schedule.failed(item, time.monotonic()) is not None:
+                        self._cond.notify()
+                        continue
+                self._lose(item)
+                continue
+            with self._cond:
+                self.stats.refreshes += 1
+                self.stats.sent_late(sent - item.due)
+                if not item.ended.is_set() and self._schedule.refreshed(
+                    item, sent, time.monotonic(), ttl
+                ):
+                    self._cond.notify()
+
+
+def measure(endpoint: str, leases: int, ttl: int, seconds: float, workers: int) -> dict:
+    """Grant ``leases`` leases of ``ttl`` on the etcd at ``endpoint`` (one store, as one
+    agent, per lease), keep them with one keeper for ``seconds``, and say how many
+    refreshes a second it did against the ``leases * 3 / ttl`` asked of it."""
+    from store.etcd import EtcdStore
+
+    stores = [EtcdStore([endpoint]) for _ in range(leases)]
+    keeper = LeaseKeeper(workers).start()
+    for s in stores:
+        keeper.add(s.lease_grant(ttl))
+    time.sleep(seconds / 4)  # past the first (jittered) round
+    before = keeper.stats.refreshes
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    rate = (keeper.stats.refreshes - before) / (time.monotonic() - t0)
+    keeper.close()
+    for s in stores:
+        s.close()
+    return {
+        "leases": leases,
+        "ttl": ttl,
+        "workers": workers,
+        "asked_per_s": leases * 3 / ttl,
+        "done_per_s": rate,
+        **keeper.stats.as_dict(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.lease_keeper", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--leases", default="500", help="comma-separated lease counts")
+    p.add_argument("--ttl", type=int, default=1, help="each lease's TTL, seconds")
+    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--workers", type=int, default=8, help="the keeper's refreshing threads")
+    args = p.parse_args(argv)
+    import tempfile
+    from pathlib import Path
+
+    from testbed.etcd import EtcdServer
+
+    with tempfile.TemporaryDirectory(prefix="netplugin-keeper-", dir="/dev/shm") as d:
+        etcd = EtcdServer(Path(d) / "etcd")
+        etcd.start()
+        try:
+            for n in (int(x) for x in args.leases.split(",")):
+                print(json.dumps(measure(etcd.endpoint, n, args.ttl, args.seconds, args.workers)))
+        finally:
+            etcd.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
