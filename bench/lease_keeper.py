@@ -154,6 +154,7 @@ class LeaseKeeper:
         self._work: queue.SimpleQueue[Kept | None] = queue.SimpleQueue()
         self._closed = False
         self._kept: set[Kept] = set()
+        self._pending = 0  # handed to the refreshing threads, not answered yet
         self._threads = [threading.Thread(target=self._schedule_loop, name="keeper", daemon=True)]
         self._threads += [
             threading.Thread(target=self._refresh_loop, name=f"keeper-{i}", daemon=True)
@@ -214,37 +215,51 @@ class LeaseKeeper:
             while not self._closed:
                 now = time.monotonic()
                 for item in self._schedule.pop_due(now):
+                    self._pending += 1
                     self._work.put(item)
                 self._cond.wait(self._schedule.wait(time.monotonic()))
 
+    def pending(self) -> int:
+        """Refreshes due and not answered yet: more than the refreshing threads means the
+        keeper is behind (etcd answers slowly, or the process is short of CPU)."""
+        with self._cond:
+            return self._pending
+
     def _refresh_loop(self) -> None:
         while (item := self._work.get()) is not None:
-            if item.ended.is_set():
-                continue
-            sent = time.monotonic()
             try:
-                ttl = item.lease.refresh()
-            except LeaseNotFound:
-                self._lose(item)
-                continue
-            except Exception:  # an outage, a timeout: retried until the TTL has passed
+                self._refresh(item)
+            finally:
                 with self._cond:
-                    self.stats.failures += 1
-                    self.stats.sent_late(sent - item.due)
-                    if item.ended.is_set():
-                        continue
-                    if self._schedule.failed(item, time.monotonic()) is not None:
-                        self._cond.notify()
-                        continue
-                self._lose(item)
-                continue
+                    self._pending -= 1
+
+    def _refresh(self, item: Kept) -> None:
+        if item.ended.is_set():
+            return
+        sent = time.monotonic()
+        try:
+            ttl = item.lease.refresh()
+        except LeaseNotFound:
+            self._lose(item)
+            return
+        except Exception:  # an outage, a timeout: retried until the TTL has passed
             with self._cond:
-                self.stats.refreshes += 1
+                self.stats.failures += 1
                 self.stats.sent_late(sent - item.due)
-                if not item.ended.is_set() and self._schedule.refreshed(
-                    item, sent, time.monotonic(), ttl
-                ):
+                if item.ended.is_set():
+                    return
+                if self._schedule.failed(item, time.monotonic()) is not None:
                     self._cond.notify()
+                    return
+            self._lose(item)
+            return
+        with self._cond:
+            self.stats.refreshes += 1
+            self.stats.sent_late(sent - item.due)
+            if not item.ended.is_set() and self._schedule.refreshed(
+                item, sent, time.monotonic(), ttl
+            ):
+                self._cond.notify()
 
 
 def measure(endpoint: str, leases: int, ttl: int, seconds: float, workers: int) -> dict:

@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -45,7 +46,10 @@ IDLE_S = 10.0  # the idle window: registrations kept alive, nothing created
 # was 15 (hub) and 24 (legacy). Per worker process: the keeper's scheduler and KEEPERS.
 THREADS = {"hub": 3, "shared": 2}
 THREAD_BUDGET = 16_000  # of the machine's pid_max (32768), shared with everyone else
-KEEPERS = 8  # refreshing threads of each worker's lease keeper (bench/lease_keeper.py)
+# Refreshing threads of each worker's lease keeper (bench/lease_keeper.py): 8 kept up
+# alone (below) but not at 1,000 hosts while views started, when etcd took ~0.8 s to
+# answer anything, a keep-alive too (2026-11-29).
+KEEPERS = 32
 # Lease refreshes per second one worker's keeper is asked for at most (one per host every
 # third of the TTL). Measured (`python -m bench.lease_keeper --leases 300,1000 --ttl 2`,
 # 8 threads, etcd on the same 2 cores, 2026-11-29): one keeper alone in its process did
@@ -536,6 +540,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--write", action="store_true", help="rewrite docs/BENCHMARKS.md's section")
     args = p.parse_args(argv)
+    # A run in the background ignores SIGINT: SIGTERM stops it, its processes with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     hosts = tuple(int(h) for h in args.hosts.split(","))
     modes = tuple(m for m in args.modes.split(",") if m)
     for m in modes:

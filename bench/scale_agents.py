@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -78,7 +79,7 @@ def worker(
     mode: str,
     ttl: int,
     wave: int,
-    keepers: int = 8,
+    keepers: int = 32,
 ) -> None:
     """One worker process: its agents, until ("stop",). Every registration first (``wave``
     at a time, each wave registered before the next), then the views ``wave`` at a time
@@ -134,6 +135,20 @@ def worker(
     for first in range(0, len(views), wave):
         if conn.poll():
             break  # the driver gave up (a stop): answer it
+        # Each wave of views reads every prefix (the endpoints: ~1 MB a view at 1,000
+        # standing), and etcd answers everything slower meanwhile, the refreshes too. A wave
+        # waits for the keeper to have no refresh queued (at most one per refreshing thread
+        # in flight): at 1,000 hosts, views started regardless made the refreshes wait past
+        # the TTL, leases expired, hosts registered again, and each registration was an event
+        # for every view up (a livelock, seen 2026-11-29 with 8 threads and waves of 50).
+        _until(lambda: keeper.pending() <= keepers // 2, conn, 60)
+        if (first // wave) % 10 == 0:
+            print(
+                f"worker {os.getpid()}: {first} views up in {time.monotonic() - t0:.0f} s, "
+                f"keeper {keeper.stats.as_dict()}",
+                file=sys.stderr,
+                flush=True,
+            )
         for view in views[first : first + wave]:
             view.start()
         batch_v = views[first : first + wave]
