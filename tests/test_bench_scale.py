@@ -59,7 +59,7 @@ def test_a_run_over_the_thread_or_refresh_budget_is_refused_with_its_need() -> N
     assert "30,066 threads" in scale.refusal("hub", 10_000)  # 3 an agent, 33 a worker
     # one refresh a host every third of the 10 s TTL, split among the workers' keepers
     assert "600 lease refreshes/s of each" in scale.refusal("hub", 4000, workers=2)
-    assert scale.refusal("hub", 4000, workers=4) == ""
+    assert scale.refusal("hub", 4000, workers=8) == ""
 
 
 def test_spread_is_over_the_agents_that_saw_it_and_counts_the_others() -> None:
