@@ -21,6 +21,7 @@ against a real etcd (the figure bench/scale.py's refresh budget rests on).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import itertools
 import json
@@ -31,6 +32,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
 
 from store.base import Lease, LeaseNotFound
 
@@ -146,8 +149,14 @@ class LeaseKeeper:
     caller was stopped (looked at every STOP_POLL seconds, and at close()).
     """
 
-    def __init__(self, workers: int = 8, rand: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        workers: int = 8,
+        rand: Callable[[], float] = random.random,
+        on_lost: Callable[[Lease], object] | None = None,
+    ) -> None:
         self.workers = workers
+        self.on_lost = on_lost
         self.stats = KeeperStats()
         self._schedule = Schedule(rand)
         self._cond = threading.Condition()
@@ -209,6 +218,8 @@ class LeaseKeeper:
             self._kept.discard(item)
         item.lease.lost.set()
         item.ended.set()
+        if self.on_lost is not None:
+            self.on_lost(item.lease)
 
     def _schedule_loop(self) -> None:
         with self._cond:
@@ -260,6 +271,119 @@ class LeaseKeeper:
                 item, sent, time.monotonic(), ttl
             ):
                 self._cond.notify()
+
+
+# The keeper process's figures, in a shared array the worker reads (KeeperProcess.stats).
+STATUS = ("pending", "refreshes", "failures", "lost", "late_max_s", "late_mean_s", "late_over_1s")
+
+
+def serve(conn: Connection, etcd: str, workers: int, status: Any) -> None:
+    """The keeper process: keeps the leases its worker hands over (("add", id, ttl),
+    ("remove", id)) until ("stop",), says ("lost", id) of each lease it loses, and
+    publishes its figures in ``status`` (STATUS) every 0.2 s. Its own process, with its own
+    GIL and no nice: what a real agent's keep-alive has, a CPU of its own."""
+    from store.etcd import EtcdStore
+
+    stores = [EtcdStore([etcd]) for _ in range(workers)]
+    lock = threading.Lock()
+
+    def lost(lease: Lease) -> None:
+        with lock:
+            conn.send(("lost", lease.id))
+
+    keeper = LeaseKeeper(workers, on_lost=lost).start()
+    kept: dict[int, Kept] = {}
+    done = threading.Event()
+
+    def publish() -> None:
+        while not done.wait(0.2):
+            figures = {"pending": keeper.pending(), **keeper.stats.as_dict()}
+            for i, name in enumerate(STATUS):
+                status[i] = float(figures[name])
+
+    threading.Thread(target=publish, name="keeper-status", daemon=True).start()
+    try:
+        while True:
+            cmd = conn.recv()
+            if cmd[0] == "add":
+                kept[cmd[1]] = keeper.add(Lease(cmd[1], cmd[2], stores[cmd[1] % workers]))
+            elif cmd[0] == "remove":
+                if (item := kept.pop(cmd[1], None)) is not None:
+                    keeper.remove(item)
+            else:
+                return
+    except EOFError:
+        return  # the worker is gone
+    finally:
+        done.set()
+        keeper.close()
+        for s in stores:
+            s.close()
+
+
+class KeeperProcess:
+    """A worker's side of its keeper process (serve): ``keep`` is a HostRegistration
+    keep-alive, as LeaseKeeper.keep, with the refreshing done in the other process."""
+
+    def __init__(self, etcd: str, workers: int) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self._status = ctx.Array("d", len(STATUS), lock=False)
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=serve, args=(child, etcd, workers, self._status), daemon=True
+        )
+        self._proc.start()
+        child.close()
+        self._lock = threading.Lock()
+        self._waiting: dict[int, tuple[Lease, threading.Event]] = {}
+        threading.Thread(target=self._listen, name="keeper-listener", daemon=True).start()
+
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._conn.send(msg)
+
+    def _listen(self) -> None:
+        try:
+            while True:
+                msg = self._conn.recv()
+                if msg[0] == "lost" and (got := self._waiting.pop(msg[1], None)) is not None:
+                    got[0].lost.set()
+                    got[1].set()
+        except (EOFError, OSError):
+            for _, ended in list(self._waiting.values()):
+                ended.set()
+
+    def keep(self, lease: Lease, sleep: Callable[[float], bool]) -> None:
+        ended = threading.Event()
+        self._waiting[lease.id] = (lease, ended)
+        self._send(("add", lease.id, lease.ttl))
+        try:
+            while not ended.wait(STOP_POLL):
+                if sleep(0):
+                    break
+        finally:
+            if self._waiting.pop(lease.id, None) is not None:
+                with contextlib.suppress(OSError):
+                    self._send(("remove", lease.id))
+
+    def pending(self) -> int:
+        return int(self._status[0])
+
+    def stats(self) -> dict[str, float]:
+        return {name: self._status[i] for i, name in enumerate(STATUS) if name != "pending"}
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._send(("stop",))
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._conn.close()
+        for _, ended in list(self._waiting.values()):
+            ended.set()
 
 
 def measure(endpoint: str, leases: int, ttl: int, seconds: float, workers: int) -> dict:

@@ -43,7 +43,9 @@ IDLE_S = 10.0  # the idle window: registrations kept alive, nothing created
 # Threads per simulated agent: the view's feed, the registration (blocked while the
 # worker's lease keeper keeps its lease alive) and, in hub mode, the reader of the view's
 # own stream (shared: one reader and one hub thread per worker process). Before the feed it
-# was 15 (hub) and 24 (legacy). Per worker process: the keeper's scheduler and KEEPERS.
+# was 15 (hub) and 24 (legacy). Per worker: a keeper process (its scheduler, KEEPERS
+# refreshing threads and one that publishes its figures) and a thread in the worker that
+# hears of lost leases.
 THREADS = {"hub": 3, "shared": 2}
 THREAD_BUDGET = 16_000  # of the machine's pid_max (32768), shared with everyone else
 # Refreshing threads of each worker's lease keeper (bench/lease_keeper.py): 8 kept up
@@ -112,7 +114,7 @@ def refusal(
     """Why a run is not tried ("" if it is): the threads it needs, or the lease refreshes
     asked of each worker's keeper (one per host every third of the TTL)."""
     workers = max(min(workers, hosts), 1)
-    need = THREADS[mode] * hosts + (KEEPERS + 1) * workers
+    need = THREADS[mode] * hosts + (KEEPERS + 3) * workers
     if need > budget:
         return f"needs ~{need:,} threads, over this bench's budget of {budget:,}"
     rate = hosts * 3 / HOST_TTL / workers

@@ -56,7 +56,7 @@ def test_standing_endpoints_are_per_host_up_to_the_cap() -> None:
 
 def test_a_run_over_the_thread_or_refresh_budget_is_refused_with_its_need() -> None:
     assert scale.refusal("hub", 1000) == ""
-    assert "30,066 threads" in scale.refusal("hub", 10_000)  # 3 an agent, 33 a worker
+    assert "30,070 threads" in scale.refusal("hub", 10_000)  # 3 an agent, 35 a worker
     # one refresh a host every third of the 10 s TTL, split among the workers' keepers
     assert "600 lease refreshes/s of each" in scale.refusal("hub", 4000, workers=2)
     assert scale.refusal("hub", 4000, workers=8) == ""
@@ -205,13 +205,14 @@ def test_failures_are_retried_ever_further_apart_and_lost_past_the_ttl() -> None
 def test_the_keeper_refreshes_retries_and_reports_a_lost_lease() -> None:
     from store.base import LeaseNotFound, StoreUnavailable
 
-    keeper = LeaseKeeper(workers=2).start()
+    told: list[object] = []
+    keeper = LeaseKeeper(workers=2, on_lost=told.append).start()
     try:
         # ttl 1: refreshed every ~1/3 s; an outage is retried; LeaseNotFound loses it.
         lease = _Lease(1, [1, StoreUnavailable("down"), 1, LeaseNotFound("gone")])
         stopped = threading.Event()
         keeper.keep(lease, stopped.wait)  # type: ignore[arg-type]  # returns once lost
-        assert lease.lost.is_set() and lease.calls == 4
+        assert lease.lost.is_set() and lease.calls == 4 and told == [lease]
         assert keeper.stats.as_dict()["lost"] == 1 and keeper.stats.failures == 1
         # A stopped caller's keep returns at close(), its lease not lost.
         other = _Lease(1, [])
