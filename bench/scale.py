@@ -332,6 +332,9 @@ def run_one(
         row["leases_lost"] = sum(s["leases_lost"] for s in stats)
         row["registration_failures"] = sum(s["reg_failures"] for s in stats)
         row["keeper"] = keeper_sum([s["keeper"] for s in stats])
+        row["gc_full"] = sum(s["gc_full"] for s in stats)  # the workers' full collections
+        row["gc_full_max_s"] = max(s["gc_full_max_s"] for s in stats)
+        row["gc_full_s"] = sum(s["gc_full_s"] for s in stats)
         row["keeper_at_sync"] = keeper_sum([s["keeper"] for s in started])
         return row
     finally:
