@@ -12,7 +12,9 @@ every ttl/3 after the last one answered; a failure other than LeaseNotFound is r
 further apart (0.25-0.5 s first, doubling to ttl/3, jittered, never past the TTL measured
 from the last refresh sent); LeaseNotFound, or no refresh within the TTL, loses the lease.
 ``Schedule`` holds those decisions (pure: the clock and the random draws are passed in);
-``LeaseKeeper`` runs them.
+``LeaseKeeper`` runs them. A bench/scale.py worker runs its keeper in a process of its own
+(``KeeperProcess``, ``serve``): inside the worker, 500 views starting starved it of the GIL
+until refreshes came past the TTL.
 
 ``python -m bench.lease_keeper`` measures how many refreshes a second one keeper sustains
 against a real etcd (the figure bench/scale.py's refresh budget rests on).
