@@ -9,8 +9,10 @@ first held it, then ("stats",) and ("stop",).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -71,7 +73,15 @@ def _until(done: Callable[[], bool], conn: Connection, timeout: float) -> bool:
     return True
 
 
-def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, wave: int) -> None:
+def worker(
+    conn: Connection,
+    etcd: str,
+    hosts: list[str],
+    mode: str,
+    ttl: int,
+    wave: int,
+    keepers: int = 32,
+) -> None:
     """One worker process: its agents, until ("stop",). Every registration first (``wave``
     at a time, each wave registered before the next), then the views ``wave`` at a time
     (each wave synced before the next: hundreds of agents reading every endpoint at once in
@@ -82,6 +92,15 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
     starved the keep-alives past the TTL: leases expired and hosts registered again,
     making more events (a livelock, seen 2026-11-29)."""
     threading.stack_size(256 * 1024)  # thousands of threads: keep their stacks small
+    from bench.lease_keeper import KeeperProcess
+
+    # Every agent's lease (one each, as in production) kept alive by one keeper in a
+    # process of its own, started before this one lowers its priority: a scheduler thread
+    # and ``keepers`` refreshing threads, not a thread and a request loop per lease
+    # (bench/lease_keeper.py says why). In this process, at 1,000 hosts, the views' start
+    # starved it of the GIL: refreshes up to 4.4 s late, and in one run of three past the
+    # TTL: leases expired, each expiry was an event for every view, and it never recovered.
+    keeper = KeeperProcess(etcd, keepers)
     # Below etcd and the masters: each real agent has a CPU of its own, so the simulator's
     # load must not starve etcd's apply loop (it then refuses lease renewals) or the leader.
     os.nice(10)
@@ -92,6 +111,19 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
     from store.hub import WatchHub
 
     probe = Probe()
+    # Full (generation 2) garbage collections stop every thread of the process: how many
+    # and how long (a figure of the run: see gc.freeze below).
+    gc_full: list[float] = []
+    gc_start = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                gc_start[0] = time.perf_counter()
+            else:
+                gc_full.append(time.perf_counter() - gc_start[0])
+
+    gc.callbacks.append(on_gc)
     stores: list[EtcdStore] = []
     views: list[ClusterView] = []
     regs: list[HostRegistration] = []
@@ -108,7 +140,7 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
 
         views.append(ClusterView(store, changed, watches=hub))
         info = HostRecord(host=host, vtep_ip=f"10.{200 + i // 65536}.{i // 256 % 256}.{i % 256}")
-        regs.append(HostRegistration(store, info, ttl))
+        regs.append(HostRegistration(store, info, ttl, keep=keeper.keep))
     registered = True
     for first in range(0, len(regs), wave):
         if conn.poll():
@@ -121,10 +153,29 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
     for first in range(0, len(views), wave):
         if conn.poll():
             break  # the driver gave up (a stop): answer it
+        # Each wave of views reads every prefix (the endpoints: ~1 MB a view at 1,000
+        # standing), and etcd answers everything slower meanwhile, the refreshes too. A wave
+        # waits for the keeper to have no refresh queued (at most one per refreshing thread
+        # in flight): at 1,000 hosts, views started regardless made the refreshes wait past
+        # the TTL, leases expired, hosts registered again, and each registration was an event
+        # for every view up (a livelock, seen 2026-11-29 with 8 threads and waves of 50).
+        _until(lambda: keeper.pending() <= keepers // 2, conn, 60)
+        if (first // wave) % 10 == 0:
+            print(
+                f"worker {os.getpid()}: {first} views up in {time.monotonic() - t0:.0f} s, "
+                f"keeper {keeper.stats()}",
+                file=sys.stderr,
+                flush=True,
+            )
         for view in views[first : first + wave]:
             view.start()
         batch_v = views[first : first + wave]
         synced &= _until(lambda b=batch_v: all(v.wait_synced(0) for v in b), conn, 600)
+        # What the views hold now lives as long as they do: out of the collector's sight.
+        # A full collection of 500 agents' heaps in one process (~2 GB) stopped every view
+        # for up to 5 s (38 of them in a 1,000-host run, 28 s in all), which set the p99
+        # of propagation; a real agent's heap is a 500th of that.
+        gc.freeze()
     synced &= _until(lambda: all(r.registered.is_set() for r in regs), conn, 60)
     conn.send(
         {
@@ -133,6 +184,7 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
             "rss_growth": rss_bytes() - rss0,
             "threads": threading.active_count(),
             "pid": os.getpid(),
+            "keeper": keeper.stats(),
         }
     )
     while True:
@@ -161,6 +213,10 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
                     # A registration's pass ends when its lease is lost (or fails).
                     "leases_lost": sum(r.passes for r in regs),
                     "reg_failures": sum(r.failures for r in regs),
+                    "keeper": keeper.stats(),
+                    "gc_full": len(gc_full),
+                    "gc_full_max_s": max(gc_full, default=0.0),
+                    "gc_full_s": sum(gc_full),
                 }
             )
         elif cmd[0] == "stop":
@@ -168,6 +224,7 @@ def worker(conn: Connection, etcd: str, hosts: list[str], mode: str, ttl: int, w
                 v.stop()
             for r in regs:
                 r.stop()
+            keeper.close()
             for s in stores:
                 s.close()
             if hub is not None:

@@ -257,15 +257,30 @@ class MirrorFeed(Reconciler):
         return 0.0
 
 
+def keep_alive(lease: Lease, sleep: Callable[[float], bool]) -> None:
+    """HostRegistration's default keep-alive: the lease's own, in the caller's thread."""
+    lease.keep_alive(sleep)
+
+
 class HostRegistration(Reconciler):
     """Keeps keys.host(name) alive under a lease, registering again if the lease is lost
     (an etcd outage longer than the TTL); revoking it on stop removes the host at once.
-    The loop's own thread keeps the lease alive."""
+    The loop's own thread keeps the lease alive: ``keep(lease, sleep)`` returns once the
+    lease is lost or ``sleep`` (the loop's: True once stopped) says so; by default
+    ``Lease.keep_alive``. (bench/scale_agents.py passes one keeper shared by many simulated
+    hosts.)"""
 
-    def __init__(self, store: Store, info: HostRecord, ttl: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        info: HostRecord,
+        ttl: int,
+        keep: Callable[[Lease, Callable[[float], bool]], None] | None = None,
+    ) -> None:
         self.store = store
         self.info = info
         self.ttl = ttl
+        self.keep = keep if keep is not None else keep_alive
         self.registered = threading.Event()
         self._lease: Lease | None = None
         super().__init__(
@@ -308,7 +323,7 @@ class HostRegistration(Reconciler):
             self.store.put(keys.vtep(self.info.host), value)
         log.info("host %s registered (lease %x, ttl %ds)", self.info.host, lease.id, self.ttl)
         self.registered.set()
-        lease.keep_alive(self.sleep)
+        self.keep(lease, self.sleep)
         if not self.stopped:
             log.warning("host %s: registration lease lost; registering again", self.info.host)
             self.registered.clear()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 from bench import scale, sections
+from bench.lease_keeper import Kept, LeaseKeeper, Schedule
 
 
 def row(mode: str, hosts: int, endpoint_p99: float, network_p99: float = 0.1) -> dict[str, Any]:
@@ -52,11 +54,12 @@ def test_standing_endpoints_are_per_host_up_to_the_cap() -> None:
     assert scale.standing_endpoints(1000, 30, 3000) == 3000
 
 
-def test_a_run_over_the_thread_budget_is_refused_with_its_need() -> None:
-    assert scale.refusal("hub", 500) == ""
-    assert "30,000 threads" in scale.refusal("hub", 10_000)
-    assert "300 lease refreshes/s" in scale.refusal("hub", 1000)
-    assert scale.refusal("hub", 1000, refreshes=300) == ""
+def test_a_run_over_the_thread_or_refresh_budget_is_refused_with_its_need() -> None:
+    assert scale.refusal("hub", 1000) == ""
+    assert "30,070 threads" in scale.refusal("hub", 10_000)  # 3 an agent, 35 a worker
+    # one refresh a host every third of the 10 s TTL, split among the workers' keepers
+    assert "600 lease refreshes/s of each" in scale.refusal("hub", 4000, workers=2)
+    assert scale.refusal("hub", 4000, workers=8) == ""
 
 
 def test_spread_is_over_the_agents_that_saw_it_and_counts_the_others() -> None:
@@ -123,3 +126,115 @@ def test_etcd_keeps_its_data_in_memory_when_the_machine_has_a_tmpfs(tmp_path: Pa
     shm.mkdir()
     d = scale.etcd_dir(tmp_path / "run", shm)
     assert d.parent == shm and d.is_dir()
+
+
+# ---------------------------------------------------------------- the lease keeper
+
+
+class _Lease:
+    """What the keeper uses of a Lease: its ttl, refresh() and lost."""
+
+    def __init__(self, ttl: int, answers: list[object]) -> None:
+        self.id, self.ttl = 1, ttl
+        self.lost = threading.Event()
+        self._answers = answers
+        self.calls = 0
+
+    def refresh(self) -> int:
+        self.calls += 1
+        answer = self._answers.pop(0) if self._answers else self.ttl
+        if isinstance(answer, Exception):
+            raise answer
+        return int(answer)  # type: ignore[call-overload]
+
+
+def kept(ttl: float = 9.0) -> Kept:
+    return Kept(_Lease(int(ttl), []), ttl)  # type: ignore[arg-type]
+
+
+def test_the_first_refresh_is_a_random_part_of_a_third_of_the_ttl_early() -> None:
+    s = Schedule(rand=lambda: 0.0)
+    a = kept()
+    assert s.add(a, now=100.0)  # the only one: first due
+    assert (a.due, a.deadline) == (103.0, 109.0)
+    b = kept()
+    assert Schedule(rand=lambda: 1.0).add(b, now=100.0) and b.due == 101.5  # half early
+
+
+def test_due_leases_come_out_earliest_first_and_an_ended_one_is_dropped() -> None:
+    s = Schedule(rand=lambda: 0.0)
+    late, early, gone = kept(9.0), kept(3.0), kept(6.0)
+    s.add(late, 0.0)  # due 3
+    assert s.add(early, 0.0)  # due 1: now the first
+    assert not s.add(gone, 0.0)  # due 2
+    gone.ended.set()
+    assert s.wait(0.5) == 0.5
+    assert s.pop_due(2.5) == [early]  # gone dropped, late not due yet
+    assert s.pop_due(10.0) == [late]
+    assert s.wait(10.0) is None and len(s) == 0
+
+
+def test_after_a_refresh_the_lease_lives_ttl_from_its_sending_and_goes_again_in_a_third() -> None:
+    s = Schedule(rand=lambda: 0.0)
+    a = kept(9.0)
+    s.add(a, 0.0)
+    s.pop_due(3.0)
+    a.retry = 2.0
+    assert s.refreshed(a, sent=3.0, now=3.5, ttl=12)
+    assert (a.deadline, a.due, a.retry, a.ttl) == (15.0, 7.5, 0.25, 12.0)
+
+
+def test_failures_are_retried_ever_further_apart_and_lost_past_the_ttl() -> None:
+    s = Schedule(rand=lambda: 0.0)  # no jitter: the full delays
+    a = kept(9.0)
+    s.add(a, 0.0)  # deadline 9
+    delays = []
+    now = 3.0
+    while (d := s.failed(a, now)) is not None:
+        delays.append(d)
+        now += d
+    assert delays == [0.5, 1.0, 2.0, 2.5]  # doubling from 0.25; the last cut at the TTL
+    assert now >= 9.0 and sum(delays) == now - 3.0  # never retried past the deadline
+    assert s.failed(a, 9.0) is None
+    jittered = Schedule(rand=lambda: 1.0)
+    b = kept(9.0)
+    jittered.add(b, 0.0)
+    assert jittered.failed(b, 3.0) == 0.25  # cut by up to half
+
+
+def test_the_keeper_refreshes_retries_and_reports_a_lost_lease() -> None:
+    from store.base import LeaseNotFound, StoreUnavailable
+
+    told: list[object] = []
+    keeper = LeaseKeeper(workers=2, on_lost=told.append).start()
+    try:
+        # ttl 1: refreshed every ~1/3 s; an outage is retried; LeaseNotFound loses it.
+        lease = _Lease(1, [1, StoreUnavailable("down"), 1, LeaseNotFound("gone")])
+        stopped = threading.Event()
+        keeper.keep(lease, stopped.wait)  # type: ignore[arg-type]  # returns once lost
+        assert lease.lost.is_set() and lease.calls == 4 and told == [lease]
+        assert keeper.stats.as_dict()["lost"] == 1 and keeper.stats.failures == 1
+        # A stopped caller's keep returns at close(), its lease not lost.
+        other = _Lease(1, [])
+        done = threading.Thread(target=keeper.keep, args=(other, lambda s: True))
+        done.start()
+        keeper.close()
+        done.join(10)
+        assert not done.is_alive() and not other.lost.is_set()
+    finally:
+        keeper.close()
+
+
+def test_the_keepers_of_several_workers_add_up() -> None:
+    a = {"refreshes": 10, "failures": 0, "lost": 1, "late_over_1s": 0}
+    b = {"refreshes": 30, "failures": 0, "lost": 0, "late_over_1s": 2}
+    got = scale.keeper_sum(
+        [{**a, "late_max_s": 0.5, "late_mean_s": 0.1}, {**b, "late_max_s": 2.0, "late_mean_s": 0.5}]
+    )
+    assert (got["refreshes"], got["lost"], got["late_over_1s"], got["late_max_s"]) == (
+        40,
+        1,
+        2,
+        2.0,
+    )
+    assert abs(got["late_mean_s"] - 0.4) < 1e-9  # weighted by refreshes sent
