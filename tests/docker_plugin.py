@@ -72,8 +72,10 @@ class FakeDatapath:
         self.removed_networks.append(network_id)
 
     def endpoint_oper(self, endpoint_id: str) -> dict[str, Any]:
-        name = self.ports.get(endpoint_id, {}).get("name", "")
-        return {"port": name, "hostInterface": self.host_ends.get(endpoint_id, "")}
+        oper = {"port": self.ports.get(endpoint_id, {}).get("name", "")}
+        if endpoint_id in self.host_ends:
+            oper["hostInterface"] = self.host_ends[endpoint_id]
+        return oper
 
     def publish(self, endpoint_id: str, mappings: list[Any]) -> list[Any]:
         """Records the bindings; one with the host port open gets the first it allows (or
