@@ -37,9 +37,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from store.base import Lease, LeaseNotFound
+from store.base import RETRY_FIRST, Lease, LeaseNotFound, first_refresh, retry_after
 
-RETRY_FIRST = 0.25  # as Lease.keep_alive: the first retry 0.25-0.5 s after a failure
 STOP_POLL = 5.0  # how often a registration blocked in keep() looks whether it was stopped
 
 
@@ -80,7 +79,7 @@ class Schedule:
         ttl = max(item.ttl, 1.0)
         item.deadline = now + ttl
         item.retry = RETRY_FIRST
-        return self._push(item, now + ttl / 3 * (1.0 - 0.5 * self._rand()))
+        return self._push(item, now + first_refresh(ttl, self._rand()))
 
     def pop_due(self, now: float) -> list[Kept]:
         """Every lease due by ``now`` (an ended one is dropped), earliest first."""
@@ -108,8 +107,8 @@ class Schedule:
         None when the TTL from the last refresh sent has passed (the lease is lost)."""
         if now >= item.deadline:
             return None
-        item.retry = min(item.retry * 2, max(item.ttl, 1.0) / 3)
-        delay = min(item.retry * (1.0 - 0.5 * self._rand()), max(item.deadline - now, 0.01))
+        ttl, left = max(item.ttl, 1.0), item.deadline - now
+        item.retry, delay = retry_after(item.retry, ttl, left, self._rand())
         self._push(item, now + delay)
         return delay
 

@@ -136,6 +136,26 @@ class RangeResult:
     revision: int  # the store revision the read was served at
 
 
+# A failed refresh's step before its first doubling: the first retry comes 0.25-0.5 s later.
+RETRY_FIRST = 0.25
+
+
+def first_refresh(ttl: float, rand: float) -> float:
+    """Seconds from a grant to the lease's first refresh: a random part (``rand`` of half)
+    of ttl/3 early, so leases granted together (a thousand hosts when etcd is back after an
+    outage) are not refreshed together ever after."""
+    return ttl / 3 * (1.0 - 0.5 * rand)
+
+
+def retry_after(retry: float, ttl: float, left: float, rand: float) -> tuple[float, float]:
+    """After a failed refresh: (the next step, ``retry`` doubled up to ttl/3; the seconds to
+    wait, that step less a random part, ``rand``, of half, and never past ``left``, the time
+    the lease surely lives). A thousand hosts retrying every 0.5 s would add 2,000
+    requests/s to an etcd too slow to answer them."""
+    retry = min(retry * 2, ttl / 3)
+    return retry, min(retry * (1.0 - 0.5 * rand), max(left, 0.01))
+
+
 @dataclass
 class Lease:
     """A granted lease. ``keepalive=True`` at grant time refreshes it in the background."""
@@ -179,10 +199,8 @@ class Lease:
         ttl = max(self.ttl, 1)
         # The lease is certain to live until deadline: ttl after the last refresh was sent.
         deadline = time.monotonic() + ttl
-        # The first refresh comes a random part sooner: a thousand hosts that registered
-        # together (etcd back after an outage) then do not refresh together ever after.
-        interval = ttl / 3 * (1.0 - 0.5 * random.random())
-        retry = 0.25
+        interval = first_refresh(ttl, random.random())
+        retry = RETRY_FIRST
         while not wait(interval) and not self._stop.is_set():
             sent = time.monotonic()
             try:
@@ -195,15 +213,12 @@ class Lease:
                     log.warning("lease %x lost: no refresh within its TTL: %s", self.id, e)
                     self.lost.set()
                     return
-                # Doubling and jittered (0.25-0.5 s first): a thousand hosts retrying every
-                # 0.5 s would add 2,000 requests/s to an etcd too slow to answer them.
-                retry = min(retry * 2, ttl / 3)
-                left = max(deadline - time.monotonic(), 0.01)
-                interval = min(retry * (1.0 - 0.5 * random.random()), left)
+                left = deadline - time.monotonic()
+                retry, interval = retry_after(retry, ttl, left, random.random())
                 continue
             deadline = sent + ttl
             interval = ttl / 3
-            retry = 0.25
+            retry = RETRY_FIRST
 
 
 class Watch(abc.ABC):
