@@ -54,6 +54,29 @@ def _cycle(plugin: str, config: dict[str, Any], n: int) -> dict[str, list[float]
     return {"add": add, "del": delete}
 
 
+def _plug_costs() -> dict[str, Any]:
+    """The agent's measured port-add and move costs, and which pair its pods got (netctl
+    host inspect teardown's); {} without a port pool."""
+    netctl = [str(BIN / "netctl"), "host", "inspect", "--json", "teardown"]
+    out = subprocess.run(netctl, capture_output=True, text=True, timeout=30, check=True)
+    return json.loads(out.stdout).get("costs") or {}
+
+
+def pair_said(costs: dict[str, Any]) -> str:
+    """Which pair the pods got, and why, in words."""
+    if not costs:
+        return "their own pair (no port pool)"
+    pair = (
+        "their own pair, made in their namespace"
+        if costs["cni_pair"] == "own"
+        else "a pool port, its end moved in"
+    )
+    return (
+        f"{pair} (the agent's measured port add {costs['port_add_ms']} ms against a move "
+        f"of {costs['move_ms']} ms{'' if costs['moves'] else ', its prior'})"
+    )
+
+
 def live(master_url: str, n: int = 50) -> dict[str, Any]:
     script = str(BIN / "netplugin-cni")  # the console script: Python's start with site
     with NetctlLab(master_url, "10.154.0.0/24") as lab, tempfile.TemporaryDirectory() as d:
@@ -68,6 +91,7 @@ def live(master_url: str, n: int = 50) -> dict[str, Any]:
         _cycle(ours, conf, 3)  # warm-up (the agent's network port, page cache)
         _cycle(PTP, ref, 3)
         result = {"netplugin": _cycle(ours, conf, n), "ptp": _cycle(PTP, ref, n), "n": n}
+        result["costs"] = _plug_costs()
         result["version"] = {
             "netplugin": [
                 _exec(ours, "VERSION", "", "", {"cniVersion": "1.0.0"}) for _ in range(n)
@@ -106,7 +130,8 @@ def section(r: dict[str, Any]) -> list[str]:
         "from exec to exit. netplugin-cni is the launcher `netplugin-cni install` writes",
         "(Python -IS): it hands each call, unparsed, to the agent of the single-host stack",
         "above, which books the address with the master, plugs an OVS port and waits for its",
-        "flows; Debian's ptp (containernetworking-plugins 1.1.1) with host-local makes a veth",
+        f"flows. The pods got {pair_said(r.get('costs') or {})}.",
+        "Debian's ptp (containernetworking-plugins 1.1.1) with host-local makes a veth",
         "pair and routes, in the same run. VERSION needs no agent: it is the executable's own",
         "start and its JSON (Python's, for netplugin-cni; a Go binary for ptp); the console",
         "script's start adds site-packages.",

@@ -33,6 +33,11 @@ class Links(Protocol):
         under ``into.name`` (kept if complete: a retry); the host end."""
         ...
 
+    def move_to_netns(self, ifname: str, into: Into) -> None:
+        """Move this host's ``ifname`` into ``into``'s namespace as ``into.name`` (down,
+        renamed in the move); raises OSError if it cannot."""
+        ...
+
     def delete_veth(self, endpoint_id: str) -> bool:
         """Remove the endpoint's pair; False if it was not there."""
         ...

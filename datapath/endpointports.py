@@ -17,7 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 
@@ -58,8 +59,16 @@ def port_names(ep: EndpointState) -> tuple[str, str]:
 class EndpointPorts:
     """The endpoints' ports on ``bridge``; ``pool`` (None: none) supplies ready ones."""
 
-    def __init__(self, ovs: Ovsdb, links: Links, bridge: str, pool: PortPool | None) -> None:
+    def __init__(
+        self,
+        ovs: Ovsdb,
+        links: Links,
+        bridge: str,
+        pool: PortPool | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.ovs, self.links, self.bridge, self.pool = ovs, links, bridge, pool
+        self._clock = clock
         self._lock = threading.Lock()
         self._ports: dict[str, Plugged] = {}  # endpoint -> its port
         self._leaving: dict[str, Plugged] = {}  # deleted endpoint -> its port, until handled
@@ -80,24 +89,50 @@ class EndpointPorts:
     ) -> Plugged:
         """The endpoint's port (made or taken now, or the one it has): a pool port if the
         pool has or can make one, else its own veth pair. With ``into`` (a CNI pod's
-        namespace), a free pool port, whose container end then has to move there; if none is
-        free, its own pair, the container end made there: a new port costs ovs-vswitchd one
-        reconfiguration either way, and that saves the move. Raises, leaving nothing, if it
-        cannot be plugged, or if its old port (same names) is still being removed after
-        ``wait`` seconds."""
+        namespace), whichever costs less now (datapath.plugcost): a free pool port, whose
+        container end ``move_in`` then moves there, or its own pair, the container end made
+        there. Raises, leaving nothing, if it cannot be plugged, or if its old port (same
+        names) is still being removed after ``wait`` seconds."""
         if (have := self._ports.get(endpoint_id)) is not None:
             return have
         if not self.teardown.wait(endpoint_id, wait):  # a retry: its old port goes first
             raise RuntimeError(f"endpoint {endpoint_id}: its old port is still being removed")
         shape = Shape(mtu, offloads_off)
-        taken = self.pool.take(endpoint_id, shape, make=into is None) if self.pool else None
+        pool = self.pool
+        if pool is not None and into is not None and pool.costs.own_pair():
+            pool = None  # a port add is cheaper than a move now
+        taken = pool.take(endpoint_id, shape, make=into is None) if pool else None
         if taken is not None:
             plugged = Plugged(taken.ofport, taken.host, taken.container, taken)
         else:  # (the pool's refill makes its ports again after a quiet moment)
             args = self.ovs, self.links, self.bridge, endpoint_id, network_id, mac, mtu
+            started = self._clock()
             plugged = Plugged(*bp.plug_endpoint(*args, offloads_off, into))
+            if self.pool is not None:
+                self.pool.costs.added(self._clock() - started)
         self._ports[endpoint_id] = plugged
         return plugged
+
+    def move_in(self, endpoint_id: str, into: Into, wait: float) -> None:
+        """Move the endpoint's container end, here, into ``into`` (renamed in the move),
+        measuring the move for the choice above; nothing if it is not here. A failed move
+        gives the port up (back to the pool if its end is still home; waiting up to
+        ``wait`` seconds for that) and raises."""
+        plugged = self._ports.get(endpoint_id)
+        if plugged is None or not plugged.container:
+            return
+        started = self._clock()
+        try:
+            self.links.move_to_netns(plugged.container, into)
+        except OSError as e:
+            self.unplug(endpoint_id)
+            self.teardown.wait(endpoint_id, wait)  # a failure leaves nothing
+            raise OSError(
+                e.errno, f"cannot move {plugged.container} into {into.netns} as {into.name}: {e}"
+            ) from e
+        if plugged.pool is not None and self.pool is not None:
+            self.pool.costs.moved(self._clock() - started)
+        self._ports[endpoint_id] = replace(plugged, container="")
 
     def unplug(self, endpoint_id: str) -> None:
         """The endpoint is gone (its flows are, or go now): its port is given back or

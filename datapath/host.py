@@ -328,10 +328,14 @@ class HostDatapath:
     def plug(self, endpoint_id: str, network_id: str, mac: str, into: Into | None = None) -> str:
         """An endpoint's veth and switch port without its flows (those need its addresses,
         which the master confirms meanwhile); the container-side interface name here, or ""
-        if it was made in ``into`` (datapath.endpointports)."""
+        if it was made in or moved into ``into`` (datapath.endpointports)."""
         self._wait_ready()
         with self._lock:
-            return self._plug(endpoint_id, network_id, mac, into).container
+            container = self._plug(endpoint_id, network_id, mac, into).container
+        if into is not None and container:  # the CNI service serializes one endpoint's calls
+            self.ports.move_in(endpoint_id, into, self.ready_timeout)  # outside the lock: ~20 ms
+            return ""
+        return container
 
     def _plug(
         self, endpoint_id: str, network_id: str, mac: str, into: Into | None = None

@@ -83,6 +83,23 @@ def _index(ip: IPRoute, ifname: str) -> int | None:
     return found[0] if found else None
 
 
+def move(ifname: str, netns: str, name: str, missing_ok: bool = False) -> None:
+    """Move this host's ``ifname`` into the namespace at ``netns``, named ``name`` as it
+    arrives (the kernel renames in the move: no rename, down and up there). The move costs
+    the kernel about 20 ms whatever the host holds (its RCU waits). Raises OSError (a name
+    taken there, a namespace gone), or if ``ifname`` is not here unless ``missing_ok``."""
+    with IPRoute() as ip:
+        index = _index(ip, ifname)
+        if index is None:
+            if missing_ok:
+                return
+            raise OSError(ENODEV, f"interface {ifname} is not on this host")
+        try:
+            ip.link("set", index=index, net_ns_fd=netns, ifname=name)
+        except NetlinkError as e:
+            raise OSError(e.code, os.strerror(e.code)) from e
+
+
 def move_into(
     ifname: str,
     netns: str,
@@ -98,14 +115,9 @@ def move_into(
     retried) is brought in line instead; a route the namespace has already, not via this
     interface, is an error."""
 
-    def move() -> None:
-        if not ifname:
-            return
-        # Named as it arrives: the kernel renames in the move (no rename, down and up there).
-        with IPRoute() as ip:
-            index = _index(ip, ifname)
-            if index is not None:
-                ip.link("set", index=index, net_ns_fd=netns, ifname=name)
+    def moved() -> None:
+        if ifname:
+            move(ifname, netns, name, missing_ok=True)
 
     def configure() -> None:
         with IPRoute() as ip:
@@ -142,7 +154,7 @@ def move_into(
                             EEXIST, f"route {dst} exists already in {netns}, not via {name}"
                         ) from None
 
-    in_netns(netns, configure, first=move)
+    in_netns(netns, configure, first=moved)
 
 
 def _routes(ip: IPRoute) -> frozenset[NetnsRoute]:

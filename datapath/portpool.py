@@ -39,6 +39,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from .plugcost import PlugCosts
+
 log = logging.getLogger(__name__)
 
 HOST_PREFIX = "vq"  # a pool port's end on the bridge
@@ -139,8 +141,10 @@ class PortPool:
         shape: Shape = Shape(1500),
         keys: Callable[[], str] = new_key,
         clock: Callable[[], float] = time.monotonic,
+        costs: PlugCosts | None = None,
     ) -> None:
         self.ovs, self.links, self.bridge = ovs, links, bridge
+        self.costs = costs or PlugCosts()  # every batch's add is measured
         self.size, self.batch, self.quiet = size, batch, quiet
         # New ports are made as the last one was taken: the next take then changes nothing.
         self._shape = shape
@@ -226,7 +230,9 @@ class PortPool:
             for host, container in names:
                 self.links.create_pool_veth(host, container, shape)
                 made.append((host, container))
+            started = self._clock()
             ofports = self.ovs.add_ports(self.bridge, [h for h, _ in made], {EXT_POOL: "1"})
+            self.costs.added(self._clock() - started)  # one reconfiguration, however many
         except Exception as e:
             log.error("port pool: cannot make %d ports: %s", n, e)
             for host, _ in made:  # add_ports added none of them

@@ -240,6 +240,11 @@ class NetlinkLinks:
             endpoint_id, mac, mtu, into.netns, into.name, tx_offload, self.proc_sys
         )
 
+    def move_to_netns(self, ifname: str, into: Into) -> None:
+        from .netns import move
+
+        move(ifname, into.netns, into.name)
+
     def delete_veth(self, endpoint_id: str) -> bool:
         return delete_veth(endpoint_id)
 

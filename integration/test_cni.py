@@ -26,7 +26,7 @@ import pytest
 from cni.main import install
 from common import cni
 from testbed.host import AGENT_DATA_DIR, endpoint_port, pool_records, spare_pool_ports
-from testbed.lab import NetctlLab, ip_of, run
+from testbed.lab import BIN, NetctlLab, ip_of, run
 from testbed.master import MasterProcess
 from testbed.plugin import PluginProcess
 from testbed.site import restart_stopped, serve_stack
@@ -65,6 +65,8 @@ def in_ns(ns: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess
     return run("ip", "netns", "exec", ns, *cmd, check=check)
 
 
+POOL = ["--cni-pair", "pool"]
+
 # The agents' data directories, where they record which endpoint each pool port serves.
 DATA_DIRS: list[Path] = []
 
@@ -77,7 +79,9 @@ def records() -> dict[str, str]:
 def stack(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[MasterProcess, PluginProcess]]:
-    for master, plugin in serve_stack(tmp_path_factory):
+    # Pods take pool ports here (a move in, a move home: the path with most to go wrong);
+    # the test of a pod's own pair restarts the agent with --cni-pair own.
+    for master, plugin in serve_stack(tmp_path_factory, POOL):
         DATA_DIRS.append(plugin.data_dir or AGENT_DATA_DIR)
         yield master, plugin
 
@@ -274,15 +278,17 @@ def test_an_agent_restart_keeps_pods_talking_and_remakes_nothing(
     assert exec_plugin("DEL", cid, path, conf(lab)) == (0, None)
 
 
-def test_without_a_pool_port_the_pods_end_is_made_in_its_namespace(
-    stack: tuple[MasterProcess, PluginProcess], pods: list[str]
+@pytest.mark.parametrize("flags", [["--cni-pair", "own"], ["--port-pool", "0"]])
+def test_a_pods_own_pair_is_made_with_its_end_in_its_namespace(
+    stack: tuple[MasterProcess, PluginProcess], pods: list[str], flags: list[str]
 ) -> None:
-    """An agent without spare pool ports (here: none kept, `--port-pool 0`) makes the pod
-    its own pair with the pod's end made in the pod's namespace: it works as a moved one
-    does, and DEL leaves nothing."""
+    """An agent that gives pods their own pair (--cni-pair own, or auto while a port add
+    costs less than a move; and without a pool) makes it with the pod's end made in the
+    pod's namespace: it works as a moved one does, no pool port is taken, and DEL leaves
+    nothing."""
     master, plugin = stack
     plugin.stop()
-    plugin.extra = ["--port-pool", "0"]
+    plugin.extra = flags
     try:
         plugin.start()
         with NetctlLab(master.url, f"10.245.{next(_SUBNETS)}.0/24") as lab:
@@ -293,6 +299,9 @@ def test_without_a_pool_port_the_pods_end_is_made_in_its_namespace(
             assert status == 0, result
             host_end = "vp" + cni.endpoint_id(cid, "eth0")[:11]  # its own pair's
             assert result["interfaces"][0]["name"] == host_end and host_end in ovs_ports()
+            if "--cni-pair" in flags:
+                shown = run(str(BIN / "netctl"), "host", "inspect", "teardown").stdout
+                assert "CNI pods get:         their own pair (--cni-pair)" in shown, shown
             wait_for(
                 lambda: (
                     in_ns(name, "ping", "-c", "1", "-W", "1", peer_ip, check=False).returncode == 0
@@ -307,7 +316,7 @@ def test_without_a_pool_port_the_pods_end_is_made_in_its_namespace(
             wait_for(lambda: host_end not in ovs_ports(), 10, f"{host_end} leaves the switch")
     finally:
         plugin.stop()
-        plugin.extra = []
+        plugin.extra = POOL
         plugin.start()
 
 

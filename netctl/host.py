@@ -200,6 +200,16 @@ def render_teardown(t: dict[str, Any]) -> str:
             ("Pool ports made", pool.get("made")),
             ("Pool found empty", pool.get("missed")),
         ]
+        if costs := t.get("costs"):
+            pair = {"own": "their own pair", "pool": "a pool port, moved in"}
+            rows += [
+                (
+                    "Port add costs",
+                    f"{costs.get('port_add_ms')} ms ({costs.get('port_adds')} measured)",
+                ),
+                ("Move costs", f"{costs.get('move_ms')} ms ({costs.get('moves')} measured)"),
+                ("CNI pods get", f"{pair.get(costs.get('cni_pair'))} ({costs.get('chosen_by')})"),
+            ]
     else:
         rows.append(("Port pool", "off (--port-pool 0)"))
     return _labelled(rows) + "".join(f"  {eid}\n" for eid in pending)

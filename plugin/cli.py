@@ -6,6 +6,7 @@ import socket
 
 from common.credentials import AGENT_TOKEN_ENV
 from common.flags import LOG_LEVELS, EnvArgumentParser, setup_logging
+from datapath.plugcost import CHOICES
 
 DEFAULT_SOCKET = "/run/docker/plugins/netplugin.sock"
 DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
@@ -83,6 +84,15 @@ def parser() -> EnvArgumentParser:
         help="switch ports kept plugged ahead of demand, so a new endpoint costs "
         "ovs-vswitchd no reconfiguration (made when the host is quiet, kept up to N); "
         "0 disables",
+    )
+    p.add_argument(
+        "--cni-pair",
+        choices=CHOICES,
+        default="auto",
+        help="where a CNI pod's interface comes from: a pool port, its end moved into the "
+        "pod's namespace (the kernel's move costs about 20 ms), or a pair of its own, made "
+        "there (a port add, which costs ovs-vswitchd more the more ports it has); auto: "
+        "whichever costs less, as measured on this host",
     )
     p.add_argument(
         "--plugin-name",

@@ -172,14 +172,16 @@ class CniService:
             return self._add(req, version, eid)
 
     def _add(self, req: cni.Request, version: str, eid: str) -> dict[str, Any]:
-        # Three independent reads (two of the master, one of the pod's namespace) at once;
-        # their errors in this order, as if one after the other.
+        # Independent reads (the master's, the pod's namespace's) at once; their errors in
+        # this order, as if one after the other. The master's record of the endpoint
+        # matters only to an ADD retried, whose port is here.
         resolving = LOOKUPS.submit(self._resolve, req)
         reading = LOOKUPS.submit(self._routes, req)
-        looking = LOOKUPS.submit(self._existing, eid)
+        retried = self.datapath.has_endpoint(eid)
+        looking = LOOKUPS.submit(self._existing, eid) if retried else None
         t, net = resolving.result()
         have = reading.result()
-        existing = looking.result()
+        existing = looking.result() if looking is not None else None
         requested = requested_routes(req.config)
         routes = plan_routes(requested, net, taken(have, req.ifname))
         if existing is not None and self._in_place(req, existing):

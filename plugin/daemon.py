@@ -27,6 +27,7 @@ from datapath.hostports import HostPorts
 from datapath.netns import NetlinkNetns
 from datapath.ofapp import FlowController
 from datapath.ovs import Ovs, detect_datapath_type
+from datapath.plugcost import PlugCosts
 from datapath.poollinks import NetlinkPoolLinks
 from datapath.portpool import PortPool, Shape
 from datapath.ports import PortConflict, PublishedPort
@@ -248,7 +249,10 @@ def port_pool(args: Any, ovs: Ovs, mtu: int) -> PortPool | None:
     records = Path(args.data_dir) / "pool-ports" / args.host.replace("/", "_")
     links = NetlinkPoolLinks(records, args.proc_sys)
     size = args.port_pool
-    return PortPool(ovs, links, args.bridge, size, batch=min(8, size), shape=Shape(mtu))
+    costs = PlugCosts(args.cni_pair)  # which pair a CNI pod gets
+    return PortPool(
+        ovs, links, args.bridge, size, batch=min(8, size), shape=Shape(mtu), costs=costs
+    )
 
 
 def open_cluster_store(args: Any) -> Store:

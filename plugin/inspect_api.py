@@ -159,7 +159,14 @@ class Window:
         if wait > 0:
             t.settle(wait)
         state = pool.state() if pool is not None else None
-        return {"pending": t.pending(), "done": t.done, "failed": t.failed, "pool": state}
+        costs = pool.costs.state() if pool is not None else None  # which pair a CNI pod gets
+        return {
+            "pending": t.pending(),
+            "done": t.done,
+            "failed": t.failed,
+            "pool": state,
+            "costs": costs,
+        }
 
     def driver(self) -> dict[str, Any]:
         return driver_view(

@@ -165,6 +165,8 @@ class FakeLinks:
         self.links: set[str] = set()
         # Host end -> where its container end was made (Into) and its TX checksumming.
         self.made_in: dict[str, tuple[Into, bool]] = {}
+        self.moved: dict[str, Into] = {}  # container ends moved out, and where
+        self.move_error: OSError | None = None
         self.serving: dict[str, str] = {}  # pool host end -> the endpoint (its record)
         self.claimed: dict[str, tuple[str, Shape]] = {}  # pool host end -> (ep, its shape)
         # What the pool changed on links (MTU, TX checksumming): each is a link change
@@ -194,6 +196,15 @@ class FakeLinks:
         self.links.add(host)
         self.made_in[host] = (into, tx_offload)
         return host
+
+    def move_to_netns(self, ifname: str, into: Into) -> None:
+        """Out of ``links``, into ``moved``; ``move_error`` raised instead, if set."""
+        if self.move_error is not None:
+            raise self.move_error
+        if ifname not in self.links:
+            raise OSError(19, f"interface {ifname} is not on this host")
+        self.links.discard(ifname)
+        self.moved[ifname] = into
 
     def delete_veth(self, endpoint_id: str) -> bool:
         return self.delete_link(veth_names(endpoint_id)[0])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -235,16 +235,19 @@ class SimSite(Site):
 
 
 def serve_stack(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, extra: Sequence[str] = ()
 ) -> Iterator[tuple[MasterProcess, PluginProcess]]:
-    """A master on the embedded store and the netplugin on the host's dockerd and OVS."""
+    """A master on the embedded store and the netplugin on the host's dockerd and OVS (with
+    ``extra`` flags)."""
     ensure_host_daemons()
     ensure_test_image()
     if serving(SOCKET):
         pytest.fail(f"another netplugin already serves {SOCKET}; stop it (e.g. `make run`) first")
     work = tmp_path_factory.mktemp("stack")
     master = MasterProcess(work / "master")
-    plugin = PluginProcess(master.url, work / "netplugin.log", data_dir=master.data_dir)
+    plugin = PluginProcess(
+        master.url, work / "netplugin.log", data_dir=master.data_dir, extra=list(extra)
+    )
     try:
         master.start()
         plugin.start()

@@ -82,3 +82,20 @@ def test_hosts_not_measured_say_why_and_meet_nothing() -> None:
     assert not any(k.startswith("100 containers") for k in got)
     lines = goals27.section(datapath(), sc, None)
     assert lines[0] == "## Issue 27's figures in this run" and lines[-1] == ""
+
+
+def test_the_cni_row_says_which_pair_the_pods_got_and_why() -> None:
+    from bench.cni import pair_said
+
+    own = {"port_add_ms": 12.5, "port_adds": 4, "move_ms": 20.0, "moves": 0, "cni_pair": "own"}
+    said = pair_said(own)
+    assert said.startswith("their own pair, made in their namespace")
+    assert "port add 12.5 ms against a move of 20.0 ms, its prior" in said
+    moved = {**own, "port_add_ms": 158.0, "move_ms": 31.2, "moves": 33, "cni_pair": "pool"}
+    assert pair_said(moved).startswith("a pool port, its end moved in (")
+    assert "prior" not in pair_said(moved)
+    assert pair_said({}) == "their own pair (no port pool)"
+    dp = datapath()
+    dp["cni"]["costs"] = moved
+    cni_row = next(r for r in goals27.rows(dp, None, None) if r[0].startswith("CNI ADD"))
+    assert "a pool port, its end moved in" in cni_row[4]

@@ -242,7 +242,11 @@ def test_add_check_del_and_del_again(
     master: RealMaster, service: tuple[CniService, FakeDatapath, FakeNetns]
 ) -> None:
     svc, dp, ns = service
+    asked: list[str] = []  # the master's endpoint records read
+    get = svc.master.get_endpoint
+    svc.master.get_endpoint = lambda e: asked.append(e) or get(e)  # type: ignore[method-assign]
     result = svc.add(req())
+    assert asked == []  # no port here: not a retry, nothing to read
     eid = cni.endpoint_id(ENV["CNI_CONTAINERID"], "eth0")
     ep = master.state.endpoints.get(eid)
     assert (ep.networkName, ep.host, ep.containerID) == ("pn", "host1", ENV["CNI_CONTAINERID"])
@@ -254,6 +258,7 @@ def test_add_check_del_and_del_again(
     # Made in the pod's namespace under its name, not moved there.
     assert dp.ports[eid]["into"] == Into("/run/netns/pod1", "eth0")
     assert svc.add(req()) == result  # retried: the same, nothing new
+    assert asked == [eid]
     svc.check(req("CHECK", {**CONF, "prevResult": result}))
     ns.spaces["/run/netns/pod1"].clear()
     with pytest.raises(cni.CniError) as e:

@@ -261,7 +261,7 @@ def test_teardown_lists_pending_removals_and_waits_for_them(world: dict[str, Any
     gate = threading.Event()
     agent.teardown = Teardown(lambda keys: [gate.wait(5)])
     agent.teardown.submit("e1" * 32)
-    want = {"pending": ["e1" * 32], "done": 0, "failed": 0, "pool": None}
+    want = {"pending": ["e1" * 32], "done": 0, "failed": 0, "pool": None, "costs": None}
     assert get(world, "/inspect/teardown") == want
     pool = agent.ports.pool = PortPool(agent.ovs, agent.links, "netplugin", 4, batch=3)
     assert pool.refill() == 3
@@ -273,8 +273,11 @@ def test_teardown_lists_pending_removals_and_waits_for_them(world: dict[str, Any
     assert "netplugin_port_pool_missed_total 0.0" in text
     threading.Timer(0.05, gate.set).start()
     pool_state = {"free": 3, "size": 4, "taken": 0, "missed": 0, "reused": 0, "made": 3}
-    want = {"pending": [], "done": 1, "failed": 0, "pool": pool_state}
-    assert get(world, "/inspect/teardown?wait=5") == want
+    got = get(world, "/inspect/teardown?wait=5")
+    costs = got.pop("costs")  # the batch's add, measured: which pair a CNI pod gets
+    assert got == {"pending": [], "done": 1, "failed": 0, "pool": pool_state}
+    assert (costs["port_adds"], costs["moves"], costs["move_ms"]) == (1, 0, 20.0)
+    assert costs["cni_pair"] == ("own" if costs["port_add_ms"] < 20 else "pool")
     for bad in ("-1", "61", "soon"):
         e = get(world, f"/inspect/teardown?wait={bad}", 400)
         assert e["object"] == "wait" and "0 to 60" in e["reason"]

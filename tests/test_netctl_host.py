@@ -108,6 +108,14 @@ ANSWERS = {
         "done": 7,
         "failed": 1,
         "pool": {"free": 5, "size": 16, "taken": 40, "missed": 2, "reused": 33, "made": 21},
+        "costs": {
+            "port_add_ms": 171.2,
+            "port_adds": 9,
+            "move_ms": 23.5,
+            "moves": 4,
+            "cni_pair": "pool",
+            "chosen_by": "measured",
+        },
     },
 }
 
@@ -171,9 +179,14 @@ def test_tables_for_endpoints_tunnels_cluster_and_flows(
     assert "classify" in out and "Missing (first 20):" in out
     _, out, _ = run(capsys, "--socket", agent_socket, "teardown")
     lines = out.splitlines()
-    values = [line.split(":")[1].strip() for line in lines[:8]]
-    assert values == ["1", "7", "1", "5 of 16", "40", "33", "21", "2"]
-    assert lines[8].strip() == "ef" * 32
+    values = [line.split(":")[1].strip() for line in lines[:11]]
+    assert values[:8] == ["1", "7", "1", "5 of 16", "40", "33", "21", "2"]
+    assert values[8:] == [
+        "171.2 ms (9 measured)",
+        "23.5 ms (4 measured)",
+        "a pool port, moved in (measured)",
+    ]
+    assert lines[11].strip() == "ef" * 32
 
 
 def test_the_endpoints_table_shows_each_endpoints_published_ports(

@@ -1,0 +1,66 @@
+"""Which pair a CNI pod gets (datapath.plugcost): the one that costs less, as measured."""
+
+from __future__ import annotations
+
+import pytest
+
+from datapath.plugcost import MOVE_PRIOR, Estimate, PlugCosts, own_pair
+
+
+def test_the_first_measurement_replaces_the_prior_and_later_ones_are_weighted() -> None:
+    e = Estimate(MOVE_PRIOR)
+    e.update(0.030)
+    assert (e.seconds, e.samples) == (0.030, 1)
+    e.update(0.010)
+    assert e.seconds == pytest.approx(0.030 + 0.3 * (0.010 - 0.030))
+    for _ in range(30):
+        e.update(0.010)
+    assert e.seconds == pytest.approx(0.010, rel=1e-3)  # it follows the host
+
+
+@pytest.mark.parametrize(
+    ("port_add", "move", "own"),
+    [
+        (Estimate(0.0), Estimate(MOVE_PRIOR), True),  # nothing measured: a quiet switch
+        (Estimate(0.008, 3), Estimate(MOVE_PRIOR), True),  # quiet: a port add is cheap
+        (Estimate(0.170, 3), Estimate(MOVE_PRIOR), False),  # 1,000 ports: the move is
+        (Estimate(0.025, 3), Estimate(0.030, 2), True),  # a slow kernel's move
+        (Estimate(0.030, 3), Estimate(0.030, 2), False),  # a tie keeps the pool's
+    ],
+)
+def test_a_pod_gets_its_own_pair_only_while_a_port_add_costs_less_than_a_move(
+    port_add: Estimate, move: Estimate, own: bool
+) -> None:
+    assert own_pair(port_add, move) is own
+
+
+def test_the_choice_follows_the_switch_as_it_fills_and_empties() -> None:
+    c = PlugCosts()
+    assert c.own_pair() and c.state()["cni_pair"] == "own"
+    c.added(0.200)  # a batch beside many ports
+    assert not c.own_pair()
+    c.moved(0.025)
+    for _ in range(10):
+        c.added(0.005)  # the ports went away
+    assert c.own_pair()
+    assert c.state() == {
+        "port_add_ms": pytest.approx(c.port_add.seconds * 1000, abs=0.05),
+        "port_adds": 11,
+        "move_ms": 25.0,
+        "moves": 1,
+        "cni_pair": "own",
+        "chosen_by": "measured",
+    }
+
+
+@pytest.mark.parametrize(("choice", "own"), [("own", True), ("pool", False)])
+def test_cni_pair_overrides_what_was_measured(choice: str, own: bool) -> None:
+    c = PlugCosts(choice)
+    c.added(0.500 if own else 0.001)  # would choose the other
+    assert c.own_pair() is own
+    assert (c.state()["cni_pair"], c.state()["chosen_by"]) == (choice, "--cni-pair")
+
+
+def test_an_unknown_cni_pair_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="CNI pair 'both': must be one of auto, pool, own"):
+        PlugCosts("both")
