@@ -8,8 +8,8 @@ grows with the ports it has (hundreds of ms beside 1,000 ports, userspace datapa
 Neither is cheaper everywhere, so the agent measures both as it goes and takes the one
 that costs less now (or what --cni-pair says). The estimates are exponentially weighted
 means of what was measured: every port add (a pair of its own, Docker's or a pod's, and
-every batch the pool makes) and every pool port's move; until a move is measured, the
-move's prior stands.
+every batch the pool makes) and every pool port's move, starting from the move's prior
+(measured here), so that one slow first move does not decide for good.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ class Estimate:
 
     seconds: float
     samples: int = 0
+    prior: bool = False  # ``seconds`` is a known cost to start from, not a placeholder
 
     def update(self, seconds: float) -> None:
-        """Fold in a measurement; the first one replaces the prior."""
-        if self.samples == 0:
+        """Fold in a measurement; the first one replaces a placeholder, not a prior (one
+        slow first move must not decide for good)."""
+        if self.samples == 0 and not self.prior:
             self.seconds = seconds
         else:
             self.seconds += WEIGHT * (seconds - self.seconds)
@@ -59,7 +61,7 @@ class PlugCosts:
         self.choice = choice
         self._lock = threading.Lock()
         self.port_add = Estimate(0.0)
-        self.move = Estimate(move_prior)
+        self.move = Estimate(move_prior, prior=True)
 
     def added(self, seconds: float) -> None:
         with self._lock:
