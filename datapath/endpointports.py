@@ -70,6 +70,8 @@ class EndpointPorts:
     ) -> None:
         self.ovs, self.links, self.bridge, self.pool = ovs, links, bridge, pool
         self._clock = clock
+        if pool is not None:  # what a port add costs depends on how many there are
+            pool.costs.ports = lambda: len(self._ports) + pool.state()["free"]
         self._lock = threading.Lock()
         self._ports: dict[str, Plugged] = {}  # endpoint -> its port
         self._leaving: dict[str, Plugged] = {}  # deleted endpoint -> its port, until handled
