@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from errno import ENODEV
 
 from . import bridgeports as bp
 from .effects import Links, Ovsdb
@@ -69,6 +70,8 @@ class EndpointPorts:
     ) -> None:
         self.ovs, self.links, self.bridge, self.pool = ovs, links, bridge, pool
         self._clock = clock
+        if pool is not None:  # what a port add costs depends on how many there are
+            pool.costs.ports = lambda: len(self._ports) + pool.state()["free"]
         self._lock = threading.Lock()
         self._ports: dict[str, Plugged] = {}  # endpoint -> its port
         self._leaving: dict[str, Plugged] = {}  # deleted endpoint -> its port, until handled
@@ -113,26 +116,27 @@ class EndpointPorts:
         self._ports[endpoint_id] = plugged
         return plugged
 
-    def move_in(self, endpoint_id: str, into: Into, wait: float) -> None:
-        """Move the endpoint's container end, here, into ``into`` (renamed in the move),
-        measuring the move for the choice above; nothing if it is not here. A failed move
-        gives the port up (back to the pool if its end is still home; waiting up to
-        ``wait`` seconds for that) and raises."""
+    def move_in(self, endpoint_id: str, into: Into) -> str:
+        """Move the endpoint's container end into ``into`` (renamed in the move), measuring
+        the move for the choice above; "" (no end here). An end that is not here (moved by
+        an ADD before a restart, made there) counts as moved. Raises OSError, naming the
+        interface and the namespace, if it cannot move (the caller removes the endpoint)."""
         plugged = self._ports.get(endpoint_id)
         if plugged is None or not plugged.container:
-            return
+            return ""
         started = self._clock()
         try:
             self.links.move_to_netns(plugged.container, into)
         except OSError as e:
-            self.unplug(endpoint_id)
-            self.teardown.wait(endpoint_id, wait)  # a failure leaves nothing
-            raise OSError(
-                e.errno, f"cannot move {plugged.container} into {into.netns} as {into.name}: {e}"
-            ) from e
-        if plugged.pool is not None and self.pool is not None:
-            self.pool.costs.moved(self._clock() - started)
-        self._ports[endpoint_id] = replace(plugged, container="")
+            if e.errno != ENODEV:
+                where = f"{plugged.container} into {into.netns} as {into.name}"
+                raise OSError(e.errno, f"cannot move {where}: {e.strerror or e}") from e
+        else:
+            if plugged.pool is not None and self.pool is not None:
+                self.pool.costs.moved(self._clock() - started)
+        if self._ports.get(endpoint_id) is plugged:
+            self._ports[endpoint_id] = replace(plugged, container="")
+        return ""
 
     def unplug(self, endpoint_id: str) -> None:
         """The endpoint is gone (its flows are, or go now): its port is given back or

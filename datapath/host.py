@@ -56,10 +56,7 @@ class HostDatapath:
         ports: HostPortProbe | None = None,
         pool: PortPool | None = None,
     ) -> None:
-        self.config = config
-        self.ovs = ovs
-        self.controller = controller
-        self.iptables = iptables
+        self.config, self.ovs, self.controller, self.iptables = config, ovs, controller, iptables
         self.links: Links = links if links is not None else NetlinkLinks()
         self._lock = threading.RLock()
         self._state = HostState()
@@ -93,8 +90,7 @@ class HostDatapath:
         )
         if self.config.vlan_uplink:
             uplink = self.config.vlan_uplink
-            if self.datapath_type == "netdev":
-                # A switch port now, not an interface of the host.
+            if self.datapath_type == "netdev":  # a switch port now, not the host's interface
                 self.links.isolate_host_end(uplink)
             self._state.uplink_ofport = self.ovs.add_port(
                 self.config.bridge, uplink, external_ids={bp.EXT_UPLINK: uplink}
@@ -328,14 +324,10 @@ class HostDatapath:
     def plug(self, endpoint_id: str, network_id: str, mac: str, into: Into | None = None) -> str:
         """An endpoint's veth and switch port without its flows (those need its addresses,
         which the master confirms meanwhile); the container-side interface name here, or ""
-        if it was made in or moved into ``into`` (datapath.endpointports)."""
+        if it was made in ``into`` (datapath.endpointports)."""
         self._wait_ready()
         with self._lock:
-            container = self._plug(endpoint_id, network_id, mac, into).container
-        if into is not None and container:  # the CNI service serializes one endpoint's calls
-            self.ports.move_in(endpoint_id, into, self.ready_timeout)  # outside the lock: ~20 ms
-            return ""
-        return container
+            return self._plug(endpoint_id, network_id, mac, into).container
 
     def _plug(
         self, endpoint_id: str, network_id: str, mac: str, into: Into | None = None
@@ -350,9 +342,10 @@ class HostDatapath:
         mtu, wait = self.config.mtu_for(net.encap), self.ready_timeout
         return self.ports.plug(endpoint_id, network_id, mac, mtu, off, wait, into)
 
-    def create_endpoint_port(self, endpoint: EndpointState) -> str:
+    def create_endpoint_port(self, endpoint: EndpointState, into: Into | None = None) -> str:
         """Plug an endpoint into the bridge (or take the port plug() made) and send its
-        flows; returns the container-side interface name once they are on the switch."""
+        flows; the container-side interface name here once they are on the switch ("" if
+        in ``into``, a CNI pod's namespace: a pool port's end moves as they are confirmed)."""
         self._wait_ready()
         with self._lock:
             p = self._plug(endpoint.id, endpoint.network_id, endpoint.mac)
@@ -363,14 +356,26 @@ class HostDatapath:
                 generation = self._apply(Change(endpoints={ep.id: ep}))
                 self._sync_nat_if(bool(ep.port_mappings))
             except BaseException:
-                self._remove_endpoint(endpoint.id)
-                self._apply(Change(endpoints={endpoint.id: None}))  # nothing if never added
-                self.teardown.wait(endpoint.id, self.ready_timeout)  # a failure leaves nothing
+                self._drop(endpoint.id)
                 raise
         # Outside the lock: the container starts once this returns, and its first packets
         # need its flows on the switch, not just sent.
+        container = p.container
+        if into is not None and container:  # the CNI service serializes one endpoint's calls
+            try:  # ~20 ms, as the switch confirms the flows
+                container = self.ports.move_in(endpoint.id, into)
+            except BaseException:
+                self._drop(endpoint.id)
+                raise
         self._await_flows(generation, f"endpoint {endpoint.id[:12]}")
-        return p.container
+        return container
+
+    def _drop(self, endpoint_id: str) -> None:
+        """A failed create's undo: its flows (if any), then its port; nothing is left."""
+        with self._lock:
+            self._remove_endpoint(endpoint_id)
+            self._apply(Change(endpoints={endpoint_id: None}))
+        self.teardown.wait(endpoint_id, self.ready_timeout)
 
     def _await_flows(self, generation: int | None, what: str) -> None:
         if generation is None:
@@ -391,8 +396,7 @@ class HostDatapath:
             self._sync_nat_if(gone is not None and bool(gone.port_mappings))
 
     def _remove_endpoint(self, endpoint_id: str) -> EndpointState | None:
-        """Forget the endpoint; its port is given back or removed in the background
-        (datapath.endpointports), once the caller has removed its flows."""
+        """Forget the endpoint; its port goes once the caller removed its flows."""
         gone = self._state.endpoints.pop(endpoint_id, None)
         self.ports.unplug(endpoint_id)
         return gone

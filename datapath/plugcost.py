@@ -8,13 +8,16 @@ grows with the ports it has (hundreds of ms beside 1,000 ports, userspace datapa
 Neither is cheaper everywhere, so the agent measures both as it goes and takes the one
 that costs less now (or what --cni-pair says). The estimates are exponentially weighted
 means of what was measured: every port add (a pair of its own, Docker's or a pod's, and
-every batch the pool makes) and every pool port's move; until a move is measured, the
-move's prior stands.
+every batch the pool makes) and every pool port's move, starting from the move's prior
+(measured here), so that one slow first move does not decide for good. A port add's cost
+depends on the ports the switch has: one measured on a switch that has since shrunk to
+less than half is stale, so the next pod gets its own pair, which measures it again.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,63 +27,91 @@ WEIGHT = 0.3  # how much the newest measurement counts
 
 @dataclass
 class Estimate:
-    """One operation's running cost, in seconds."""
+    """One operation's running cost, in seconds, and how many switch ports there were at
+    its last measurement."""
 
     seconds: float
     samples: int = 0
+    prior: bool = False  # ``seconds`` is a known cost to start from, not a placeholder
+    ports: int = 0
 
-    def update(self, seconds: float) -> None:
-        """Fold in a measurement; the first one replaces the prior."""
-        if self.samples == 0:
+    def update(self, seconds: float, ports: int = 0) -> None:
+        """Fold in a measurement; the first one replaces a placeholder, not a prior (one
+        slow first move must not decide for good), and one on a switch that has shrunk to
+        less than half replaces what was measured on the larger one."""
+        if (self.samples == 0 and not self.prior) or shrunk(self.ports, ports):
             self.seconds = seconds
         else:
             self.seconds += WEIGHT * (seconds - self.seconds)
         self.samples += 1
+        self.ports = ports
+
+
+def shrunk(then: int, now: int) -> bool:
+    """Whether the switch has less than half the ports it had when a port add was last
+    measured: a port add costs ovs-vswitchd less on a smaller switch, so that measurement
+    says too much (and while pods take pool ports nothing measures it again)."""
+    return now < then / 2
 
 
 CHOICES = ("auto", "pool", "own")  # the agent's --cni-pair
 
 
-def own_pair(port_add: Estimate, move: Estimate, choice: str = "auto") -> bool:
+def own_pair(port_add: Estimate, move: Estimate, choice: str = "auto", ports: int = 0) -> bool:
     """Whether a pod gets its own pair: as ``choice`` says ("own", "pool"), or ("auto")
-    while a port add is expected to cost less than a pool port's move. With no port add
-    measured yet, its own (a switch with no ports is a cheap one to add to)."""
+    while a port add is expected to cost less than a pool port's move, on a switch of
+    ``ports`` ports now. With no port add measured yet, or one measured on a switch twice
+    the size, its own (the add measures it again)."""
     if choice != "auto":
         return choice == "own"
-    return port_add.samples == 0 or port_add.seconds < move.seconds
+    if port_add.samples == 0 or shrunk(port_add.ports, ports):
+        return True
+    return port_add.seconds < move.seconds
 
 
 class PlugCosts:
     """What a port add and a move cost on this host, as measured; thread-safe."""
 
-    def __init__(self, choice: str = "auto", move_prior: float = MOVE_PRIOR) -> None:
+    def __init__(
+        self,
+        choice: str = "auto",
+        move_prior: float = MOVE_PRIOR,
+        ports: Callable[[], int] = lambda: 0,
+    ) -> None:
         if choice not in CHOICES:
             raise ValueError(f"CNI pair {choice!r}: must be one of {', '.join(CHOICES)}")
         self.choice = choice
+        self.ports = ports  # the switch's endpoint ports now (datapath.endpointports sets it)
         self._lock = threading.Lock()
         self.port_add = Estimate(0.0)
-        self.move = Estimate(move_prior)
+        self.move = Estimate(move_prior, prior=True)
 
     def added(self, seconds: float) -> None:
+        ports = self.ports()
         with self._lock:
-            self.port_add.update(seconds)
+            self.port_add.update(seconds, ports)
 
     def moved(self, seconds: float) -> None:
         with self._lock:
             self.move.update(seconds)
 
     def own_pair(self) -> bool:
+        ports = self.ports()
         with self._lock:
-            return own_pair(self.port_add, self.move, self.choice)
+            return own_pair(self.port_add, self.move, self.choice, ports)
 
     def state(self) -> dict[str, Any]:
         """For inspect: the estimates (ms) and what a pod gets now."""
+        ports = self.ports()
         with self._lock:
+            own = own_pair(self.port_add, self.move, self.choice, ports)
             return {
                 "port_add_ms": round(self.port_add.seconds * 1000, 1),
                 "port_adds": self.port_add.samples,
+                "port_add_ports": self.port_add.ports,
+                "ports": ports,
                 "move_ms": round(self.move.seconds * 1000, 1),
                 "moves": self.move.samples,
-                "cni_pair": "own" if own_pair(self.port_add, self.move, self.choice) else "pool",
+                "cni_pair": "own" if own else "pool",
                 "chosen_by": "measured" if self.choice == "auto" else "--cni-pair",
             }

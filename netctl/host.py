@@ -205,7 +205,8 @@ def render_teardown(t: dict[str, Any]) -> str:
             rows += [
                 (
                     "Port add costs",
-                    f"{costs.get('port_add_ms')} ms ({costs.get('port_adds')} measured)",
+                    f"{costs.get('port_add_ms')} ms ({costs.get('port_adds')} measured; last "
+                    f"at {costs.get('port_add_ports')} ports, {costs.get('ports')} now)",
                 ),
                 ("Move costs", f"{costs.get('move_ms')} ms ({costs.get('moves')} measured)"),
                 ("CNI pods get", f"{pair.get(costs.get('cni_pair'))} ({costs.get('chosen_by')})"),

@@ -40,8 +40,10 @@ class Datapath(Protocol):
         ipv6: str,
         mtu: int,
         group: str = "",
+        into: Into | None = None,
     ) -> str:
-        """Create (or find) the endpoint's port; returns the host-side container ifname.
+        """Create (or find) the endpoint's port; returns the host-side container ifname
+        ("" if it is in ``into``, a CNI pod's namespace: made there, or moved there now).
         ``group`` is TENANT:GROUP of its endpoint group ("" outside one)."""
         ...
 
@@ -128,7 +130,9 @@ def attach(
         ifname = plugging.result()
         booked = (ep.ipAddress or request.ipAddress, ep.ipv6Address or request.ipv6Address)
         if booked != asked:  # the flows wait for the addresses the master chose
-            ifname = datapath.create_endpoint_port(eid, net, mac, *booked, mtu, group=group)
+            ifname = datapath.create_endpoint_port(
+                eid, net, mac, *booked, mtu, group=group, into=into
+            )
     except Exception as failure:
         log.exception("endpoint %s: datapath port failed; undoing it", eid[:12])
         _undo(master, datapath, eid, unplug=plugging.exception() is None, free=True)

@@ -103,10 +103,11 @@ class AgentDatapath:
         ipv6: str,
         mtu: int,
         group: str = "",
+        into: Into | None = None,
     ) -> str:
         network_id = self._ensure_network(network)
         ep = EndpointState(endpoint_id, network_id, mac, ipv4, ipv6, group)
-        return self.agent.create_endpoint_port(ep)
+        return self.agent.create_endpoint_port(ep, into)
 
     def plug(
         self, endpoint_id: str, network: Network, mac: str, mtu: int, into: Into | None = None

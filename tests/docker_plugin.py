@@ -41,11 +41,12 @@ class FakeDatapath:
         ipv6: str,
         mtu: int,
         group: str = "",
+        into: Any = None,
     ) -> str:
         if self.fail:
             raise RuntimeError("ovs-vsctl add-port failed")
         name = f"vport{endpoint_id[:8]}"
-        into = self.ports.get(endpoint_id, {}).get("into")  # plugged first, made there
+        into = self.ports.get(endpoint_id, {}).get("into") or into  # made there, or moved
         self.ports[endpoint_id] = {
             "name": name, "mac": mac, "ipv4": ipv4, "mtu": mtu, "group": group, "into": into,
         }  # fmt: skip

@@ -48,7 +48,10 @@ class Host:
         return agent
 
     def create(self, e: EndpointState) -> EndpointState:
-        self.agent.create_endpoint_port(e)
+        return self.create_in(e, None)
+
+    def create_in(self, e: EndpointState, into: Into | None) -> EndpointState:
+        self.agent.create_endpoint_port(e, into)
         return next(x for x in self.agent.desired().endpoints if x.id == e.id)
 
     def delete(self, e: EndpointState, container_home: bool = True) -> None:
@@ -207,17 +210,20 @@ def test_into_a_namespace_a_pod_gets_its_own_pair_while_a_port_add_is_cheaper() 
 
 def test_into_a_namespace_a_pool_port_is_moved_in_while_a_port_add_costs_more() -> None:
     """CNI beside many ports: a port add costs more than a move, so a free pool port is
-    taken and its end moved into the pod's namespace (renamed there), the move measured;
-    with the pool empty, the pod's own pair, made there (the pool makes nothing for it)."""
+    taken; its end is moved into the pod's namespace (renamed there) once the flows are
+    sent, and the move is measured. With the pool empty, the pod's own pair, made there
+    (the pool makes nothing for it)."""
     h = Host(size=1, batch=1)
     assert h.pool.refill() == 1
     h.pool.costs.added(0.300)  # as beside 1,000 ports on the userspace datapath
     into = Into("/run/netns/pod1", "eth0")
     port = h.pool.free()[0]
-    assert h.agent.plug(ep(2).id, NET.id, ep(2).mac, into) == ""  # moved there
+    assert h.agent.plug(ep(2).id, NET.id, ep(2).mac, into) == port.container  # still here
+    assert h.links.moved == {} and h.pool.taken == 1  # a refused booking gives it back whole
+    assert h.agent.create_endpoint_port(ep(2), into) == ""  # moved there
     assert h.links.moved == {port.container: into} and port.container not in h.links.links
-    assert h.pool.costs.move.samples == 1 and h.pool.taken == 1
-    mine = h.create(ep(2))
+    assert h.pool.costs.move.samples == 1
+    mine = next(x for x in h.agent.desired().endpoints if x.id == ep(2).id)
     assert (mine.port, mine.ofport) == (port.host, port.ofport)
     made = h.pool.made
     assert h.agent.plug(ep(3).id, NET.id, ep(3).mac, into) == ""
@@ -231,12 +237,31 @@ def test_a_pool_port_that_cannot_move_in_goes_back_and_the_error_says_where() ->
     h.pool.costs.added(0.300)
     port = h.pool.free()[0]
     h.links.move_error = OSError(17, "File exists")  # the pod has an eth0 already
-    moving = f"cannot move {port.container} into /run/netns/pod1 as eth0: .*File exists"
+    into = Into("/run/netns/pod1", "eth0")
+    h.agent.plug(ep(2).id, NET.id, ep(2).mac, into)
+    moving = f"cannot move {port.container} into /run/netns/pod1 as eth0: File exists"
     with pytest.raises(OSError, match=moving):
-        h.agent.plug(ep(2).id, NET.id, ep(2).mac, Into("/run/netns/pod1", "eth0"))
+        h.agent.create_endpoint_port(ep(2), into)
+    assert not h.agent.has_endpoint(ep(2).id) and h.agent.settle(5) == 0  # no flows left
     back = h.pool.free()  # whole, to serve (readied for the endpoint's shape)
     assert [p.host for p in back] == [port.host] and port.container in h.links.links
-    assert h.agent.endpoint_oper(ep(2).id) == {} and h.agent.settle(5) == 0
+
+
+def test_an_add_retried_after_a_restart_finds_the_end_moved_and_keeps_the_endpoint() -> None:
+    """The agent restarted after a pool port's end was moved into the pod: the adopted
+    port's end is not here, which counts as moved, and the endpoint keeps its port and
+    flows."""
+    h = Host(size=1, batch=1)
+    assert h.pool.refill() == 1
+    h.pool.costs.added(0.300)
+    into = Into("/run/netns/pod1", "eth0")
+    h.agent.plug(ep(2).id, NET.id, ep(2).mac, into)
+    mine = h.create_in(ep(2), into)
+    h.agent = h.start([mine])
+    assert h.agent.create_endpoint_port(ep(2), into) == ""
+    again = next(x for x in h.agent.desired().endpoints if x.id == ep(2).id)
+    assert (again.port, again.ofport) == (mine.port, mine.ofport) and h.agent.settle(5) == 0
+    assert mine.port in h.ovs.ports
 
 
 def test_a_port_made_in_a_namespace_is_adopted_after_a_restart() -> None:

@@ -111,6 +111,8 @@ ANSWERS = {
         "costs": {
             "port_add_ms": 171.2,
             "port_adds": 9,
+            "port_add_ports": 1016,
+            "ports": 1012,
             "move_ms": 23.5,
             "moves": 4,
             "cni_pair": "pool",
@@ -182,7 +184,7 @@ def test_tables_for_endpoints_tunnels_cluster_and_flows(
     values = [line.split(":")[1].strip() for line in lines[:11]]
     assert values[:8] == ["1", "7", "1", "5 of 16", "40", "33", "21", "2"]
     assert values[8:] == [
-        "171.2 ms (9 measured)",
+        "171.2 ms (9 measured; last at 1016 ports, 1012 now)",
         "23.5 ms (4 measured)",
         "a pool port, moved in (measured)",
     ]

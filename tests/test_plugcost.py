@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from datapath.plugcost import MOVE_PRIOR, Estimate, PlugCosts, own_pair
+from datapath.plugcost import MOVE_PRIOR, Estimate, PlugCosts, own_pair, shrunk
 
 
-def test_the_first_measurement_replaces_the_prior_and_later_ones_are_weighted() -> None:
-    e = Estimate(MOVE_PRIOR)
+def test_the_first_measurement_replaces_a_placeholder_and_later_ones_are_weighted() -> None:
+    e = Estimate(0.0)
     e.update(0.030)
     assert (e.seconds, e.samples) == (0.030, 1)
     e.update(0.010)
@@ -16,6 +16,19 @@ def test_the_first_measurement_replaces_the_prior_and_later_ones_are_weighted() 
     for _ in range(30):
         e.update(0.010)
     assert e.seconds == pytest.approx(0.010, rel=1e-3)  # it follows the host
+
+
+def test_one_slow_first_move_does_not_decide_for_good() -> None:
+    """A move of 200 ms (a loaded host at start) against the 20 ms prior: the estimate moves
+    part of the way, and a few ordinary moves bring it back below a 60 ms port add."""
+    c = PlugCosts()
+    c.added(0.060)
+    c.moved(0.200)
+    assert c.move.seconds == pytest.approx(MOVE_PRIOR + 0.3 * (0.200 - MOVE_PRIOR))
+    assert c.own_pair()  # 74 ms > 60 ms: for now
+    for _ in range(3):
+        c.moved(0.022)
+    assert not c.own_pair()
 
 
 @pytest.mark.parametrize(
@@ -39,14 +52,16 @@ def test_the_choice_follows_the_switch_as_it_fills_and_empties() -> None:
     assert c.own_pair() and c.state()["cni_pair"] == "own"
     c.added(0.200)  # a batch beside many ports
     assert not c.own_pair()
-    c.moved(0.025)
+    c.moved(0.020)  # = the prior
     for _ in range(10):
         c.added(0.005)  # the ports went away
     assert c.own_pair()
     assert c.state() == {
         "port_add_ms": pytest.approx(c.port_add.seconds * 1000, abs=0.05),
         "port_adds": 11,
-        "move_ms": 25.0,
+        "port_add_ports": 0,
+        "ports": 0,
+        "move_ms": 20.0,
         "moves": 1,
         "cni_pair": "own",
         "chosen_by": "measured",
@@ -64,3 +79,28 @@ def test_cni_pair_overrides_what_was_measured(choice: str, own: bool) -> None:
 def test_an_unknown_cni_pair_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="CNI pair 'both': must be one of auto, pool, own"):
         PlugCosts("both")
+
+
+def test_a_port_add_measured_on_a_larger_switch_is_measured_again_once_it_shrank() -> None:
+    """Beside 1,000 ports a port add cost 280 ms, so pods took pool ports, and nothing
+    measured a port add again; once the switch has less than half those ports, the next
+    pod gets its own pair, and its add's cost replaces the old one."""
+    ports = [1016]
+    c = PlugCosts(ports=lambda: ports[0])
+    c.added(0.280)
+    assert not c.own_pair() and c.state()["port_add_ports"] == 1016
+    ports[0] = 600
+    assert not c.own_pair()  # still more than half
+    ports[0] = 16
+    assert c.own_pair() and c.state()["cni_pair"] == "own"
+    c.added(0.012)
+    assert c.port_add.seconds == 0.012 and c.own_pair()  # replaced, not blended
+    ports[0] = 1016
+    c.added(0.290)  # grown again: blended (each own pair's add measures it as it grows)
+    assert c.port_add.seconds == pytest.approx(0.012 + 0.3 * (0.290 - 0.012))
+
+
+@pytest.mark.parametrize(("then", "now", "stale"), [(1016, 16, True), (1016, 508, False),
+                                                    (16, 1016, False), (0, 0, False)])  # fmt: skip
+def test_a_switch_has_shrunk_below_half(then: int, now: int, stale: bool) -> None:
+    assert shrunk(then, now) is stale
