@@ -82,6 +82,10 @@ def test_hosts_not_measured_say_why_and_meet_nothing() -> None:
     assert not any(k.startswith("100 containers") for k in got)
     lines = goals27.section(datapath(), sc, None)
     assert lines[0] == "## Issue 27's figures in this run" and lines[-1] == ""
+    skipped = table(goals27.rows(datapath(), None, None))  # --skip scale
+    ep = skipped["1,000 simulated hosts: an endpoint reaches every view"]
+    assert ep[1] == "not measured in this run" and ep[3] == "not measured"
+    assert "section keeps its last run's" in ep[4]
 
 
 def test_the_cni_row_says_which_pair_the_pods_got_and_why() -> None:
