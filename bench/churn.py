@@ -27,6 +27,7 @@ from bench.runs import sh, socket_agent
 from bench.scaling import DockerCalls
 from testbed.host import BUSYBOX_IMAGE, CREATE_NETWORK, TEST_LABEL
 
+BRIDGE_PREFIX = "bench-br-"
 PING_UNTIL_UP = "until ping -c 1 -W 1 {gw} >/dev/null 2>&1; do sleep 0.02; done"
 
 
@@ -52,6 +53,32 @@ def burst(network: str, gateway: str, count: int, parallel: int) -> dict[str, fl
     return {"last_s": max(done), "median_s": statistics.median(done), "count": count}
 
 
+def remove_bridge(name: str) -> None:
+    """Remove bridge network ``name``, disconnecting by force whatever dockerd still lists
+    on it first: a container that is gone can leave a stale endpoint behind, which keeps the
+    network (and its subnet) from being removed."""
+    if subprocess.run(["docker", "network", "rm", name], capture_output=True).returncode == 0:
+        return
+    listed = subprocess.run(
+        ["docker", "network", "inspect", "-f", "{{range .Containers}}{{.Name}} {{end}}", name],
+        capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    for endpoint in listed:
+        subprocess.run(["docker", "network", "disconnect", "-f", name, endpoint],
+                       capture_output=True)  # fmt: skip
+    subprocess.run(["docker", "network", "rm", name], capture_output=True)
+
+
+def leftover_bridges() -> None:
+    """Remove the bridge networks an earlier run of this benchmark left (theirs would
+    overlap this run's subnet)."""
+    out = sh("docker", "network", "ls", "--filter", f"label={TEST_LABEL}",
+             "--filter", "driver=bridge", "--format", "{{.Name}}")  # fmt: skip
+    for name in out.split():
+        if name.startswith(BRIDGE_PREFIX):
+            remove_bridge(name)
+
+
 def bridge_ports(network: str, count: int) -> list[str]:
     """``count`` veth pairs enslaved to the Linux bridge of docker network ``network``."""
     bridge = "br-" + sh("docker", "network", "inspect", "-f", "{{.Id}}", network).strip()[:12]
@@ -73,10 +100,11 @@ def run(work: Path, standing: int = 1000, count: int = 100, parallel: int = 10) 
 def _run(standing: int, count: int, parallel: int) -> dict[str, Any]:
     from testbed.plugin import SOCKET
 
-    ours, bridge = f"bench-np-{uuid.uuid4().hex[:6]}", f"bench-br-{uuid.uuid4().hex[:6]}"
+    ours, bridge = f"bench-np-{uuid.uuid4().hex[:6]}", f"{BRIDGE_PREFIX}{uuid.uuid4().hex[:6]}"
     standing_eps: list[tuple[str, str]] = []
     links: list[str] = []
     calls: DockerCalls | None = None
+    leftover_bridges()
     try:
         sh(*CREATE_NETWORK, "--subnet", "10.152.0.0/16", ours)
         sh("docker", "network", "create", "--label", TEST_LABEL, "-d", "bridge",
@@ -108,7 +136,8 @@ def _run(standing: int, count: int, parallel: int) -> dict[str, Any]:
         if calls is not None:
             for eid, addr in standing_eps:
                 calls.remove(eid, addr)
-        subprocess.run(["docker", "network", "rm", ours, bridge], capture_output=True)
+        subprocess.run(["docker", "network", "rm", ours], capture_output=True)
+        remove_bridge(bridge)
 
 
 def section(r: dict[str, Any]) -> list[str]:
