@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from bench.stats import pct
-from cni.main import install
+from cni.launcher import install
 from testbed.lab import BIN, NetctlLab
 
 PTP = "/usr/lib/cni/ptp"

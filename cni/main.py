@@ -12,9 +12,8 @@ does not answer: then the checks run here first, so the error is the one they fi
 The socket: the configuration's "socket" key, else $NETPLUGIN_CNI_SOCKET, else
 /run/netplugin/cni.sock.
 
-``netplugin-cni install DIR`` writes DIR/netplugin-cni, a launcher that starts Python
-without site-packages (``-IS``) and imports this module from where it is installed: about
-a third of the console script's start (docs/BENCHMARKS.md, "CNI").
+``netplugin-cni install DIR`` writes DIR/netplugin-cni, a launcher that does the fast path
+in Perl or starts Python without site-packages (cni.launcher; docs/BENCHMARKS.md, "CNI").
 """
 
 from __future__ import annotations
@@ -27,6 +26,8 @@ DEFAULT_SOCKET = "/run/netplugin/cni.sock"  # = common.cni.DEFAULT_SOCKET
 SOCKET_ENV = "NETPLUGIN_CNI_SOCKET"  # = common.cni.SOCKET_ENV
 EXEC_URL = "/cni/exec"  # = common.cni.EXEC_URL
 EXIT_HEADER = b"netplugin-cni-exit"  # = common.cni.EXIT_HEADER, lower case
+# Set by the Perl launcher (cni.launcher) when the agent did not answer it: why not.
+FAILED_ENV = "NETPLUGIN_CNI_FAILED"
 
 
 def exec_body(env: dict[bytes, bytes], stdin: bytes) -> bytes:
@@ -111,14 +112,19 @@ def run(
 
 def main() -> None:
     if sys.argv[1:2] == ["install"]:
+        from cni.launcher import install_main
+
         sys.exit(install_main(sys.argv[2:]))
     from posix import environ  # os's environ, without importing os
 
     stdin = sys.stdin.buffer.read()
     env = {k: v for k, v in environ.items() if k.startswith(b"CNI_")}
     failed: OSError | None = None
+    said = environ.get(FAILED_ENV.encode())
+    if said is not None:  # the Perl launcher asked the agent, which did not answer
+        failed = OSError(said.decode(errors="replace"))
     # Any backslash may spell "socket" in a key: the full path parses the configuration.
-    if env.get(b"CNI_COMMAND") != b"VERSION" and b"socket" not in stdin and b"\\" not in stdin:
+    elif env.get(b"CNI_COMMAND") != b"VERSION" and b"socket" not in stdin and b"\\" not in stdin:
         path = (environ.get(SOCKET_ENV.encode()) or DEFAULT_SOCKET.encode()).decode()
         try:
             answer = exec_on_agent(path, env, stdin)
@@ -137,45 +143,6 @@ def main() -> None:
         sys.stdout.write(json.dumps(printed) + "\n")
     sys.stdout.flush()
     sys.exit(status)
-
-
-LAUNCHER = """#!{python} -IS
-# netplugin-cni, written by `netplugin-cni install`: Python without site-packages (-IS),
-# importing the plugin from {root}.
-import sys
-sys.path.insert(0, {root!r})
-from cni.main import main
-main()
-"""
-
-
-def install(directory: str) -> str:
-    """Write ``directory``/netplugin-cni, the lean launcher (replacing what is there
-    whole); its path."""
-    import os
-
-    import cni
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(cni.__file__)))
-    target = os.path.join(directory, "netplugin-cni")
-    staged = f"{target}.{os.getpid()}.tmp"
-    with open(staged, "w") as f:
-        f.write(LAUNCHER.format(python=sys.executable, root=root))
-    os.chmod(staged, 0o755)
-    os.replace(staged, target)
-    return target
-
-
-def install_main(args: list[str]) -> int:
-    if len(args) != 1:
-        sys.stderr.write("usage: netplugin-cni install DIR  (e.g. /opt/cni/bin)\n")
-        return 2
-    try:
-        print(install(args[0]))
-    except OSError as e:
-        sys.stderr.write(f"netplugin-cni install: {e}\n")
-        return 1
-    return 0
 
 
 if __name__ == "__main__":

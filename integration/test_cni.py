@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from cni.main import install
+from cni.launcher import install
 from common import cni
 from testbed.host import AGENT_DATA_DIR, endpoint_port, pool_records, spare_pool_ports
 from testbed.lab import BIN, NetctlLab, ip_of, run

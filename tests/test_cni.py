@@ -22,7 +22,8 @@ from docker_plugin import FakeDatapath
 from prometheus_client.parser import text_string_to_metric_families
 
 from cni import main as cni_main
-from cni.main import exec_body, install, run
+from cni.launcher import install
+from cni.main import exec_body, run
 from common import cni
 from common.models import EndpointGroup, Network
 from datapath.netns import NetnsInterface, NetnsRoute
@@ -421,8 +422,9 @@ def test_pod_labels_choose_the_group_and_become_the_endpoints(
     assert (ep.groupName, ep.containerName, ep.labels["app"]) == ("web", "web-0", "web")
 
 
+@pytest.mark.parametrize("kind", ["perl", "python"])
 def test_the_socket_serves_the_executable(
-    master: RealMaster, service: tuple[CniService, FakeDatapath, FakeNetns]
+    kind: str, master: RealMaster, service: tuple[CniService, FakeDatapath, FakeNetns]
 ) -> None:
     svc, _, _ = service
     with tempfile.TemporaryDirectory(dir="/tmp") as d:
@@ -443,7 +445,7 @@ def test_the_socket_serves_the_executable(
             assert os.stat(path).st_mode & 0o777 == 0o600
             # The installed launcher, as a runtime execs it: the call goes to the agent as it
             # came, and the answers are run()'s.
-            launcher = install(d)
+            launcher = install(d, kind)
             env = {**ENV, cni.SOCKET_ENV: path}
             status, out = launched(launcher, env, json.dumps(CONF))
             assert status == 0 and out is not None and out["cniVersion"] == "1.0.0"
@@ -462,10 +464,58 @@ def test_the_socket_serves_the_executable(
             assert metric(metrics, count, method="CNI.DEL", outcome="ok") == 2
         finally:
             server.shutdown()
-        # No agent: the checks still come first, then "not answering" (code 11).
+        # No agent: the checks still come first, then "not answering" (code 11) and why.
         for stdin, code in (("{not json", cni.DECODE_FAILURE), (json.dumps(CONF), 11)):
             status, out = launched(launcher, env, stdin)
             assert status == 1 and out is not None and out["code"] == code, out
+        assert "not answering on " + path in out["msg"] and "Connection refused" in out["msg"], out
+
+
+@pytest.mark.parametrize("kind", ["perl", "python"])
+def test_an_answer_without_an_exit_status_is_an_io_failure(kind: str) -> None:
+    """Something else on the socket (not an agent of this version): the launcher does not
+    print its answer, the full path says what answered."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        path = os.path.join(d, "cni.sock")
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(path)
+        listener.listen(4)
+
+        def answer() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+        threading.Thread(target=answer, daemon=True).start()
+        try:
+            status, out = launched(
+                install(d, kind), {**ENV, cni.SOCKET_ENV: path}, json.dumps(CONF)
+            )
+        finally:
+            listener.close()
+    assert status == 1 and out is not None and out["code"] == cni.IO_FAILURE, out
+    assert out["msg"] == f"the agent on {path} did not answer {cni.EXEC_URL}"
+
+
+def test_the_launchers_install_whole_and_say_what_they_run(tmp_path: Path) -> None:
+    from cni import launcher
+
+    perl = Path(install(str(tmp_path), "perl")).read_text()
+    assert perl.startswith("#!/usr/bin/perl\n") and sys.executable in perl
+    python = Path(install(str(tmp_path), "python")).read_text()
+    assert python.startswith(f"#!{sys.executable} -IS\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["netplugin-cni"]  # nothing staged left
+    assert launcher.chosen("auto") == ("perl" if os.access("/usr/bin/perl", os.X_OK) else "python")
+    # A path with a quote in it is quoted for Perl.
+    assert launcher._perl_str("/o'pt\\x") == "'/o\\'pt\\\\x'"
+    with pytest.raises(ValueError):
+        launcher.launcher("sh", sys.executable, "/")
+    assert launcher.install_main(["--launcher", "sh", str(tmp_path)]) == 2
 
 
 def metric(metrics: AgentMetrics, name: str, **labels: str) -> float:
