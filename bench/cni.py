@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from bench.stats import pct
-from cni.launcher import install
+from cni.launcher import chosen, install
 from testbed.lab import BIN, NetctlLab
 
 PTP = "/usr/lib/cni/ptp"
@@ -91,6 +91,7 @@ def live(master_url: str, n: int = 50) -> dict[str, Any]:
         _cycle(ours, conf, 3)  # warm-up (the agent's network port, page cache)
         _cycle(PTP, ref, 3)
         result = {"netplugin": _cycle(ours, conf, n), "ptp": _cycle(PTP, ref, n), "n": n}
+        result["launcher"] = chosen("auto")
         result["costs"] = _plug_costs()
         result["version"] = {
             "netplugin": [
@@ -128,13 +129,13 @@ def section(r: dict[str, Any]) -> list[str]:
         f"Method: {r['n']} ADD then DEL of a fresh network namespace each, by exec'ing the",
         "plugin as a runtime does (the CNI_* environment, the configuration on stdin), timed",
         "from exec to exit. netplugin-cni is the launcher `netplugin-cni install` writes",
-        "(Python -IS): it hands each call, unparsed, to the agent of the single-host stack",
-        "above, which books the address with the master, plugs an OVS port and waits for its",
-        f"flows. The pods got {pair_said(r.get('costs') or {})}.",
+        f"({r.get('launcher', 'python')}): it hands each call, unparsed, to the agent of the",
+        "single-host stack above, which books the address with the master, plugs an OVS port",
+        f"and waits for its flows. The pods got {pair_said(r.get('costs') or {})}.",
         "Debian's ptp (containernetworking-plugins 1.1.1) with host-local makes a veth",
-        "pair and routes, in the same run. VERSION needs no agent: it is the executable's own",
-        "start and its JSON (Python's, for netplugin-cni; a Go binary for ptp); the console",
-        "script's start adds site-packages.",
+        "pair and routes, in the same run. VERSION needs no agent: it is the plugin's own",
+        "start and its JSON (Python's, for netplugin-cni, which the Perl launcher starts for",
+        "it; a Go binary for ptp); the console script's start adds site-packages.",
         "",
         "| call | netplugin-cni p50 ms | p99 ms | ptp + host-local p50 ms | p99 ms | ratio p50 |",
         "|---|---:|---:|---:|---:|---:|",

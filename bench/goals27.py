@@ -60,9 +60,10 @@ def rows(dp: dict[str, Any], sc: dict[str, Any] | None, ch: dict[str, Any] | Non
          f"no OVSDB change on the path (the port pool; ovs-vswitchd's own cost of a port: "
          f"{port_cost}); left: the flows confirmed on the switch, one master round trip"),
         ("CNI ADD p50, netplugin-cni ÷ ptp + host-local", f"{add:.2f}", "≤ 2.00", _met(add <= 2),
-         f"pods got {pair_said(cni.get('costs') or {})}; left: Python's start and the "
-         "agent's socket, the master's booking, the pod's interface configured in its "
-         "namespace: DESIGN's CNI section has the profile"),
+         f"pods got {pair_said(cni.get('costs') or {})}; left: the pod's veth pair and "
+         "its OVS port beside the master's booking, the flows confirmed, the interface "
+         "configured in its namespace, the launcher's start and the agent's socket: "
+         "DESIGN's CNI section has the profile"),
     ]  # fmt: skip
     row = _hub_row(sc, TARGET_HOSTS)
     if row is None:

@@ -174,18 +174,20 @@ class CniService:
     def _add(self, req: cni.Request, version: str, eid: str) -> dict[str, Any]:
         # Independent reads (the master's, the pod's namespace's) at once; their errors in
         # this order, as if one after the other. The master's record of the endpoint
-        # matters only to an ADD retried, whose port is here.
+        # matters only to an ADD retried, whose port is here. A fresh ADD needs the pod's
+        # routes only to configure its interface: they are read while it is booked and
+        # plugged.
         resolving = LOOKUPS.submit(self._resolve, req)
         reading = LOOKUPS.submit(self._routes, req)
         retried = self.datapath.has_endpoint(eid)
         looking = LOOKUPS.submit(self._existing, eid) if retried else None
         t, net = resolving.result()
-        have = reading.result()
-        existing = looking.result() if looking is not None else None
         requested = requested_routes(req.config)
-        routes = plan_routes(requested, net, taken(have, req.ifname))
+        existing = looking.result() if looking is not None else None
         if existing is not None and self._in_place(req, existing):
             # An ADD retried: the same answer, with the routes that are still there.
+            have = reading.result()
+            routes = plan_routes(requested, net, taken(have, req.ifname))
             there = via(have, req.ifname)
             kept = tuple(r for r in routes if r in there)
             host_end = self._host_end(eid)
@@ -202,6 +204,7 @@ class CniService:
             containerName=t.pod[1] if t.pod else req.container_id[:12],
             labels=dict(t.labels),  # written with the endpoint: services select the pod
         )
+        plan_routes(requested, net, {})  # the configuration's routes fit the network
         failed = f"container {req.container_id[:12]}: {req.ifname}"
         try:
             # A free pool port, moved in; if there is none, the pod's end made there.
@@ -212,6 +215,11 @@ class CniService:
             if isinstance(e, MasterError):
                 raise _refusal(e, f"endpoint {eid}") from None
             raise cni.CniError(cni.DATAPATH_FAILURE, f"{failed}: {e}") from e
+        try:  # a route the pod has already via another interface is refused now
+            routes = plan_routes(requested, net, taken(reading.result(), req.ifname))
+        except cni.CniError:
+            self._undo(eid, req)
+            raise
         a = attachment(req, net, ep, routes, self._host_end(eid))
         try:
             self.netns.move_into(

@@ -399,6 +399,30 @@ def test_routes_the_configuration_asks_for_are_exactly_what_the_interface_gets(
     assert "net2" not in ns.spaces[POD]
 
 
+def test_a_route_read_that_fails_once_the_pod_is_plugged_leaks_nothing(
+    master: RealMaster,
+    service: tuple[CniService, FakeDatapath, FakeNetns],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    svc, dp, ns = service
+    before = master.snapshot()
+    # A route the network cannot have is refused before anything is booked.
+    v6 = {**CONF, "network": "d1", "routes": [{"dst": "fd99::/48", "gw": "10.7.0.9"}]}
+    with pytest.raises(cni.CniError) as e:
+        svc.add(req(config=v6))
+    assert e.value.code == cni.INVALID_CONFIG and "is not an IPv6 address" in e.value.msg
+    assert master.snapshot() == before and dp.ports == {}
+
+    def unreadable(netns: str) -> frozenset[NetnsRoute]:
+        raise OSError(13, "Permission denied")  # found while the pod is being plugged
+
+    monkeypatch.setattr(ns, "routes", unreadable)
+    with pytest.raises(cni.CniError) as e:
+        svc.add(req())
+    assert e.value.code == cni.DATAPATH_FAILURE and "Permission denied" in e.value.msg
+    assert master.snapshot() == before and dp.ports == {} and ns.spaces[POD] == {}
+
+
 def test_an_add_of_a_0_3_0_configuration_answers_in_0_3_0(
     master: RealMaster, service: tuple[CniService, FakeDatapath, FakeNetns]
 ) -> None:
