@@ -40,6 +40,7 @@ from .options import mac_for
 log = logging.getLogger(__name__)
 
 PodLabels = Callable[[str, str], Mapping[str, str]]  # (namespace, name) -> labels
+LocalNetwork = Callable[[str, str], "Network | None"]  # (tenant, name) -> the agent's mirror's
 
 # The reads an ADD starts at once, and the pod's interface removed while DEL frees the rest.
 LOOKUPS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="cni")
@@ -135,8 +136,10 @@ class CniService:
         host: str,
         mtu: int = 0,
         pod_labels: PodLabels | None = None,
+        local_network: LocalNetwork | None = None,
     ) -> None:
         self.master = master
+        self.local_network = local_network
         self.datapath = datapath
         self.netns = netns
         self.host = host
@@ -169,19 +172,25 @@ class CniService:
         version = cni.config_version(req.config)
         eid = cni.endpoint_id(req.container_id, req.ifname)
         with self._one_at_a_time(eid):
-            return self._add(req, version, eid)
+            try:
+                return self._add(req, version, eid)
+            except _Changed as changed:  # the mirror was behind: again, with the master's
+                log.warning("CNI: %s; adding %s again", changed, eid[:12])
+                return self._add(req, version, eid, local=False)
 
-    def _add(self, req: cni.Request, version: str, eid: str) -> dict[str, Any]:
+    def _add(self, req: cni.Request, version: str, eid: str, local: bool = True) -> dict[str, Any]:
         # Independent reads (the master's, the pod's namespace's) at once; their errors in
         # this order, as if one after the other. The master's record of the endpoint
         # matters only to an ADD retried, whose port is here. A fresh ADD needs the pod's
         # routes only to configure its interface: they are read while it is booked and
-        # plugged.
+        # plugged. The network is the agent's mirror's where it has it; the master's, read
+        # meanwhile, must be the same before the ADD answers.
         resolving = LOOKUPS.submit(self._resolve, req)
         reading = LOOKUPS.submit(self._routes, req)
         retried = self.datapath.has_endpoint(eid)
         looking = LOOKUPS.submit(self._existing, eid) if retried else None
-        t, net = resolving.result()
+        mirrored = self._mirrored(req) if local and not retried else None
+        t, net = mirrored or resolving.result()
         requested = requested_routes(req.config)
         existing = looking.result() if looking is not None else None
         if existing is not None and self._in_place(req, existing):
@@ -215,9 +224,12 @@ class CniService:
             if isinstance(e, MasterError):
                 raise _refusal(e, f"endpoint {eid}") from None
             raise cni.CniError(cni.DATAPATH_FAILURE, f"{failed}: {e}") from e
-        try:  # a route the pod has already via another interface is refused now
+        try:
+            if mirrored is not None and resolving.result() != mirrored:
+                raise _Changed(f"network {net.id} is not what this agent's mirror holds yet")
+            # A route the pod has already via another interface is refused now.
             routes = plan_routes(requested, net, taken(reading.result(), req.ifname))
-        except cni.CniError:
+        except BaseException:  # the master's refusal, or a change: nothing is left
             self._undo(eid, req)
             raise
         a = attachment(req, net, ep, routes, self._host_end(eid))
@@ -328,6 +340,21 @@ class CniService:
         )
         return Target(t.tenant, network, t.group, t.pod, t.labels), net
 
+    def _mirrored(self, req: cni.Request) -> tuple[Target, Network] | None:
+        """The target and its network from the agent's mirror, for a configuration that
+        names a network and no group (a group's network, and labels from the kube API, are
+        the master's and the API's to say); None if the mirror has no such network."""
+        if self.local_network is None or self.pod_labels is not None:
+            return None
+        try:
+            t = target(req)
+        except cni.CniError:
+            return None  # _resolve says so
+        if t.group or not t.network:
+            return None
+        net = self.local_network(t.tenant, t.network)
+        return (t, net) if net is not None else None
+
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
         try:
             return fn()
@@ -383,6 +410,10 @@ class CniService:
         except OSError as e:
             log.warning("CNI: %s in %s: %s", req.ifname, req.netns, e)
             return False
+
+
+class _Changed(Exception):
+    """The master's network is not the mirror's: the ADD made with it is undone."""
 
 
 def _refusal(e: MasterError, what: str) -> cni.CniError:

@@ -397,7 +397,10 @@ def run(args: Any) -> None:
     if args.cni_socket:
         pod_labels = kube.load(args.kubeconfig) if args.kubeconfig else None
         pods = AgentDatapath(agent, master, view.tenant_tags)
-        cni_service = CniService(master, pods, NetlinkNetns(), args.host, args.mtu, pod_labels)
+        cni_service = CniService(
+            master, pods, NetlinkNetns(), args.host, args.mtu, pod_labels,
+            local_network=lambda tenant, name: _mirrored_network(view, tenant, name),
+        )  # fmt: skip
         cni_app = create_cni_app(cni_service, metrics)
         cni_server = make_socket_server(args.cni_socket, cni_app, error_body=cni_parse_error)
         api_servers.append(cni_server)

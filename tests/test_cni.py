@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -421,6 +422,43 @@ def test_a_route_read_that_fails_once_the_pod_is_plugged_leaks_nothing(
         svc.add(req())
     assert e.value.code == cni.DATAPATH_FAILURE and "Permission denied" in e.value.msg
     assert master.snapshot() == before and dp.ports == {} and ns.spaces[POD] == {}
+
+
+def test_the_network_comes_from_the_agents_mirror_and_a_stale_one_is_not_kept(
+    master: RealMaster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where the agent's mirror has the network, ADD does not wait for the master's read of
+    it; the master's is read meanwhile, and a mirror behind it (the network made again
+    with another subnet) costs a second ADD, never a pod on the old network."""
+    client = MasterClient(master.url, backoff=0, session=master.session())
+    dp = FakeDatapath()
+    ns = FakeNetns(dp)
+    current = master.state.networks.get("default", "pn")
+    mirror: dict[str, Network] = {"pn": current}
+    asked: list[str] = []
+
+    def local(tenant: str, name: str) -> Network | None:
+        asked.append(f"{tenant}:{name}")
+        return mirror.get(name)
+
+    svc = CniService(client, dp, ns, "host1", local_network=local)
+    first = svc.add(req())
+    assert asked == ["default:pn"] and first["ips"][0]["gateway"] == "10.9.0.1"
+    svc.delete(req("DEL"))
+    before = master.snapshot()
+    mirror["pn"] = current.model_copy(update={"subnet": "10.8.0.0/24", "gateway": "10.8.0.1"})
+    with caplog.at_level(logging.WARNING, logger="plugin.cni_service"):
+        again = svc.add(req())
+    assert again["ips"][0]["address"].startswith("10.9.0.")  # the master's network
+    assert again["ips"][0]["gateway"] == "10.9.0.1" and len(dp.ports) == 1
+    assert "network default:pn is not what this agent's mirror holds yet" in caplog.text
+    svc.delete(req("DEL"))
+    assert master.snapshot() == before and dp.ports == {}
+    # A network the mirror does not have yet, and a group's: the master's.
+    del mirror["pn"]
+    svc.add(req(config={**CONF, "network": "", "group": "web"}))
+    svc.add(req(CNI_IFNAME="net1"))
+    assert asked[-1] == "default:pn" and len(asked) == 3 and len(dp.ports) == 2
 
 
 def test_an_add_of_a_0_3_0_configuration_answers_in_0_3_0(
