@@ -108,6 +108,7 @@ def plug_endpoint(
     else:
         host = links.create_veth_in_netns(endpoint_id, mac, mtu, into, not offloads_off)
         container = ""
+        into.made.set()  # the pod's interface may be configured while the port is added
     try:
         if offloads_off and container:
             links.disable_tx_offload(container)

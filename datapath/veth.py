@@ -7,9 +7,10 @@ import hashlib
 import ipaddress
 import os
 import re
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyroute2 import IPRoute
@@ -24,10 +25,13 @@ _HEX = re.compile(r"^[0-9a-f]+$")
 @dataclass(frozen=True)
 class Into:
     """Where an endpoint's container end is made, instead of this host's namespace: a
-    network namespace (its path) and the interface's name there (a CNI pod's)."""
+    network namespace (its path) and the interface's name there (a CNI pod's). ``made`` is
+    set once the end is there under that name (made there, or moved in), so that the pod's
+    interface can be configured while the switch takes its port and flows."""
 
     netns: str
     name: str
+    made: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
 
 def veth_names(endpoint_id: str) -> tuple[str, str]:

@@ -105,10 +105,13 @@ def attach(
     net: Network,
     mtu: int,
     into: Into | None = None,
+    booked: Callable[[Endpoint], object] | None = None,
 ) -> tuple[Endpoint, str]:
     """Book ``request`` and plug it into ``net``: (the booked endpoint, the container-side
     ifname here, or "" if it was made in ``into``, which a request with addresses does not
     use). Raises the master's MasterError, or DatapathFailure; either way nothing is left.
+    ``booked`` hears of the booking as soon as the master answers, while the port and its
+    flows are still being made (an answer that attach then undoes included).
     """
     eid, mac = request.endpointID, request.macAddress
     group = group_id(request.tenantName, request.groupName)
@@ -126,6 +129,8 @@ def attach(
         refused = isinstance(e, MasterError) and e.status < 500
         _undo(master, datapath, eid, unplug=plugged, free=not refused)
         raise
+    if booked is not None:
+        booked(ep)
     try:
         ifname = plugging.result()
         booked = (ep.ipAddress or request.ipAddress, ep.ipv6Address or request.ipv6Address)

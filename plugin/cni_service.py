@@ -20,7 +20,7 @@ import ipaddress
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -215,31 +215,40 @@ class CniService:
         )
         plan_routes(requested, net, {})  # the configuration's routes fit the network
         failed = f"container {req.container_id[:12]}: {req.ifname}"
+        # A free pool port, moved in; if there is none, the pod's end made there. Its
+        # interface is configured as soon as its addresses are booked and its end is there,
+        # while the switch takes the port and confirms the flows.
+        pod = PodEnd(Into(req.netns, req.ifname))
+        routing = lambda: plan_routes(requested, net, taken(reading.result(), req.ifname))  # noqa: E731
+
+        def booked(ep: Endpoint) -> None:
+            pod.job = LOOKUPS.submit(self._configure, pod, req, net, ep, routing)
+
         try:
-            # A free pool port, moved in; if there is none, the pod's end made there.
-            into = Into(req.netns, req.ifname)
-            ep, ifname = attach.attach(self.master, self.datapath, request, net, self.mtu, into)
+            ep, pod.ifname = attach.attach(
+                self.master, self.datapath, request, net, self.mtu, pod.into, booked
+            )
         except Exception as e:  # attach undid itself; an interface of an earlier ADD may be left
+            pod.abandon()
             self._remove_ours(eid, req)
             if isinstance(e, MasterError):
                 raise _refusal(e, f"endpoint {eid}") from None
             raise cni.CniError(cni.DATAPATH_FAILURE, f"{failed}: {e}") from e
+        pod.into.made.set()  # (an end that was here: moved, or a path that did not say so)
         try:
+            if pod.job is None:  # attach answers only once booked
+                raise RuntimeError(f"endpoint {eid}: booked, but never configured")
+            pod.job.exception()  # done, whatever it found, before anything is undone
             if mirrored is not None and resolving.result() != mirrored:
                 raise _Changed(f"network {net.id} is not what this agent's mirror holds yet")
-            # A route the pod has already via another interface is refused now.
-            routes = plan_routes(requested, net, taken(reading.result(), req.ifname))
-        except BaseException:  # the master's refusal, or a change: nothing is left
+            routes = pod.job.result()
+        except OSError as e:
+            self._undo(eid, req)
+            raise cni.CniError(cni.DATAPATH_FAILURE, f"{failed}: {e}") from e
+        except BaseException:  # the master's refusal, a route refused, a change: nothing left
             self._undo(eid, req)
             raise
         a = attachment(req, net, ep, routes, self._host_end(eid))
-        try:
-            self.netns.move_into(
-                ifname, req.netns, req.ifname, [cidr for cidr, _ in a.addresses], a.routes, a.mac
-            )
-        except Exception as e:
-            self._undo(eid, req)
-            raise cni.CniError(cni.DATAPATH_FAILURE, f"{failed}: {e}") from e
         log.info(
             "CNI: container %s %s on %s: %s%s",
             req.container_id[:12],
@@ -249,6 +258,27 @@ class CniService:
             "".join(f"; route {dst} via {gw}" for dst, gw in a.routes),
         )
         return cni.result(version, a)
+
+    def _configure(
+        self,
+        pod: PodEnd,
+        req: cni.Request,
+        net: Network,
+        ep: Endpoint,
+        routing: Callable[[], tuple[Route, ...]],
+    ) -> tuple[Route, ...]:
+        """Once the pod's end is in its namespace: its addresses, routes (``routing``
+        plans them: a route the pod has via another interface is refused) and MAC; the
+        routes. Nothing, if the ADD was given up meanwhile."""
+        pod.into.made.wait()
+        if pod.abandoned:
+            return ()
+        routes = routing()
+        a = attachment(req, net, ep, routes)
+        self.netns.move_into(
+            pod.ifname, req.netns, req.ifname, [cidr for cidr, _ in a.addresses], routes, a.mac
+        )
+        return routes
 
     def _host_end(self, eid: str) -> str:
         """The endpoint's switch port on this host ("" if it has none)."""
@@ -410,6 +440,24 @@ class CniService:
         except OSError as e:
             log.warning("CNI: %s in %s: %s", req.ifname, req.netns, e)
             return False
+
+
+class PodEnd:
+    """A CNI pod's interface while an ADD makes it: where (``into``), its name on this host
+    if its end was not made or moved there (``ifname``), and the job that configures it."""
+
+    def __init__(self, into: Into) -> None:
+        self.into = into
+        self.ifname = ""
+        self.job: Future[tuple[Route, ...]] | None = None
+        self.abandoned = False
+
+    def abandon(self) -> None:
+        """The ADD failed: the job configures nothing (and is waited for)."""
+        self.abandoned = True
+        self.into.made.set()
+        if self.job is not None:
+            self.job.exception()
 
 
 class _Changed(Exception):

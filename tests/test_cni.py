@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -459,6 +460,48 @@ def test_the_network_comes_from_the_agents_mirror_and_a_stale_one_is_not_kept(
     svc.add(req(config={**CONF, "network": "", "group": "web"}))
     svc.add(req(CNI_IFNAME="net1"))
     assert asked[-1] == "default:pn" and len(asked) == 3 and len(dp.ports) == 2
+
+
+def test_the_pods_interface_is_configured_while_the_switch_takes_its_port(
+    master: RealMaster,
+) -> None:
+    """Once the pod's end is in its namespace and its addresses are booked, its interface
+    is configured at once: the switch's port add and flows do not wait for it, nor it for
+    them. A plug that fails after that leaves nothing either."""
+    client = MasterClient(master.url, backoff=0, session=master.session())
+    configured: list[bool] = []
+
+    class Switch(FakeDatapath):
+        fail_flows = False
+
+        def plug(self, endpoint_id: str, network: Network, mac: str, mtu: int,
+                 into: Any = None) -> str:  # fmt: skip
+            name = super().plug(endpoint_id, network, mac, mtu, into)
+            into.made.set()  # its own pair, made there
+            return name
+
+        def create_endpoint_port(self, *args: Any, **kwargs: Any) -> str:
+            deadline = time.monotonic() + 5
+            while "eth0" not in ns.spaces[POD] and time.monotonic() < deadline:
+                time.sleep(0.005)
+            configured.append("eth0" in ns.spaces[POD])  # while the flows are confirmed
+            if self.fail_flows:
+                raise RuntimeError("the switch refused the flows")
+            return super().create_endpoint_port(*args, **kwargs)
+
+    dp = Switch()
+    ns = FakeNetns(dp)
+    svc = CniService(client, dp, ns, "host1")
+    result = svc.add(req())
+    assert configured == [True] and result["interfaces"][1]["name"] == "eth0"
+    svc.delete(req("DEL"))
+    before = master.snapshot()
+    dp.fail_flows = True
+    with pytest.raises(cni.CniError) as e:
+        svc.add(req())
+    assert e.value.code == cni.DATAPATH_FAILURE and "refused the flows" in e.value.msg
+    assert configured == [True, True]
+    assert master.snapshot() == before and dp.ports == {} and ns.spaces[POD] == {}
 
 
 def test_an_add_of_a_0_3_0_configuration_answers_in_0_3_0(

@@ -4,6 +4,7 @@ no OVSDB change on an endpoint's path, reuse, removal, restart, audit and stop."
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -194,7 +195,15 @@ def test_into_a_namespace_a_pod_gets_its_own_pair_while_a_port_add_is_cheaper() 
     h = Host(size=1, batch=1)
     assert h.pool.refill() == 1 and h.pool.costs.port_add.samples == 1
     into = Into("/run/netns/pod1", "eth0")
+    made_first, add = [], h.ovs.add_port
+
+    def add_port(*args: Any, **kwargs: Any) -> int:
+        made_first.append(into.made.is_set())
+        return add(*args, **kwargs)
+
+    h.ovs.add_port = add_port  # type: ignore[method-assign]
     assert h.agent.plug(ep(3).id, NET.id, ep(3).mac, into) == ""  # nothing to move here
+    assert made_first == [True]  # said before the port was added: the pod may be configured
     assert (h.pool.made, h.pool.missed, h.pool.taken, len(h.pool.free())) == (1, 0, 0, 1)
     assert h.pool.costs.port_add.samples == 2
     host = veth_names(ep(3).id)[0]
@@ -220,7 +229,9 @@ def test_into_a_namespace_a_pool_port_is_moved_in_while_a_port_add_costs_more() 
     port = h.pool.free()[0]
     assert h.agent.plug(ep(2).id, NET.id, ep(2).mac, into) == port.container  # still here
     assert h.links.moved == {} and h.pool.taken == 1  # a refused booking gives it back whole
+    assert not into.made.is_set()
     assert h.agent.create_endpoint_port(ep(2), into) == ""  # moved there
+    assert into.made.is_set()
     assert h.links.moved == {port.container: into} and port.container not in h.links.links
     assert h.pool.costs.move.samples == 1
     mine = next(x for x in h.agent.desired().endpoints if x.id == ep(2).id)
@@ -242,6 +253,7 @@ def test_a_pool_port_that_cannot_move_in_goes_back_and_the_error_says_where() ->
     moving = f"cannot move {port.container} into /run/netns/pod1 as eth0: File exists"
     with pytest.raises(OSError, match=moving):
         h.agent.create_endpoint_port(ep(2), into)
+    assert not into.made.is_set()
     assert not h.agent.has_endpoint(ep(2).id) and h.agent.settle(5) == 0  # no flows left
     back = h.pool.free()  # whole, to serve (readied for the endpoint's shape)
     assert [p.host for p in back] == [port.host] and port.container in h.links.links
