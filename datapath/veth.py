@@ -3,6 +3,7 @@ and NetlinkLinks, the agent's real Links (datapath.effects)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import ipaddress
 import os
@@ -96,21 +97,29 @@ def create_veth_in_netns(
     from .netns import in_netns, read
 
     host, _ = veth_names(endpoint_id)
-    with IPRoute() as ip:
-        if ip.link_lookup(ifname=host):
-            there = read(netns, name)
-            if there is not None and there.mac.lower() == mac.lower():
-                return host
-            ip.link("del", index=ip.link_lookup(ifname=host)[0])
+
+    def add() -> None:
         fd = os.open(netns, os.O_RDONLY)
         try:
             peer = {"ifname": name, "address": mac, "mtu": mtu, "net_ns_fd": fd}
             ip.link("add", ifname=host, kind="veth", mtu=mtu, peer=peer)
         finally:
             os.close(fd)
+
+    with IPRoute() as ip:
+        try:  # made at once: a retry (the host end is here) is the rare case
+            add()
+        except NetlinkError as e:
+            if e.code != errno.EEXIST or not ip.link_lookup(ifname=host):
+                raise  # the name is taken in the pod's namespace
+            there = read(netns, name)
+            if there is not None and there.mac.lower() == mac.lower():
+                return host
+            ip.link("del", index=ip.link_lookup(ifname=host)[0])
+            add()
         try:
             isolate_host_end(host, proc_sys)
-            ip.link("set", index=ip.link_lookup(ifname=host)[0], state="up")
+            ip.link("set", ifname=host, state="up")
             if not tx_offload:
                 in_netns(netns, lambda: disable_tx_offload(name))
         except (OSError, NetlinkError, IndexError):
