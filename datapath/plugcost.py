@@ -6,43 +6,53 @@ of its own, its end made in the pod's namespace (no move) and its host end added
 bridge: one reconfiguration of ovs-vswitchd, which costs a few ms on a quiet switch and
 grows with the ports it has (hundreds of ms beside 1,000 ports, userspace datapath).
 Neither is cheaper everywhere, so the agent measures both as it goes and takes the one
-that costs less now (or what --cni-pair says). The estimates are exponentially weighted
-means of what was measured: every port add (a pair of its own, Docker's or a pod's, and
-every batch the pool makes) and every pool port's move, starting from the move's prior
-(measured here), so that one slow first move does not decide for good. A port add's cost
+that costs less now (or what --cni-pair says). The estimates are medians of the latest
+measurements: every port add (a pair of its own, Docker's or a pod's, and every batch the
+pool makes) and every pool port's move, the move's starting from its prior (measured here),
+so that one slow first move does not decide for good. A median, not a mean: on a busy host
+one add in a few takes several times the others (measured: the weighted mean reached 54 ms
+where adds took 15 and sent pods to 40 ms moves), and one sample must not flip the choice
+while a real change in cost does within a few. A port add's cost
 depends on the ports the switch has: one measured on a switch that has since shrunk to
 less than half is stale, so the next pod gets its own pair, which measures it again.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 MOVE_PRIOR = 0.020  # seconds: the kernel's move of an interface between namespaces, here
-WEIGHT = 0.3  # how much the newest measurement counts
+WINDOW = 7  # the latest measurements an estimate is the median of
 
 
 @dataclass
 class Estimate:
-    """One operation's running cost, in seconds, and how many switch ports there were at
-    its last measurement."""
+    """One operation's running cost, in seconds (the median of the latest measurements),
+    and how many switch ports there were at its last measurement."""
 
     seconds: float
     samples: int = 0
     prior: bool = False  # ``seconds`` is a known cost to start from, not a placeholder
     ports: int = 0
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW), repr=False)
+
+    def __post_init__(self) -> None:
+        if self.prior:
+            self.recent.append(self.seconds)
 
     def update(self, seconds: float, ports: int = 0) -> None:
         """Fold in a measurement; the first one replaces a placeholder, not a prior (one
         slow first move must not decide for good), and one on a switch that has shrunk to
         less than half replaces what was measured on the larger one."""
         if (self.samples == 0 and not self.prior) or shrunk(self.ports, ports):
-            self.seconds = seconds
-        else:
-            self.seconds += WEIGHT * (seconds - self.seconds)
+            self.recent.clear()
+        self.recent.append(seconds)
+        self.seconds = statistics.median(self.recent)
         self.samples += 1
         self.ports = ports
 
