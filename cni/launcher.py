@@ -7,10 +7,12 @@ Two launchers, both handing the call to cni.main:
   module, which starts in about 2 ms against Python's 10 to 15. It hands ADD, DEL and
   CHECK to the agent's socket as cni.main's fast path does (``POST /cni/exec``, the CNI_*
   variables and stdin unparsed) and prints the answer with the exit status the agent names.
-  Everything else it pipes to Python's full path (cni.main with the same stdin): VERSION, a
-  configuration that may name its own "socket", an answer without an exit status, and an
-  agent that does not answer, whose reason it passes in $NETPLUGIN_CNI_FAILED so that the
-  checks run first and the error says why, without asking the agent twice.
+  Everything else goes to Python's full path, which the launcher's process becomes (exec:
+  a runtime that kills the plugin kills it), with the same stdin: VERSION, a configuration
+  that may name its own "socket", arguments (``install``), and an agent that did not
+  answer, or answered without an exit status, which it says in cni.main's arguments
+  (FAILED_ARG with the reason, NO_EXIT_ARG), so that the checks run first and the error
+  says why, without asking the agent again.
 - **python**: Python without site-packages (``-IS``), importing cni.main from this
   installation; about a third of the console script's start.
 """
@@ -33,54 +35,65 @@ main()
 """
 
 # Perl's builtins only (no `use`: strict alone costs a module load); 1 is AF_UNIX and
-# SOCK_STREAM on Linux; a sockaddr_un is the family, then the path.
+# SOCK_STREAM on Linux (not MIPS); a sockaddr_un is the family, then the path. Paths are
+# written in as single-quoted Perl strings, and nowhere else.
 PERL_LAUNCHER = r"""#!{perl}
 # netplugin-cni, written by `netplugin-cni install`: ADD, DEL and CHECK go to the agent's
 # socket from here; anything else, and an agent that does not answer, to the plugin's
-# Python ({python}, importing it from {root}). Its start is part of every pod's.
+# Python, which this process becomes. Its start is part of every pod's.
 binmode STDIN;
 binmode STDOUT;
 $SIG{{PIPE}} = 'IGNORE';
-delete $ENV{{{failed}}};
-my $in = do {{ local $/; <STDIN> }};
-$in = '' unless defined $in;
+my $in = '';
 
+# Become the plugin's Python (it exits as the call's status), with the call's stdin on a
+# pipe fed by a child, and @_ as its arguments (why the agent was not asked, or failed).
 sub python {{
     alarm 0;
-    $ENV{{{failed}}} = $_[0] if defined $_[0];
+    close AGENT;
+    my ($r, $w);
+    pipe($r, $w) or die "netplugin-cni: pipe: $!\n";
+    my $writer = fork();
+    die "netplugin-cni: fork: $!\n" unless defined $writer;
+    if ($writer == 0) {{
+        close $r;
+        binmode $w;
+        print $w $in;
+        close $w;
+        exit 0;
+    }}
+    close $w;
+    open(STDIN, '<&', $r) or die "netplugin-cni: stdin: $!\n";
     my $code = 'import sys; sys.path.insert(0, sys.argv.pop(1)); '
         . 'from cni.main import main; main()';
-    open(my $py, '|-', {python_q}, '-IS', '-c', $code, {root_q}) or do {{
-        print STDERR "netplugin-cni: cannot run {python}: $!\n";
-        exit 1;
-    }};
-    binmode $py;
-    print $py $in;
-    close $py;
-    exit($? & 127 ? 1 : $? >> 8);
+    exec({python_q}, '-IS', '-c', $code, {root_q}, @_)
+        or die 'netplugin-cni: cannot run ' . {python_q} . ": $!\n";
 }}
 
+python(@ARGV) if @ARGV;  # `install DIR` and the like
+$in = do {{ local $/; <STDIN> }};
+$in = '' unless defined $in;
 my $cmd = defined $ENV{{CNI_COMMAND}} ? $ENV{{CNI_COMMAND}} : '';
 python() if $cmd eq 'VERSION' || index($in, 'socket') >= 0 || index($in, "\\") >= 0;
 my $path = $ENV{{{socket_env}}} || '{socket}';
 my $body = join('', map {{ "$_=$ENV{{$_}}\0" }} grep {{ /^CNI_/ }} keys %ENV) . "\0" . $in;
-$SIG{{ALRM}} = sub {{ python('timed out') }};
+$SIG{{ALRM}} = sub {{ python('{failed}', 'timed out') }};
 alarm {timeout};
-socket(AGENT, 1, 1, 0) or python("$!");
-connect(AGENT, pack('S Z*', 1, $path)) or python("$!");
+socket(AGENT, 1, 1, 0) or python('{failed}', "$!");
+connect(AGENT, pack('S Z*', 1, $path)) or python('{failed}', "$!");
 my $ask = "POST {url} HTTP/1.0\r\nHost: netplugin\r\n"
     . "Content-Type: application/octet-stream\r\nContent-Length: " . length($body)
     . "\r\n\r\n" . $body;
 while (length $ask) {{
     my $n = syswrite(AGENT, $ask);
-    python("$!") unless defined $n;
+    python('{failed}', "$!") unless defined $n;
     substr($ask, 0, $n) = '';
 }}
 shutdown(AGENT, 1);
 my $answer = '';
 while (1) {{
     my $n = sysread(AGENT, $answer, 65536, length $answer);
-    python("$!") unless defined $n;
+    python('{failed}', "$!") unless defined $n;
     last unless $n;
 }}
 alarm 0;
@@ -93,7 +106,7 @@ if ($at >= 0) {{
         }}
     }}
 }}
-python();
+python('{no_exit}');  # answered, but not as an agent of this version
 """
 
 
@@ -113,11 +126,10 @@ def launcher(kind: str, python: str, root: str) -> str:
         raise ValueError(f"no launcher {kind!r}: {' or '.join(KINDS[1:])}")
     return PERL_LAUNCHER.format(
         perl=PERL,
-        python=python,
-        root=root,
         python_q=_perl_str(python),
         root_q=_perl_str(root),
-        failed=main.FAILED_ENV,
+        failed=main.FAILED_ARG,
+        no_exit=main.NO_EXIT_ARG,
         socket_env=main.SOCKET_ENV,
         socket=main.DEFAULT_SOCKET,
         timeout=int(main.TIMEOUT),

@@ -26,8 +26,10 @@ DEFAULT_SOCKET = "/run/netplugin/cni.sock"  # = common.cni.DEFAULT_SOCKET
 SOCKET_ENV = "NETPLUGIN_CNI_SOCKET"  # = common.cni.SOCKET_ENV
 EXEC_URL = "/cni/exec"  # = common.cni.EXEC_URL
 EXIT_HEADER = b"netplugin-cni-exit"  # = common.cni.EXIT_HEADER, lower case
-# Set by the Perl launcher (cni.launcher) when the agent did not answer it: why not.
-FAILED_ENV = "NETPLUGIN_CNI_FAILED"
+# The Perl launcher's word (cni.launcher), as arguments: the agent did not answer it (and
+# why), or answered without an exit status.
+FAILED_ARG = "--agent-failed"
+NO_EXIT_ARG = "--agent-no-exit"
 
 
 def exec_body(env: dict[bytes, bytes], stdin: bytes) -> bytes:
@@ -69,10 +71,11 @@ def exec_on_agent(path: str, env: dict[bytes, bytes], stdin: bytes) -> tuple[int
 
 
 def run(
-    env: dict[str, str], stdin: str, failed: OSError | None = None
+    env: dict[str, str], stdin: str, failed: OSError | None = None, no_exit: bool = False
 ) -> tuple[int, dict[str, object] | None]:
     """One call, the full path: (exit status, what to print). The checks run here, then the
-    agent does the call (``failed``: the agent was asked already, and did not answer)."""
+    agent does the call (the agent was asked already: ``failed``, it did not answer;
+    ``no_exit``, its answer had no exit status)."""
     import json
 
     from common import cni
@@ -83,7 +86,7 @@ def run(
         try:
             if failed is not None:
                 raise failed
-            answer = exec_on_agent(path, raw_env, stdin.encode())
+            answer = None if no_exit else exec_on_agent(path, raw_env, stdin.encode())
         except OSError as e:
             raise cni.CniError(
                 cni.TRY_AGAIN_LATER,
@@ -110,21 +113,28 @@ def run(
     return cni.run(env, stdin, on_agent)
 
 
+def fast(env: dict[bytes, bytes], stdin: bytes) -> bool:
+    """Whether the call goes to the agent unparsed: not VERSION (answered here), and no
+    configuration that may name its own socket (any backslash may spell "socket")."""
+    return env.get(b"CNI_COMMAND") != b"VERSION" and b"socket" not in stdin and b"\\" not in stdin
+
+
 def main() -> None:
-    if sys.argv[1:2] == ["install"]:
+    args = sys.argv[1:]
+    if args[:1] == ["install"]:
         from cni.launcher import install_main
 
-        sys.exit(install_main(sys.argv[2:]))
+        sys.exit(install_main(args[1:]))
     from posix import environ  # os's environ, without importing os
 
     stdin = sys.stdin.buffer.read()
     env = {k: v for k, v in environ.items() if k.startswith(b"CNI_")}
     failed: OSError | None = None
-    said = environ.get(FAILED_ENV.encode())
-    if said is not None:  # the Perl launcher asked the agent, which did not answer
-        failed = OSError(said.decode(errors="replace"))
+    no_exit = args == [NO_EXIT_ARG]
+    if args[:1] == [FAILED_ARG] and len(args) == 2:  # the Perl launcher asked the agent
+        failed = OSError(args[1])
     # Any backslash may spell "socket" in a key: the full path parses the configuration.
-    elif env.get(b"CNI_COMMAND") != b"VERSION" and b"socket" not in stdin and b"\\" not in stdin:
+    elif not no_exit and fast(env, stdin):
         path = (environ.get(SOCKET_ENV.encode()) or DEFAULT_SOCKET.encode()).decode()
         try:
             answer = exec_on_agent(path, env, stdin)
@@ -135,10 +145,11 @@ def main() -> None:
             sys.stdout.buffer.write(out)
             sys.stdout.flush()
             sys.exit(status)
+        no_exit = failed is None  # it answered, without an exit status: not asked again
     import json
     import os
 
-    status, printed = run(dict(os.environ), stdin.decode(), failed)
+    status, printed = run(dict(os.environ), stdin.decode(), failed, no_exit)
     if printed is not None:
         sys.stdout.write(json.dumps(printed) + "\n")
     sys.stdout.flush()

@@ -6,8 +6,8 @@ of its own, its end made in the pod's namespace (no move) and its host end added
 bridge: one reconfiguration of ovs-vswitchd, which costs a few ms on a quiet switch and
 grows with the ports it has (hundreds of ms beside 1,000 ports, userspace datapath).
 Neither is cheaper everywhere, so the agent measures both as it goes and takes the one
-that costs less now (or what --cni-pair says). The estimates are medians of the latest
-measurements: every port add (a pair of its own, Docker's or a pod's, and every batch the
+that costs less now (or what --cni-pair says). The estimates are (lower) medians of the
+latest measurements: every port add (a pair of its own, Docker's or a pod's, and every batch the
 pool makes) and every pool port's move, the move's starting from its prior (measured here),
 so that one slow first move does not decide for good. A median, not a mean: on a busy host
 one add in a few takes several times the others (measured: the weighted mean reached 54 ms
@@ -32,8 +32,9 @@ WINDOW = 7  # the latest measurements an estimate is the median of
 
 @dataclass
 class Estimate:
-    """One operation's running cost, in seconds (the median of the latest measurements),
-    and how many switch ports there were at its last measurement."""
+    """One operation's running cost, in seconds (the lower median of the latest
+    measurements: of two, the smaller, so that one slow one beside an ordinary one does
+    not decide), and how many switch ports there were at its last measurement."""
 
     seconds: float
     samples: int = 0
@@ -52,7 +53,7 @@ class Estimate:
         if (self.samples == 0 and not self.prior) or shrunk(self.ports, ports):
             self.recent.clear()
         self.recent.append(seconds)
-        self.seconds = statistics.median(self.recent)
+        self.seconds = statistics.median_low(self.recent)
         self.samples += 1
         self.ports = ports
 

@@ -105,12 +105,12 @@ def attach(
     net: Network,
     mtu: int,
     into: Into | None = None,
-    booked: Callable[[Endpoint], object] | None = None,
+    on_booked: Callable[[Endpoint], object] | None = None,
 ) -> tuple[Endpoint, str]:
     """Book ``request`` and plug it into ``net``: (the booked endpoint, the container-side
     ifname here, or "" if it was made in ``into``, which a request with addresses does not
     use). Raises the master's MasterError, or DatapathFailure; either way nothing is left.
-    ``booked`` hears of the booking as soon as the master answers, while the port and its
+    ``on_booked`` hears of the booking as soon as the master answers, while the port and its
     flows are still being made (an answer that attach then undoes included).
     """
     eid, mac = request.endpointID, request.macAddress
@@ -129,9 +129,9 @@ def attach(
         refused = isinstance(e, MasterError) and e.status < 500
         _undo(master, datapath, eid, unplug=plugged, free=not refused)
         raise
-    if booked is not None:
-        booked(ep)
     try:
+        if on_booked is not None:
+            on_booked(ep)
         ifname = plugging.result()
         booked = (ep.ipAddress or request.ipAddress, ep.ipv6Address or request.ipv6Address)
         if booked != asked:  # the flows wait for the addresses the master chose

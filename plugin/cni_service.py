@@ -44,6 +44,9 @@ LocalNetwork = Callable[[str, str], "Network | None"]  # (tenant, name) -> the a
 
 # The reads an ADD starts at once, and the pod's interface removed while DEL frees the rest.
 LOOKUPS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="cni")
+# The pod's interface configured while its port is made: a job waits for its end to be in
+# the pod's namespace (hundreds of ms beside 1,000 ports), so not among the reads.
+CONFIGURING = ThreadPoolExecutor(max_workers=8, thread_name_prefix="cni-configure")
 
 
 class Master(attach.Master, Protocol):
@@ -222,7 +225,7 @@ class CniService:
         routing = lambda: plan_routes(requested, net, taken(reading.result(), req.ifname))  # noqa: E731
 
         def booked(ep: Endpoint) -> None:
-            pod.job = LOOKUPS.submit(self._configure, pod, req, net, ep, routing)
+            pod.job = CONFIGURING.submit(self._configure, pod, req, net, ep, routing)
 
         try:
             ep, pod.ifname = attach.attach(
@@ -231,6 +234,8 @@ class CniService:
         except Exception as e:  # attach undid itself; an interface of an earlier ADD may be left
             pod.abandon()
             self._remove_ours(eid, req)
+            if mirrored is not None:
+                resolving.result()  # the master's refusal of the network, if that was it
             if isinstance(e, MasterError):
                 raise _refusal(e, f"endpoint {eid}") from None
             raise cni.CniError(cni.DATAPATH_FAILURE, f"{failed}: {e}") from e
@@ -242,10 +247,13 @@ class CniService:
             if mirrored is not None and resolving.result() != mirrored:
                 raise _Changed(f"network {net.id} is not what this agent's mirror holds yet")
             routes = pod.job.result()
-        except OSError as e:
+        except (cni.CniError, _Changed):  # the master's refusal, a route refused, a change
+            self._undo(eid, req)
+            raise
+        except Exception as e:  # the interface (OSError, NetlinkError...): nothing is left
             self._undo(eid, req)
             raise cni.CniError(cni.DATAPATH_FAILURE, f"{failed}: {e}") from e
-        except BaseException:  # the master's refusal, a route refused, a change: nothing left
+        except BaseException:
             self._undo(eid, req)
             raise
         a = attachment(req, net, ep, routes, self._host_end(eid))

@@ -73,6 +73,25 @@ def test_a_datapath_failure_after_booking_frees_the_booking() -> None:
     assert dp.ports == {} and master.booked == {} and master.freed == [REQ.endpointID]
 
 
+def test_the_booking_is_heard_of_before_the_flows_and_a_hearer_that_fails_leaves_nothing() -> None:
+    master, dp = Master(), FakeDatapath()
+    heard: list[tuple[str, str]] = []
+
+    def booked(ep: Endpoint) -> None:
+        heard.append((ep.ipAddress, dp.ports.get(REQ.endpointID, {}).get("ipv4", "")))
+
+    attach(master, dp, REQ, NET, 1450, on_booked=booked)
+    assert heard == [("10.1.0.2", "")]  # before its flows had the address
+    detach(master, dp, REQ.endpointID)
+
+    def refuses(ep: Endpoint) -> None:
+        raise RuntimeError("cannot schedule the pod's configuration")
+
+    with pytest.raises(DatapathFailure, match="cannot schedule"):
+        attach(master, dp, REQ, NET, 1450, on_booked=refuses)
+    assert dp.ports == {} and master.booked == {}
+
+
 class FlowsRefused(FakeDatapath):
     def create_endpoint_port(self, *args: Any, **kwargs: Any) -> str:
         raise RuntimeError("the switch refused its flows")

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from docker_plugin import FakeDatapath
 from prometheus_client.parser import text_string_to_metric_families
+from pyroute2.netlink.exceptions import NetlinkError
 
 from cni import main as cni_main
 from cni.launcher import install
@@ -455,11 +456,38 @@ def test_the_network_comes_from_the_agents_mirror_and_a_stale_one_is_not_kept(
     assert "network default:pn is not what this agent's mirror holds yet" in caplog.text
     svc.delete(req("DEL"))
     assert master.snapshot() == before and dp.ports == {}
+    # A network the mirror still has and the master no longer: the master's word on it.
+    mirror["gone"] = current.model_copy(update={"networkName": "gone"})
+    with pytest.raises(cni.CniError) as e:
+        svc.add(req(config={**CONF, "network": "gone"}))
+    assert e.value.code == cni.UNKNOWN_NETWORK and "network default:gone: not found" in e.value.msg
+    assert master.snapshot() == before and dp.ports == {}
+    del mirror["gone"]
+    asked.remove("default:gone")
     # A network the mirror does not have yet, and a group's: the master's.
     del mirror["pn"]
     svc.add(req(config={**CONF, "network": "", "group": "web"}))
     svc.add(req(CNI_IFNAME="net1"))
     assert asked[-1] == "default:pn" and len(asked) == 3 and len(dp.ports) == 2
+
+
+def test_an_interface_the_kernel_refuses_is_a_datapath_failure_naming_it(
+    master: RealMaster,
+    service: tuple[CniService, FakeDatapath, FakeNetns],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    svc, dp, ns = service
+    before = master.snapshot()
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise NetlinkError(101, "Network is unreachable")
+
+    monkeypatch.setattr(ns, "move_into", unreachable)
+    with pytest.raises(cni.CniError) as e:
+        svc.add(req())
+    assert e.value.code == cni.DATAPATH_FAILURE
+    assert e.value.msg.startswith("container c0ffeec0ffee: eth0: ") and "unreachable" in e.value.msg
+    assert master.snapshot() == before and dp.ports == {}
 
 
 def test_the_pods_interface_is_configured_while_the_switch_takes_its_port(
@@ -586,6 +614,8 @@ def test_an_answer_without_an_exit_status_is_an_io_failure(kind: str) -> None:
         listener.bind(path)
         listener.listen(4)
 
+        asked: list[bytes] = []
+
         def answer() -> None:
             while True:
                 try:
@@ -593,7 +623,7 @@ def test_an_answer_without_an_exit_status_is_an_io_failure(kind: str) -> None:
                 except OSError:
                     return
                 with conn:
-                    conn.recv(65536)
+                    asked.append(conn.recv(65536))
                     conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}")
 
         threading.Thread(target=answer, daemon=True).start()
@@ -605,6 +635,29 @@ def test_an_answer_without_an_exit_status_is_an_io_failure(kind: str) -> None:
             listener.close()
     assert status == 1 and out is not None and out["code"] == cni.IO_FAILURE, out
     assert out["msg"] == f"the agent on {path} did not answer {cni.EXEC_URL}"
+    assert len(asked) == 1  # an ADD the agent may have done is not sent again
+
+
+def test_the_perl_launcher_quotes_its_paths_and_passes_arguments(tmp_path: Path) -> None:
+    """A Python whose path holds characters Perl would interpolate, or a quote, still runs;
+    arguments (``install DIR``) go to the plugin."""
+    from cni import launcher
+
+    odd = tmp_path / 'v"e@nv $x'
+    odd.mkdir()
+    (odd / "python").symlink_to(sys.executable)
+    root = str(Path(cni_main.__file__).resolve().parent.parent)
+    plugin = tmp_path / "netplugin-cni"
+    plugin.write_text(launcher.launcher("perl", str(odd / "python"), root))
+    plugin.chmod(0o755)
+    version = launched(str(plugin), {"CNI_COMMAND": "VERSION"}, '{"cniVersion": "0.4.0"}')
+    assert version == run({"CNI_COMMAND": "VERSION"}, '{"cniVersion": "0.4.0"}')
+    into = tmp_path / "bin"
+    into.mkdir()
+    made = subprocess.run([str(plugin), "install", "--launcher", "python", str(into)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert made.returncode == 0 and made.stdout.strip() == str(into / "netplugin-cni")
+    assert (into / "netplugin-cni").read_text().startswith(f"#!{odd / 'python'} -IS")
 
 
 def test_the_launchers_install_whole_and_say_what_they_run(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from datapath.host import EndpointState, HostConfig, HostDatapath, NetworkState
+from datapath.plugcost import WINDOW
 from datapath.portpool import EXT_POOL, PortPool, Shape, container_end, pool_names
 from datapath.veth import Into, veth_names
 from testbed.fakes_datapath import FakeController, FakeHostPorts, FakeIptables, FakeLinks, FakeOvs
@@ -188,6 +189,12 @@ def test_offloads_follow_the_network_through_reuse(tso: bool) -> None:
     assert (container_end(again.port) in h.links.checksum_off) is (not tso)
 
 
+def busy(h: Host) -> None:
+    """Port adds cost what they do beside 1,000 ports (userspace datapath), every time."""
+    for _ in range(WINDOW):
+        h.pool.costs.added(0.300)
+
+
 def test_into_a_namespace_a_pod_gets_its_own_pair_while_a_port_add_is_cheaper() -> None:
     """CNI on a quiet switch: a port add (measured when the pool made its batch) costs less
     than a move, so the pod's own pair is made with its end in the pod's namespace; the
@@ -224,7 +231,7 @@ def test_into_a_namespace_a_pool_port_is_moved_in_while_a_port_add_costs_more() 
     (the pool makes nothing for it)."""
     h = Host(size=1, batch=1)
     assert h.pool.refill() == 1
-    h.pool.costs.added(0.300)  # as beside 1,000 ports on the userspace datapath
+    busy(h)  # as beside 1,000 ports on the userspace datapath
     into = Into("/run/netns/pod1", "eth0")
     port = h.pool.free()[0]
     assert h.agent.plug(ep(2).id, NET.id, ep(2).mac, into) == port.container  # still here
@@ -245,7 +252,7 @@ def test_into_a_namespace_a_pool_port_is_moved_in_while_a_port_add_costs_more() 
 def test_a_pool_port_that_cannot_move_in_goes_back_and_the_error_says_where() -> None:
     h = Host(size=1, batch=1)
     assert h.pool.refill() == 1
-    h.pool.costs.added(0.300)
+    busy(h)
     port = h.pool.free()[0]
     h.links.move_error = OSError(17, "File exists")  # the pod has an eth0 already
     into = Into("/run/netns/pod1", "eth0")
@@ -265,7 +272,7 @@ def test_an_add_retried_after_a_restart_finds_the_end_moved_and_keeps_the_endpoi
     flows."""
     h = Host(size=1, batch=1)
     assert h.pool.refill() == 1
-    h.pool.costs.added(0.300)
+    busy(h)
     into = Into("/run/netns/pod1", "eth0")
     h.agent.plug(ep(2).id, NET.id, ep(2).mac, into)
     mine = h.create_in(ep(2), into)
