@@ -402,27 +402,44 @@ def test_routes_the_configuration_asks_for_are_exactly_what_the_interface_gets(
     assert "net2" not in ns.spaces[POD]
 
 
-def test_a_route_read_that_fails_once_the_pod_is_plugged_leaks_nothing(
-    master: RealMaster,
-    service: tuple[CniService, FakeDatapath, FakeNetns],
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_route_the_network_cannot_have_is_refused_before_anything_is_booked(
+    master: RealMaster, service: tuple[CniService, FakeDatapath, FakeNetns]
 ) -> None:
-    svc, dp, ns = service
+    svc, dp, _ = service
     before = master.snapshot()
-    # A route the network cannot have is refused before anything is booked.
     v6 = {**CONF, "network": "d1", "routes": [{"dst": "fd99::/48", "gw": "10.7.0.9"}]}
     with pytest.raises(cni.CniError) as e:
         svc.add(req(config=v6))
     assert e.value.code == cni.INVALID_CONFIG and "is not an IPv6 address" in e.value.msg
     assert master.snapshot() == before and dp.ports == {}
 
-    def unreadable(netns: str) -> frozenset[NetnsRoute]:
-        raise OSError(13, "Permission denied")  # found while the pod is being plugged
 
-    monkeypatch.setattr(ns, "routes", unreadable)
+@pytest.mark.parametrize(
+    ("method", "error"),
+    [
+        ("routes", OSError(13, "Permission denied")),  # read while the pod is being plugged
+        ("move_into", NetlinkError(101, "Network is unreachable")),  # not an OSError
+    ],
+)
+def test_the_kernel_refusing_the_pods_namespace_is_a_datapath_failure_that_leaks_nothing(
+    method: str,
+    error: Exception,
+    master: RealMaster,
+    service: tuple[CniService, FakeDatapath, FakeNetns],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    svc, dp, ns = service
+    before = master.snapshot()
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise error
+
+    monkeypatch.setattr(ns, method, refused)
     with pytest.raises(cni.CniError) as e:
         svc.add(req())
-    assert e.value.code == cni.DATAPATH_FAILURE and "Permission denied" in e.value.msg
+    assert e.value.code == cni.DATAPATH_FAILURE
+    assert e.value.msg.startswith("container c0ffeec0ffee: eth0: ") or method == "routes"
+    assert str(error.args[-1]) in e.value.msg
     assert master.snapshot() == before and dp.ports == {} and ns.spaces[POD] == {}
 
 
@@ -469,25 +486,6 @@ def test_the_network_comes_from_the_agents_mirror_and_a_stale_one_is_not_kept(
     svc.add(req(config={**CONF, "network": "", "group": "web"}))
     svc.add(req(CNI_IFNAME="net1"))
     assert asked[-1] == "default:pn" and len(asked) == 3 and len(dp.ports) == 2
-
-
-def test_an_interface_the_kernel_refuses_is_a_datapath_failure_naming_it(
-    master: RealMaster,
-    service: tuple[CniService, FakeDatapath, FakeNetns],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    svc, dp, ns = service
-    before = master.snapshot()
-
-    def unreachable(*args: Any, **kwargs: Any) -> None:
-        raise NetlinkError(101, "Network is unreachable")
-
-    monkeypatch.setattr(ns, "move_into", unreachable)
-    with pytest.raises(cni.CniError) as e:
-        svc.add(req())
-    assert e.value.code == cni.DATAPATH_FAILURE
-    assert e.value.msg.startswith("container c0ffeec0ffee: eth0: ") and "unreachable" in e.value.msg
-    assert master.snapshot() == before and dp.ports == {}
 
 
 def test_the_pods_interface_is_configured_while_the_switch_takes_its_port(
