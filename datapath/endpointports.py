@@ -97,8 +97,6 @@ class EndpointPorts:
         there. Raises, leaving nothing, if it cannot be plugged, or if its old port (same
         names) is still being removed after ``wait`` seconds."""
         if (have := self._ports.get(endpoint_id)) is not None:
-            if into is not None and not have.container:
-                into.made.set()  # made there, or moved, by an earlier call
             return have
         if not self.teardown.wait(endpoint_id, wait):  # a retry: its old port goes first
             raise RuntimeError(f"endpoint {endpoint_id}: its old port is still being removed")

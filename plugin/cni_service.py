@@ -195,13 +195,15 @@ class CniService:
         mirrored = self._mirrored(req) if local and not retried else None
         t, net = mirrored or resolving.result()
         requested = requested_routes(req.config)
+
+        def routing() -> tuple[Route, ...]:
+            return plan_routes(requested, net, taken(reading.result(), req.ifname))
+
         existing = looking.result() if looking is not None else None
         if existing is not None and self._in_place(req, existing):
             # An ADD retried: the same answer, with the routes that are still there.
-            have = reading.result()
-            routes = plan_routes(requested, net, taken(have, req.ifname))
-            there = via(have, req.ifname)
-            kept = tuple(r for r in routes if r in there)
+            there = via(reading.result(), req.ifname)
+            kept = tuple(r for r in routing() if r in there)
             host_end = self._host_end(eid)
             return cni.result(version, attachment(req, net, existing, kept, host_end))
         mac = mac_for("", "", eid)
@@ -222,7 +224,6 @@ class CniService:
         # interface is configured as soon as its addresses are booked and its end is there,
         # while the switch takes the port and confirms the flows.
         pod = PodEnd(Into(req.netns, req.ifname))
-        routing = lambda: plan_routes(requested, net, taken(reading.result(), req.ifname))  # noqa: E731
 
         def booked(ep: Endpoint) -> None:
             pod.job = CONFIGURING.submit(self._configure, pod, req, net, ep, routing)
@@ -247,15 +248,12 @@ class CniService:
             if mirrored is not None and resolving.result() != mirrored:
                 raise _Changed(f"network {net.id} is not what this agent's mirror holds yet")
             routes = pod.job.result()
-        except (cni.CniError, _Changed):  # the master's refusal, a route refused, a change
+        except BaseException as e:  # nothing is left, whatever it was
             self._undo(eid, req)
-            raise
-        except Exception as e:  # the interface (OSError, NetlinkError...): nothing is left
-            self._undo(eid, req)
+            if isinstance(e, (cni.CniError, _Changed)) or not isinstance(e, Exception):
+                raise  # the master's refusal, a route refused, a change
+            # The interface (OSError, NetlinkError...), named.
             raise cni.CniError(cni.DATAPATH_FAILURE, f"{failed}: {e}") from e
-        except BaseException:
-            self._undo(eid, req)
-            raise
         a = attachment(req, net, ep, routes, self._host_end(eid))
         log.info(
             "CNI: container %s %s on %s: %s%s",
